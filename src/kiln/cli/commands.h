@@ -1,0 +1,16 @@
+// The kiln subcommands. Each adds itself to the CLI11 app and returns what to run if chosen.
+// Exit codes: 0 success, 1 failure (bad file, I/O), 2 usage error.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace kiln::cli {
+
+using RunFn = std::function<int()>;
+
+RunFn add_inspect(CLI::App& app);
+RunFn add_make_model(CLI::App& app);
+
+}  // namespace kiln::cli

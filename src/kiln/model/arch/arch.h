@@ -1,0 +1,75 @@
+// Architectures as data. Each architecture file declares the switches the forward needs and
+// a tensor manifest derived from hyperparameters alone (names and shapes exactly as
+// llama.cpp's converter writes them). The loader checks a GGUF file against the manifest and
+// fails naming the tensor, so a wrong file never becomes a wrong logit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::model {
+
+// Hyperparameters read from `<arch>.*` GGUF keys (see hparams.h for the key names).
+struct HParams {
+  std::string arch;
+  uint32_t n_vocab = 0;
+  uint32_t n_ctx_train = 0;
+  uint32_t n_embd = 0;
+  uint32_t n_layer = 0;
+  uint32_t n_head = 0;
+  uint32_t n_head_kv = 0;
+  uint32_t n_ff = 0;          // dense FFN width
+  uint32_t head_dim_k = 0;    // attention.key_length (defaults to n_embd / n_head)
+  uint32_t head_dim_v = 0;    // attention.value_length
+  uint32_t n_rot = 0;         // rope.dimension_count (defaults to head_dim_k)
+  uint32_t n_expert = 0;      // MoE: experts per layer (0 = dense)
+  uint32_t n_expert_used = 0;
+  uint32_t n_ff_expert = 0;   // MoE: expert_feed_forward_length
+  float rms_eps = 1e-5f;
+  float rope_freq_base = 10000.0f;
+  bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
+};
+
+// What a tensor of the manifest may be.
+enum class TensorKind : uint8_t {
+  kWeight,  // 2-D (or 3-D for experts) matmul weight: any supported quant type
+  kNorm,    // 1-D norm weight or bias: F32 (F16/BF16 accepted)
+};
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> ne;  // ggml order: ne[0] is the contiguous row length
+  TensorKind kind = TensorKind::kWeight;
+  bool required = true;
+};
+
+// Switches that distinguish the llama-family forwards.
+struct ArchFeatures {
+  bool qkv_bias = false;       // qwen2: biases on q/k/v projections
+  bool qk_norm = false;        // qwen3: RMSNorm on q and k per head
+  bool moe = false;            // qwen3moe: routed experts instead of a dense FFN
+  bool rope_neox = false;      // rotate-half pairs (i, i+d/2) instead of adjacent pairs
+};
+
+struct ArchDef {
+  std::string_view name;
+  ArchFeatures features;
+  std::vector<TensorSpec> (*manifest)(const HParams&);
+};
+
+// The architecture registered under `name` (general.architecture), or nullptr.
+const ArchDef* find_arch(std::string_view name);
+// Names of every registered architecture, for messages and --help.
+std::vector<std::string_view> arch_names();
+
+// Shared manifest pieces (arch/common.cpp).
+void add_embeddings(std::vector<TensorSpec>& out, const HParams& hp);
+void add_attention(std::vector<TensorSpec>& out, const HParams& hp, uint32_t layer,
+                   const ArchFeatures& f);
+void add_dense_ffn(std::vector<TensorSpec>& out, const HParams& hp, uint32_t layer);
+void add_moe_ffn(std::vector<TensorSpec>& out, const HParams& hp, uint32_t layer);
+std::string blk(uint32_t layer, std::string_view suffix);
+
+}  // namespace kiln::model

@@ -1,0 +1,24 @@
+// qwen2: Qwen 2 / 2.5. Biases on the q/k/v projections; neox (rotate-half) rope.
+#include "kiln/model/arch/arch.h"
+#include "kiln/model/arch/registry.h"
+
+namespace kiln::model {
+namespace {
+
+constexpr ArchFeatures kFeatures{.qkv_bias = true, .rope_neox = true};
+
+std::vector<TensorSpec> manifest(const HParams& hp) {
+  std::vector<TensorSpec> out;
+  add_embeddings(out, hp);
+  for (uint32_t i = 0; i < hp.n_layer; ++i) {
+    add_attention(out, hp, i, kFeatures);
+    add_dense_ffn(out, hp, i);
+  }
+  return out;
+}
+
+}  // namespace
+
+const ArchDef kArchQwen2{"qwen2", kFeatures, manifest};
+
+}  // namespace kiln::model

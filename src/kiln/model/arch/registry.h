@@ -1,0 +1,13 @@
+// The registered architectures (one definition per file in this folder).
+#pragma once
+
+#include "kiln/model/arch/arch.h"
+
+namespace kiln::model {
+
+extern const ArchDef kArchLlama;
+extern const ArchDef kArchQwen2;
+extern const ArchDef kArchQwen3;
+extern const ArchDef kArchQwen3Moe;
+
+}  // namespace kiln::model

@@ -1,0 +1,142 @@
+#include "kiln/model/hparams.h"
+
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace kiln::model {
+namespace {
+
+std::string key(const std::string& arch, std::string_view suffix) {
+  return fmt::format("{}.{}", arch, suffix);
+}
+
+// A u32 hyperparameter: present and in range, or the fallback when absent.
+Expected<uint32_t> get_u32(const gguf::File& f, const std::string& k, uint64_t fallback) {
+  KILN_TRY(uint64_t v, f.get_uint_or(k, fallback));
+  if (v > 0xffffffffu) return err("gguf: key '{}' = {} is out of range", k, v);
+  return static_cast<uint32_t>(v);
+}
+
+Status validate(const HParams& hp) {
+  auto positive = [](uint32_t v, std::string_view what) -> Status {
+    if (v == 0) return err("model: {} must be > 0", what);
+    return {};
+  };
+  KILN_TRY_STATUS(positive(hp.n_embd, "embedding_length"));
+  KILN_TRY_STATUS(positive(hp.n_layer, "block_count"));
+  KILN_TRY_STATUS(positive(hp.n_head, "attention.head_count"));
+  KILN_TRY_STATUS(positive(hp.n_head_kv, "attention.head_count_kv"));
+  KILN_TRY_STATUS(positive(hp.n_vocab, "vocab_size"));
+  KILN_TRY_STATUS(positive(hp.head_dim_k, "attention.key_length"));
+  KILN_TRY_STATUS(positive(hp.head_dim_v, "attention.value_length"));
+  if (hp.n_head % hp.n_head_kv != 0)
+    return err("model: head_count {} is not a multiple of head_count_kv {}", hp.n_head,
+               hp.n_head_kv);
+  if (hp.n_rot > hp.head_dim_k || hp.n_rot % 2 != 0)
+    return err("model: rope.dimension_count {} must be even and <= key_length {}", hp.n_rot,
+               hp.head_dim_k);
+  if (hp.n_expert > 0 && (hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert))
+    return err("model: expert_used_count {} must be in 1..expert_count {}", hp.n_expert_used,
+               hp.n_expert);
+  // Bound the sizes so later products (n_embd * n_vocab, ...) cannot overflow 64 bits.
+  if (hp.n_embd > (1u << 20) || hp.n_layer > 4096 || hp.n_head > 4096 || hp.n_ff > (1u << 24))
+    return err("model: implausible hyperparameters (n_embd {}, n_layer {}, n_head {}, n_ff {})",
+               hp.n_embd, hp.n_layer, hp.n_head, hp.n_ff);
+  return {};
+}
+
+}  // namespace
+
+Expected<HParams> read_hparams(const gguf::File& f) {
+  HParams hp;
+  KILN_TRY(hp.arch, f.get_string("general.architecture"));
+  const ArchDef* def = find_arch(hp.arch);
+  if (def == nullptr)
+    return err("model: unsupported architecture '{}' (kiln supports: {})", hp.arch,
+               fmt::join(arch_names(), ", "));
+  const std::string& a = hp.arch;
+  KILN_TRY(hp.n_embd, get_u32(f, key(a, "embedding_length"), 0));
+  KILN_TRY(hp.n_layer, get_u32(f, key(a, "block_count"), 0));
+  KILN_TRY(hp.n_ctx_train, get_u32(f, key(a, "context_length"), 2048));
+  KILN_TRY(hp.n_ff, get_u32(f, key(a, "feed_forward_length"), 0));
+  KILN_TRY(hp.n_head, get_u32(f, key(a, "attention.head_count"), 0));
+  KILN_TRY(hp.n_head_kv, get_u32(f, key(a, "attention.head_count_kv"), hp.n_head));
+  const uint32_t head_dim = hp.n_head ? hp.n_embd / hp.n_head : 0;
+  KILN_TRY(hp.head_dim_k, get_u32(f, key(a, "attention.key_length"), head_dim));
+  KILN_TRY(hp.head_dim_v, get_u32(f, key(a, "attention.value_length"), head_dim));
+  KILN_TRY(hp.n_rot, get_u32(f, key(a, "rope.dimension_count"), hp.head_dim_k));
+  KILN_TRY(hp.n_expert, get_u32(f, key(a, "expert_count"), 0));
+  KILN_TRY(hp.n_expert_used, get_u32(f, key(a, "expert_used_count"), 0));
+  KILN_TRY(hp.n_ff_expert, get_u32(f, key(a, "expert_feed_forward_length"), hp.n_ff));
+  KILN_TRY(double eps, f.get_float_or(key(a, "attention.layer_norm_rms_epsilon"), 1e-5));
+  KILN_TRY(double base, f.get_float_or(key(a, "rope.freq_base"), 10000.0));
+  hp.rms_eps = static_cast<float>(eps);
+  hp.rope_freq_base = static_cast<float>(base);
+  if (const gguf::Value* v = f.find(key(a, "vocab_size"))) {
+    KILN_TRY(hp.n_vocab, get_u32(f, key(a, "vocab_size"), 0));
+    (void)v;
+  } else if (const gguf::Value* toks = f.find("tokenizer.ggml.tokens");
+             toks != nullptr && toks->as_array() != nullptr) {
+    hp.n_vocab = static_cast<uint32_t>(toks->as_array()->items.size());
+  } else if (const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
+             emb != nullptr && emb->ne.size() == 2) {
+    hp.n_vocab = static_cast<uint32_t>(emb->ne[1]);
+  }
+  hp.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  if (def->features.moe && hp.n_expert == 0)
+    return err("model: architecture '{}' needs {}.expert_count", a, a);
+  KILN_TRY_STATUS(validate(hp));
+  return hp;
+}
+
+void write_hparams(gguf::Writer& w, const HParams& hp) {
+  const std::string& a = hp.arch;
+  w.set_string("general.architecture", a);
+  w.set_uint32(key(a, "vocab_size"), hp.n_vocab);
+  w.set_uint32(key(a, "context_length"), hp.n_ctx_train);
+  w.set_uint32(key(a, "embedding_length"), hp.n_embd);
+  w.set_uint32(key(a, "block_count"), hp.n_layer);
+  w.set_uint32(key(a, "feed_forward_length"), hp.n_ff);
+  w.set_uint32(key(a, "attention.head_count"), hp.n_head);
+  w.set_uint32(key(a, "attention.head_count_kv"), hp.n_head_kv);
+  w.set_uint32(key(a, "attention.key_length"), hp.head_dim_k);
+  w.set_uint32(key(a, "attention.value_length"), hp.head_dim_v);
+  w.set_uint32(key(a, "rope.dimension_count"), hp.n_rot);
+  w.set_float32(key(a, "rope.freq_base"), hp.rope_freq_base);
+  w.set_float32(key(a, "attention.layer_norm_rms_epsilon"), hp.rms_eps);
+  if (hp.n_expert > 0) {
+    w.set_uint32(key(a, "expert_count"), hp.n_expert);
+    w.set_uint32(key(a, "expert_used_count"), hp.n_expert_used);
+    w.set_uint32(key(a, "expert_feed_forward_length"), hp.n_ff_expert);
+  }
+}
+
+Status check_manifest(const gguf::File& f, const ArchDef& arch, const HParams& hp) {
+  std::set<std::string, std::less<>> expected;
+  for (const TensorSpec& spec : arch.manifest(hp)) {
+    expected.insert(spec.name);
+    const gguf::TensorInfo* t = f.find_tensor(spec.name);
+    if (t == nullptr) {
+      if (spec.required) return err("model: missing tensor '{}' ({})", spec.name, arch.name);
+      continue;
+    }
+    if (t->ne != spec.ne)
+      return err("model: tensor '{}' has shape [{}], expected [{}]", spec.name,
+                 fmt::join(t->ne, ", "), fmt::join(spec.ne, ", "));
+    const quant::TypeTraits& tr = quant::traits(t->type);
+    if (!tr.kiln_supported)
+      return err("model: tensor '{}' has type {}, which kiln cannot compute with yet", spec.name,
+                 tr.name);
+    if (spec.kind == TensorKind::kNorm && tr.is_quantized)
+      return err("model: tensor '{}' is {}, expected f32/f16/bf16", spec.name, tr.name);
+  }
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    if (!expected.contains(t.name))
+      return err("model: unexpected tensor '{}' for architecture '{}'", t.name, arch.name);
+  }
+  return {};
+}
+
+}  // namespace kiln::model

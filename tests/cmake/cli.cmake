@@ -1,0 +1,5 @@
+# kiln command end-to-end tests (shell scripts driving the built binary).
+add_test(NAME e2e.inspect
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/e2e/inspect_test.sh $<TARGET_FILE:kiln>
+                 ${PROJECT_SOURCE_DIR})
+set_tests_properties(e2e.inspect PROPERTIES LABELS e2e TIMEOUT 300)

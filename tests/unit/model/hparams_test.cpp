@@ -1,0 +1,137 @@
+#include "kiln/model/hparams.h"
+
+#include <gtest/gtest.h>
+
+#include "kiln/gguf/gguf.h"
+#include "kiln/gguf/writer.h"
+#include "kiln/model/arch/arch.h"
+
+namespace kiln::model {
+namespace {
+
+HParams small_hparams(std::string arch) {
+  HParams hp;
+  hp.arch = std::move(arch);
+  hp.n_vocab = 64;
+  hp.n_ctx_train = 128;
+  hp.n_embd = 32;
+  hp.n_layer = 2;
+  hp.n_head = 4;
+  hp.n_head_kv = 2;
+  hp.n_ff = 48;
+  hp.head_dim_k = hp.head_dim_v = 8;
+  hp.n_rot = 8;
+  hp.rms_eps = 1e-6f;
+  hp.rope_freq_base = 1e6f;
+  return hp;
+}
+
+// Writes hparams and zero tensors for every required manifest entry (F32).
+std::vector<uint8_t> file_for(const HParams& hp, const ArchDef& arch,
+                              std::string_view skip = "", std::string_view reshape = "") {
+  gguf::Writer w;
+  write_hparams(w, hp);
+  for (const TensorSpec& spec : arch.manifest(hp)) {
+    if (!spec.required || spec.name == skip) continue;
+    std::vector<int64_t> ne = spec.ne;
+    if (spec.name == reshape) ne[0] += 1;
+    int64_t n = 1;
+    for (int64_t d : ne) n *= d;
+    std::vector<uint8_t> data(static_cast<size_t>(n) * 4);
+    EXPECT_TRUE(w.add_tensor(spec.name, quant::Type::F32, ne, data).ok());
+  }
+  auto bytes = w.to_bytes();
+  EXPECT_TRUE(bytes.ok());
+  return *bytes;
+}
+
+TEST(HParams, RoundTripThroughGguf) {
+  for (std::string_view name : arch_names()) {
+    HParams hp = small_hparams(std::string(name));
+    if (name == "qwen3moe") {
+      hp.n_expert = 4;
+      hp.n_expert_used = 2;
+      hp.n_ff_expert = 16;
+    }
+    const ArchDef* arch = find_arch(name);
+    ASSERT_NE(arch, nullptr);
+    std::vector<uint8_t> bytes = file_for(hp, *arch);
+    auto file = gguf::File::parse(bytes);
+    ASSERT_TRUE(file.ok()) << file.error().message;
+    auto got = read_hparams(**file);
+    ASSERT_TRUE(got.ok()) << got.error().message;
+    EXPECT_EQ(got->arch, name);
+    EXPECT_EQ(got->n_vocab, 64u);
+    EXPECT_EQ(got->n_embd, 32u);
+    EXPECT_EQ(got->n_layer, 2u);
+    EXPECT_EQ(got->n_head_kv, 2u);
+    EXPECT_EQ(got->head_dim_k, 8u);
+    EXPECT_FLOAT_EQ(got->rms_eps, 1e-6f);
+    EXPECT_FLOAT_EQ(got->rope_freq_base, 1e6f);
+    EXPECT_TRUE(got->tied_embeddings);  // output.weight is optional, so not written
+    EXPECT_EQ(got->n_expert, hp.n_expert);
+    Status st = check_manifest(**file, *arch, *got);
+    EXPECT_TRUE(st.ok()) << name << ": " << st.error().message;
+  }
+}
+
+TEST(HParams, ManifestErrorsNameTheTensor) {
+  const HParams hp = small_hparams("qwen3");
+  const ArchDef& arch = *find_arch("qwen3");
+  {
+    std::vector<uint8_t> bytes = file_for(hp, arch, "blk.1.attn_k_norm.weight");
+    auto file = gguf::File::parse(bytes);
+    ASSERT_TRUE(file.ok());
+    Status st = check_manifest(**file, arch, *read_hparams(**file));
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().message.find("missing tensor 'blk.1.attn_k_norm.weight'"),
+              std::string::npos)
+        << st.error().message;
+  }
+  {
+    std::vector<uint8_t> bytes = file_for(hp, arch, "", "blk.0.ffn_up.weight");
+    auto file = gguf::File::parse(bytes);
+    ASSERT_TRUE(file.ok());
+    Status st = check_manifest(**file, arch, *read_hparams(**file));
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().message.find("'blk.0.ffn_up.weight' has shape [33, 48]"),
+              std::string::npos)
+        << st.error().message;
+  }
+  {
+    // A llama file checked against qwen3's manifest lacks q/k norms.
+    std::vector<uint8_t> bytes = file_for(small_hparams("llama"), *find_arch("llama"));
+    auto file = gguf::File::parse(bytes);
+    ASSERT_TRUE(file.ok());
+    Status st = check_manifest(**file, arch, hp);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().message.find("attn_q_norm"), std::string::npos);
+  }
+}
+
+TEST(HParams, RejectsBadValues) {
+  auto read = [](auto mutate) {
+    gguf::Writer w;
+    HParams hp = small_hparams("llama");
+    write_hparams(w, hp);
+    mutate(w);
+    auto bytes = w.to_bytes();
+    auto file = gguf::File::parse(*bytes);
+    EXPECT_TRUE(file.ok());
+    return read_hparams(**file);
+  };
+  auto unknown = read([](gguf::Writer& w) { w.set_string("general.architecture", "gpt-j"); });
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message.find("unsupported architecture 'gpt-j'"), std::string::npos);
+  auto gqa = read([](gguf::Writer& w) { w.set_uint32("llama.attention.head_count_kv", 3); });
+  ASSERT_FALSE(gqa.ok());
+  EXPECT_NE(gqa.error().message.find("multiple of head_count_kv"), std::string::npos);
+  auto type = read([](gguf::Writer& w) { w.set_string("llama.block_count", "two"); });
+  ASSERT_FALSE(type.ok());
+  EXPECT_NE(type.error().message.find("llama.block_count"), std::string::npos);
+  auto zero = read([](gguf::Writer& w) { w.set_uint32("llama.embedding_length", 0); });
+  ASSERT_FALSE(zero.ok());
+}
+
+}  // namespace
+}  // namespace kiln::model
