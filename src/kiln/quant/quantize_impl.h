@@ -1,0 +1,20 @@
+// Per-type reference quantizers behind quantize_row (convert.h). Each writes num_blocks
+// blocks of its type from num_blocks * block_elems floats. Internal to the quant room.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::quant::detail {
+
+// A scale for an f16 field: round to nearest, but saturate at the largest finite f16
+// (65504) instead of overflowing to inf, and map NaN to 0, so finite input never yields a
+// non-finite block.
+uint16_t scale_to_fp16(float d);
+
+void quantize_q2_k(const float* x, void* dst, int64_t num_blocks);
+void quantize_q3_k(const float* x, void* dst, int64_t num_blocks);
+void quantize_q4_k(const float* x, void* dst, int64_t num_blocks);
+void quantize_q5_k(const float* x, void* dst, int64_t num_blocks);
+void quantize_q6_k(const float* x, void* dst, int64_t num_blocks);
+
+}  // namespace kiln::quant::detail
