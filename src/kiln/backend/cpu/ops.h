@@ -1,0 +1,66 @@
+// CPU reference ops: plain scalar code, written to be obviously right. Every fast kernel
+// (SIMD here, CUDA later) is tested against these. Shapes are row-major with the last index
+// contiguous: [n_tokens, n] means token t's vector starts at t * n.
+//
+// Reduction order is fixed per output element (it never depends on the batch composition or
+// the thread count), so a sequence decodes to the same tokens alone or inside a batch.
+#pragma once
+
+#include <cstdint>
+
+#include "kiln/backend/weight.h"
+#include "kiln/util/thread_pool.h"
+
+namespace kiln::backend::cpu {
+
+// out[t] = dequantized row tokens[t] of `table` ([n_vocab, n_embd] as rows): [n_tokens, n_embd]
+void embed(const Weight& table, const int32_t* tokens, int64_t n_tokens, float* out);
+
+// y = x / sqrt(mean(x^2) + eps) * w, per row of n.  x, y: [n_rows, n]; w: [n] (may be null)
+void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps);
+
+// y[t][o] = sum_i W[o][i] * x[t][i].  x: [n_tokens, w.n_in], y: [n_tokens, w.n_out]
+void matmul(const Weight& w, const float* x, float* y, int64_t n_tokens, util::ThreadPool* pool);
+
+// x[t][i] += b[i].  x: [n_tokens, n]
+void add_bias(float* x, const float* b, int64_t n_tokens, int64_t n);
+
+// x += y, n elements
+void add(float* x, const float* y, int64_t n);
+
+// Rotary embedding in place on the first n_rot dims of each head. x: [n_tokens, n_heads,
+// head_dim]. neox: rotate pairs (i, i + n_rot/2); otherwise adjacent pairs (2i, 2i+1) (GGUF
+// llama files, whose Q/K rows the converter permuted). theta = pos * base^(-2i/n_rot).
+void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
+          int32_t head_dim, int32_t n_rot, float freq_base, bool neox);
+
+// out = silu(gate) * up, n elements.
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+
+// One layer's paged KV memory: block b holds K as [kBlockTokens][n_kv_heads][head_dim_k] at
+// k + b * k_block_elems (V likewise).
+struct KvLayerView {
+  float* k = nullptr;
+  float* v = nullptr;
+  int64_t k_block_elems = 0;
+  int64_t v_block_elems = 0;
+  int32_t block_tokens = 16;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim_k = 0;
+  int32_t head_dim_v = 0;
+};
+
+// Writes each row's K and V ([n_tokens, n_kv_heads, head_dim]) to its sequence's blocks at
+// its position.
+void kv_write(const KvLayerView& kv, const AttnBatch& b, const float* k, const float* v);
+
+// Causal attention over the paged cache. q: [n_tokens, n_heads, head_dim_k], out: [n_tokens,
+// n_heads, head_dim_v]. Query row at position p sees cache positions 0..p of its sequence.
+// GQA: head h reads kv head h / (n_heads / n_kv_heads). Online softmax, scale 1/sqrt(d).
+void attention(const KvLayerView& kv, const AttnBatch& b, const float* q, float* out,
+               int32_t n_heads, float scale, util::ThreadPool* pool);
+
+// Index of the largest value (first on ties).
+int32_t argmax(const float* x, int64_t n);
+
+}  // namespace kiln::backend::cpu

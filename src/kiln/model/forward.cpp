@@ -1,0 +1,117 @@
+#include "kiln/model/forward.h"
+
+#include <cmath>
+
+namespace kiln::model {
+namespace cpu = backend::cpu;
+
+Forward::Forward(const Model& model, int32_t max_tokens, util::ThreadPool* pool)
+    : model_(model), max_tokens_(max_tokens), pool_(pool) {
+  const HParams& hp = model.hparams();
+  const size_t t = static_cast<size_t>(max_tokens);
+  const size_t q_width = size_t{hp.n_head} * std::max(hp.head_dim_k, hp.head_dim_v);
+  x_.resize(t * hp.n_embd);
+  xn_.resize(t * std::max<size_t>(hp.n_embd, q_width));
+  q_.resize(t * hp.n_head * hp.head_dim_k);
+  k_.resize(t * hp.n_head_kv * hp.head_dim_k);
+  v_.resize(t * hp.n_head_kv * hp.head_dim_v);
+  attn_.resize(t * hp.n_head * hp.head_dim_v);
+  gate_.resize(t * hp.n_ff);
+  up_.resize(t * hp.n_ff);
+  tmp_.resize(t * hp.n_embd);
+}
+
+void Forward::dump(std::string_view name, int layer, const float* data, int64_t rows,
+                   int64_t cols) {
+  if (dump_) dump_(name, layer, data, rows, cols);
+}
+
+void Forward::attention_block(int il, const StepInput& in, kv::KvCache& cache, int64_t n) {
+  const HParams& hp = model_.hparams();
+  const LayerWeights& l = model_.layers()[il];
+  const ArchFeatures& f = model_.arch().features;
+  cpu::rmsnorm(x_.data(), l.attn_norm, xn_.data(), n, hp.n_embd, hp.rms_eps);
+  dump("attn_norm", il, xn_.data(), n, hp.n_embd);
+  cpu::matmul(l.wq, xn_.data(), q_.data(), n, pool_);
+  cpu::matmul(l.wk, xn_.data(), k_.data(), n, pool_);
+  cpu::matmul(l.wv, xn_.data(), v_.data(), n, pool_);
+  if (f.qkv_bias) {
+    cpu::add_bias(q_.data(), l.bq, n, l.wq.n_out);
+    cpu::add_bias(k_.data(), l.bk, n, l.wk.n_out);
+    cpu::add_bias(v_.data(), l.bv, n, l.wv.n_out);
+  }
+  if (f.qk_norm) {  // per head, before rope
+    cpu::rmsnorm(q_.data(), l.q_norm, q_.data(), n * hp.n_head, hp.head_dim_k, hp.rms_eps);
+    cpu::rmsnorm(k_.data(), l.k_norm, k_.data(), n * hp.n_head_kv, hp.head_dim_k, hp.rms_eps);
+  }
+  cpu::rope(q_.data(), in.attn.positions, n, static_cast<int32_t>(hp.n_head),
+            static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.n_rot),
+            hp.rope_freq_base, f.rope_neox);
+  cpu::rope(k_.data(), in.attn.positions, n, static_cast<int32_t>(hp.n_head_kv),
+            static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.n_rot),
+            hp.rope_freq_base, f.rope_neox);
+  dump("q", il, q_.data(), n, l.wq.n_out);
+  dump("k", il, k_.data(), n, l.wk.n_out);
+  dump("v", il, v_.data(), n, l.wv.n_out);
+
+  cpu::KvLayerView view;
+  view.k = cache.k_block(il, 0);
+  view.v = cache.v_block(il, 0);
+  view.k_block_elems = int64_t{kv::kBlockTokens} * hp.n_head_kv * hp.head_dim_k;
+  view.v_block_elems = int64_t{kv::kBlockTokens} * hp.n_head_kv * hp.head_dim_v;
+  view.block_tokens = kv::kBlockTokens;
+  view.n_kv_heads = static_cast<int32_t>(hp.n_head_kv);
+  view.head_dim_k = static_cast<int32_t>(hp.head_dim_k);
+  view.head_dim_v = static_cast<int32_t>(hp.head_dim_v);
+  cpu::kv_write(view, in.attn, k_.data(), v_.data());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim_k));
+  cpu::attention(view, in.attn, q_.data(), attn_.data(), static_cast<int32_t>(hp.n_head), scale,
+                 pool_);
+  dump("attn_out", il, attn_.data(), n, l.wo.n_in);
+  cpu::matmul(l.wo, attn_.data(), tmp_.data(), n, pool_);
+  cpu::add(x_.data(), tmp_.data(), n * hp.n_embd);
+  dump("attn_residual", il, x_.data(), n, hp.n_embd);
+}
+
+void Forward::ffn_block(int il, int64_t n) {
+  const HParams& hp = model_.hparams();
+  const LayerWeights& l = model_.layers()[il];
+  cpu::rmsnorm(x_.data(), l.ffn_norm, xn_.data(), n, hp.n_embd, hp.rms_eps);
+  dump("ffn_norm", il, xn_.data(), n, hp.n_embd);
+  cpu::matmul(l.w_gate, xn_.data(), gate_.data(), n, pool_);
+  cpu::matmul(l.w_up, xn_.data(), up_.data(), n, pool_);
+  cpu::swiglu(gate_.data(), up_.data(), gate_.data(), n * hp.n_ff);
+  cpu::matmul(l.w_down, gate_.data(), tmp_.data(), n, pool_);
+  cpu::add(x_.data(), tmp_.data(), n * hp.n_embd);
+  dump("layer_out", il, x_.data(), n, hp.n_embd);
+}
+
+Status Forward::run(const StepInput& in, kv::KvCache& cache, float* logits) {
+  const HParams& hp = model_.hparams();
+  const int64_t n = static_cast<int64_t>(in.tokens.size());
+  if (n == 0) return {};
+  if (n > max_tokens_) return err("forward: {} tokens exceed the step capacity {}", n, max_tokens_);
+  for (int32_t tok : in.tokens) {
+    if (tok < 0 || static_cast<uint32_t>(tok) >= hp.n_vocab)
+      return err("forward: token id {} is outside the vocabulary (0..{})", tok, hp.n_vocab - 1);
+  }
+  cpu::embed(model_.tok_embd(), in.tokens.data(), n, x_.data());
+  dump("embed", -1, x_.data(), n, hp.n_embd);
+  for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
+    attention_block(il, in, cache, n);
+    ffn_block(il, n);
+  }
+  // Final norm and logits only for the rows that need them.
+  const int64_t n_out = static_cast<int64_t>(in.logit_rows.size());
+  for (int64_t i = 0; i < n_out; ++i) {
+    const int32_t r = in.logit_rows[static_cast<size_t>(i)];
+    KILN_ASSERT(r >= 0 && r < n);
+    cpu::rmsnorm(x_.data() + int64_t{r} * hp.n_embd, model_.output_norm(),
+                 xn_.data() + i * hp.n_embd, 1, hp.n_embd, hp.rms_eps);
+  }
+  dump("output_norm", -1, xn_.data(), n_out, hp.n_embd);
+  cpu::matmul(model_.output(), xn_.data(), logits, n_out, pool_);
+  return {};
+}
+
+}  // namespace kiln::model

@@ -1,0 +1,85 @@
+#include "kiln/model/model.h"
+
+#include "kiln/model/hparams.h"
+#include "kiln/quant/convert.h"
+
+namespace kiln::model {
+
+Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
+  KILN_TRY(std::unique_ptr<gguf::File> file, gguf::File::open(path));
+  return from_file(std::move(file));
+}
+
+Expected<backend::Weight> Model::weight(const std::string& name) const {
+  const gguf::TensorInfo* t = file_->find_tensor(name);
+  if (t == nullptr) return err("model: missing tensor '{}'", name);
+  if (t->ne.size() < 2) return err("model: tensor '{}' is not a matrix", name);
+  backend::Weight w;
+  w.type = t->type;
+  w.n_in = t->ne[0];
+  w.n_out = t->ne[1];
+  w.data = t->data;
+  w.row_bytes = *quant::row_bytes(t->type, static_cast<uint64_t>(t->ne[0]));
+  return w;
+}
+
+Expected<const float*> Model::vector(const std::string& name, bool required) {
+  const gguf::TensorInfo* t = file_->find_tensor(name);
+  if (t == nullptr) {
+    if (required) return err("model: missing tensor '{}'", name);
+    return static_cast<const float*>(nullptr);
+  }
+  std::vector<float> v(static_cast<size_t>(t->num_elements()));
+  KILN_TRY_STATUS(quant::dequantize_row(t->type, t->data, v.data(), t->num_elements()));
+  f32_vectors_.push_back(std::move(v));
+  return static_cast<const float*>(f32_vectors_.back().data());
+}
+
+Expected<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<gguf::File> file) {
+  std::unique_ptr<Model> m(new Model());
+  m->file_ = std::move(file);
+  KILN_TRY(m->hp_, read_hparams(*m->file_));
+  m->arch_ = find_arch(m->hp_.arch);
+  KILN_TRY_STATUS(check_manifest(*m->file_, *m->arch_, m->hp_));
+  if (m->arch_->features.moe)
+    return err("model: architecture '{}' loads but cannot run yet (MoE forward pending)",
+               m->hp_.arch);
+  const ArchFeatures& f = m->arch_->features;
+  KILN_TRY(m->tok_embd_, m->weight("token_embd.weight"));
+  if (m->hp_.tied_embeddings) {
+    m->output_ = m->tok_embd_;
+  } else {
+    KILN_TRY(m->output_, m->weight("output.weight"));
+  }
+  KILN_TRY(m->output_norm_, m->vector("output_norm.weight", true));
+  m->layers_.resize(m->hp_.n_layer);
+  for (uint32_t i = 0; i < m->hp_.n_layer; ++i) {
+    LayerWeights& l = m->layers_[i];
+    KILN_TRY(l.attn_norm, m->vector(blk(i, "attn_norm.weight"), true));
+    KILN_TRY(l.wq, m->weight(blk(i, "attn_q.weight")));
+    KILN_TRY(l.wk, m->weight(blk(i, "attn_k.weight")));
+    KILN_TRY(l.wv, m->weight(blk(i, "attn_v.weight")));
+    KILN_TRY(l.wo, m->weight(blk(i, "attn_output.weight")));
+    KILN_TRY(l.bq, m->vector(blk(i, "attn_q.bias"), f.qkv_bias));
+    KILN_TRY(l.bk, m->vector(blk(i, "attn_k.bias"), f.qkv_bias));
+    KILN_TRY(l.bv, m->vector(blk(i, "attn_v.bias"), f.qkv_bias));
+    KILN_TRY(l.q_norm, m->vector(blk(i, "attn_q_norm.weight"), f.qk_norm));
+    KILN_TRY(l.k_norm, m->vector(blk(i, "attn_k_norm.weight"), f.qk_norm));
+    KILN_TRY(l.ffn_norm, m->vector(blk(i, "ffn_norm.weight"), true));
+    KILN_TRY(l.w_gate, m->weight(blk(i, "ffn_gate.weight")));
+    KILN_TRY(l.w_up, m->weight(blk(i, "ffn_up.weight")));
+    KILN_TRY(l.w_down, m->weight(blk(i, "ffn_down.weight")));
+  }
+  return m;
+}
+
+uint64_t Model::weight_bytes_per_token() const {
+  uint64_t total = 0;
+  for (const gguf::TensorInfo& t : file_->tensors()) {
+    if (t.name == "token_embd.weight" && !hp_.tied_embeddings) continue;
+    total += t.size_bytes;
+  }
+  return total;
+}
+
+}  // namespace kiln::model
