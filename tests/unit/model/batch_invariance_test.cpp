@@ -1,0 +1,107 @@
+// The same sequence decodes to identical logits alone and inside a batch of other sequences
+// (mixed prefill and decode rows), because every op's reduction order is fixed per element.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "kiln/model/forward.h"
+#include "kiln/model/model.h"
+
+namespace kiln::model {
+namespace {
+
+const std::string kModels = std::string(KILN_SOURCE_DIR) + "/../shared/models/";
+
+struct Seq {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> blocks;
+};
+
+// Runs one step over `seqs`, each contributing all of its tokens from position `start[s]`;
+// returns the logits of each sequence's last row.
+std::vector<std::vector<float>> step(Forward& fwd, kv::KvCache& cache, const Model& m,
+                                     const std::vector<Seq>& seqs,
+                                     const std::vector<int32_t>& start) {
+  std::vector<int32_t> flat, positions, qo{0}, kv_ptr{0}, kv_idx, kv_len, rows;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    for (size_t p = static_cast<size_t>(start[s]); p < seqs[s].tokens.size(); ++p) {
+      flat.push_back(seqs[s].tokens[p]);
+      positions.push_back(static_cast<int32_t>(p));
+    }
+    qo.push_back(static_cast<int32_t>(flat.size()));
+    rows.push_back(qo.back() - 1);
+    kv_idx.insert(kv_idx.end(), seqs[s].blocks.begin(), seqs[s].blocks.end());
+    kv_ptr.push_back(static_cast<int32_t>(kv_idx.size()));
+    kv_len.push_back(static_cast<int32_t>(seqs[s].tokens.size()));
+  }
+  StepInput in;
+  in.tokens = flat;
+  in.attn = {static_cast<int32_t>(seqs.size()), qo.data(), kv_ptr.data(), kv_idx.data(),
+             kv_len.data(), positions.data()};
+  in.logit_rows = rows;
+  const uint32_t v = m.hparams().n_vocab;
+  std::vector<float> logits(rows.size() * v);
+  Status st = fwd.run(in, cache, logits.data());
+  EXPECT_TRUE(st.ok());
+  std::vector<std::vector<float>> out;
+  for (size_t s = 0; s < rows.size(); ++s)
+    out.emplace_back(logits.begin() + s * v, logits.begin() + (s + 1) * v);
+  return out;
+}
+
+TEST(BatchInvariance, AloneEqualsInsideMixedBatch) {
+  auto model = Model::load(kModels + "stories260K.gguf");
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const Model& m = **model;
+  const HParams& hp = m.hparams();
+  kv::KvShape shape{static_cast<int32_t>(hp.n_layer), static_cast<int32_t>(hp.n_head_kv),
+                    static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.head_dim_v)};
+  auto cache = kv::KvCache::create(shape, kv::KvCache::bytes_per_block(shape) * 64);
+  ASSERT_TRUE(cache.ok());
+  util::ThreadPool pool(2);
+  Forward fwd(m, 256, &pool);
+
+  // The subject: 20 tokens (crosses a block boundary), blocks 0-1.
+  Seq subject{{1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338,
+               401, 396, 267},
+              {0, 1}};
+  auto alone = step(fwd, *cache, m, {subject}, {0});
+
+  // Same subject with 8 other sequences around it: some prefill, some one-token decodes,
+  // different lengths, blocks scattered in the pool.
+  std::vector<Seq> batch;
+  std::vector<int32_t> start;
+  int32_t next_block = 10;
+  for (int s = 0; s < 9; ++s) {
+    if (s == 4) {
+      Seq moved = subject;
+      moved.blocks = {41, 7};  // different physical blocks: the result must not care
+      batch.push_back(moved);
+      start.push_back(0);
+      continue;
+    }
+    Seq other;
+    const int len = 3 + 5 * s;
+    for (int i = 0; i < len; ++i) other.tokens.push_back(1 + (s * 37 + i * 11) % 500);
+    const int nb = (len + kv::kBlockTokens - 1) / kv::kBlockTokens;
+    for (int b = 0; b < nb; ++b) other.blocks.push_back(next_block++);
+    batch.push_back(other);
+    start.push_back(0);
+  }
+  auto batched = step(fwd, *cache, m, batch, start);
+  EXPECT_EQ(batched[4], alone[0]);  // bitwise equal
+
+  // A decode step: subject + 1 token alone, and inside a batch where others also decode.
+  subject.tokens.push_back(337);
+  auto alone2 = step(fwd, *cache, m, {subject}, {20});
+  batch[4].tokens.push_back(337);
+  for (int s = 0; s < 9; ++s) {
+    if (s != 4) batch[s].tokens.push_back(5);
+    start[s] = static_cast<int32_t>(batch[s].tokens.size()) - 1;
+  }
+  auto batched2 = step(fwd, *cache, m, batch, start);
+  EXPECT_EQ(batched2[4], alone2[0]);
+}
+
+}  // namespace
+}  // namespace kiln::model
