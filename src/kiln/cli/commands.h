@@ -12,5 +12,6 @@ using RunFn = std::function<int()>;
 
 RunFn add_inspect(CLI::App& app);
 RunFn add_make_model(CLI::App& app);
+RunFn add_convert(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   };
   add(kiln::cli::add_inspect);
   add(kiln::cli::add_make_model);
+  add(kiln::cli::add_convert);
 
   try {
     app.parse(argc, argv);

@@ -46,10 +46,10 @@ void Forward::attention_block(int il, const StepInput& in, kv::KvCache& cache, i
   }
   cpu::rope(q_.data(), in.attn.positions, n, static_cast<int32_t>(hp.n_head),
             static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.n_rot),
-            hp.rope_freq_base, f.rope_neox);
+            hp.rope_freq_base, f.rope_neox, model_.rope_freqs());
   cpu::rope(k_.data(), in.attn.positions, n, static_cast<int32_t>(hp.n_head_kv),
             static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.n_rot),
-            hp.rope_freq_base, f.rope_neox);
+            hp.rope_freq_base, f.rope_neox, model_.rope_freqs());
   dump("q", il, q_.data(), n, l.wq.n_out);
   dump("k", il, k_.data(), n, l.wk.n_out);
   dump("v", il, v_.data(), n, l.wv.n_out);

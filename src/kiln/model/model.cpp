@@ -52,6 +52,7 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<gguf::File> fi
     KILN_TRY(m->output_, m->weight("output.weight"));
   }
   KILN_TRY(m->output_norm_, m->vector("output_norm.weight", true));
+  KILN_TRY(m->rope_freqs_, m->vector("rope_freqs.weight", false));
   m->layers_.resize(m->hp_.n_layer);
   for (uint32_t i = 0; i < m->hp_.n_layer; ++i) {
     LayerWeights& l = m->layers_[i];

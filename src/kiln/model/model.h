@@ -39,6 +39,7 @@ class Model {
   const backend::Weight& tok_embd() const { return tok_embd_; }
   const backend::Weight& output() const { return output_; }  // tok_embd when tied
   const float* output_norm() const { return output_norm_; }
+  const float* rope_freqs() const { return rope_freqs_; }  // null unless llama3 scaling
   const std::vector<LayerWeights>& layers() const { return layers_; }
   // Bytes of weights read per generated token (all but the embedding table rows).
   uint64_t weight_bytes_per_token() const;
@@ -53,6 +54,7 @@ class Model {
   const ArchDef* arch_ = nullptr;
   backend::Weight tok_embd_, output_;
   const float* output_norm_ = nullptr;
+  const float* rope_freqs_ = nullptr;
   std::vector<LayerWeights> layers_;
   std::vector<std::vector<float>> f32_vectors_;  // owned F32 copies of norm/bias vectors
 };

@@ -60,14 +60,16 @@ void add(float* x, const float* y, int64_t n) {
 }
 
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
-          int32_t head_dim, int32_t n_rot, float freq_base, bool neox) {
+          int32_t head_dim, int32_t n_rot, float freq_base, bool neox,
+          const float* freq_factors) {
   const int32_t half = n_rot / 2;
   for (int64_t t = 0; t < n_tokens; ++t) {
     const double pos = positions[t];
     for (int32_t h = 0; h < n_heads; ++h) {
       float* v = x + (t * n_heads + h) * head_dim;
       for (int32_t i = 0; i < half; ++i) {
-        const double theta = pos * std::pow(static_cast<double>(freq_base), -2.0 * i / n_rot);
+        double theta = pos * std::pow(static_cast<double>(freq_base), -2.0 * i / n_rot);
+        if (freq_factors != nullptr) theta /= freq_factors[i];
         const float c = static_cast<float>(std::cos(theta));
         const float s = static_cast<float>(std::sin(theta));
         const int32_t a = neox ? i : 2 * i;

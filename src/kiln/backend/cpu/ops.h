@@ -30,9 +30,11 @@ void add(float* x, const float* y, int64_t n);
 
 // Rotary embedding in place on the first n_rot dims of each head. x: [n_tokens, n_heads,
 // head_dim]. neox: rotate pairs (i, i + n_rot/2); otherwise adjacent pairs (2i, 2i+1) (GGUF
-// llama files, whose Q/K rows the converter permuted). theta = pos * base^(-2i/n_rot).
+// llama files, whose Q/K rows the converter permuted). theta = pos * base^(-2i/n_rot) / f[i]
+// with freq_factors f ([n_rot / 2], llama3 rope scaling) or f = 1 when null.
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
-          int32_t head_dim, int32_t n_rot, float freq_base, bool neox);
+          int32_t head_dim, int32_t n_rot, float freq_base, bool neox,
+          const float* freq_factors = nullptr);
 
 // out = silu(gate) * up, n elements.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);

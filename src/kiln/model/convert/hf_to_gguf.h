@@ -1,0 +1,27 @@
+// Hugging Face checkpoint (config.json + *.safetensors [+ tokenizer.json]) -> GGUF, naming
+// and laying out tensors exactly as llama.cpp's convert_hf_to_gguf.py does, so converted files
+// exercise the same code path as downloaded GGUFs. That includes the row permutation of
+// Llama-family Q/K weights from HF's rotate-half rope layout to GGUF's adjacent-pair layout.
+#pragma once
+
+#include <string>
+
+#include "kiln/gguf/writer.h"
+#include "kiln/util/status.h"
+
+namespace kiln::model {
+
+struct ConvertOptions {
+  std::string hf_dir;
+  std::string type = "f16";  // see file_type.h
+  bool with_tokenizer = true;  // when the folder has a tokenizer.json
+};
+
+Expected<gguf::Writer> convert_hf(const ConvertOptions& opts);
+Status convert_hf_file(const ConvertOptions& opts, const std::string& out_path);
+
+// The llama.cpp permutation of one Q or K weight ([n_head * head_dim, n_in], row-major):
+// within each head, row j * (head_dim / 2) + i moves to row 2 * i + j.
+std::vector<float> permute_qk_rows(const std::vector<float>& w, int64_t n_head, int64_t n_in);
+
+}  // namespace kiln::model

@@ -1,0 +1,162 @@
+// Oracle: logits recorded from Hugging Face transformers (fp32) for small random models of
+// each architecture (tools/record_goldens.py on the GPU machine; fixtures in
+// tests/fixtures/hf/<arch>). The checkpoint goes through kiln's converter, so the test covers
+// the same GGUF layout as downloaded files (incl. llama's Q/K row permutation).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/backend/cpu/ops.h"
+#include "kiln/model/convert/hf_to_gguf.h"
+#include "kiln/model/forward.h"
+#include "kiln/model/model.h"
+#include "kiln/quant/convert.h"
+
+namespace kiln::model {
+namespace {
+
+const std::string kFixtures = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/";
+
+struct Loaded {
+  std::vector<uint8_t> bytes;  // the GGUF in memory; the model's views point into it
+  std::unique_ptr<Model> model;
+};
+
+Loaded convert_and_load(const std::string& arch, const std::string& type) {
+  Loaded l;
+  ConvertOptions o;
+  o.hf_dir = kFixtures + arch;
+  o.type = type;
+  auto w = convert_hf(o);
+  EXPECT_TRUE(w.ok()) << w.error().message;
+  if (!w.ok()) return l;
+  auto bytes = w->to_bytes();
+  EXPECT_TRUE(bytes.ok());
+  l.bytes = std::move(*bytes);
+  auto file = gguf::File::parse(l.bytes);
+  EXPECT_TRUE(file.ok()) << file.error().message;
+  auto m = Model::from_file(std::move(*file));
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  if (m.ok()) l.model = std::move(*m);
+  return l;
+}
+
+// Runs one sequence as a single prefill step, logits for every row: [n, vocab].
+std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& seq) {
+  const HParams& hp = m.hparams();
+  kv::KvShape shape{static_cast<int32_t>(hp.n_layer), static_cast<int32_t>(hp.n_head_kv),
+                    static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.head_dim_v)};
+  const int32_t n = static_cast<int32_t>(seq.size());
+  const int32_t n_blocks = (n + kv::kBlockTokens - 1) / kv::kBlockTokens;
+  auto cache = kv::KvCache::create(shape, kv::KvCache::bytes_per_block(shape) * n_blocks);
+  std::vector<int32_t> blocks(n_blocks), positions(n), rows(n);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::iota(positions.begin(), positions.end(), 0);
+  std::iota(rows.begin(), rows.end(), 0);
+  const int32_t qo[2] = {0, n}, kv_ptr[2] = {0, n_blocks}, kv_len[1] = {n};
+  StepInput in;
+  in.tokens = seq;
+  in.attn = {1, qo, kv_ptr, blocks.data(), kv_len, positions.data()};
+  in.logit_rows = rows;
+  Forward fwd(m, n, nullptr);
+  std::vector<float> logits(static_cast<size_t>(n) * hp.n_vocab);
+  Status st = fwd.run(in, *cache, logits.data());
+  EXPECT_TRUE(st.ok());
+  return logits;
+}
+
+// Greedy by re-running the whole prefix each step (simple and independent of KV reuse).
+std::vector<int32_t> greedy(const Model& m, std::vector<int32_t> ids, int n_new) {
+  std::vector<int32_t> out;
+  const uint32_t v = m.hparams().n_vocab;
+  for (int i = 0; i < n_new; ++i) {
+    const std::vector<float> logits = all_logits(m, ids);
+    const int32_t next = backend::cpu::argmax(logits.data() + (ids.size() - 1) * v, v);
+    out.push_back(next);
+    ids.push_back(next);
+  }
+  return out;
+}
+
+class HfGoldens : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfGoldens, LogitsAndGreedyMatchTransformers) {
+  const std::string arch = GetParam();
+  std::ifstream gf(kFixtures + arch + "/goldens.json");
+  ASSERT_TRUE(gf);
+  const nlohmann::json g = nlohmann::json::parse(gf);
+  std::ifstream lf(kFixtures + arch + "/logits.f32", std::ios::binary);
+  const std::vector<char> raw((std::istreambuf_iterator<char>(lf)), {});
+  std::vector<float> want(raw.size() / 4);  // little-endian f32, [sum(len), vocab]
+  std::memcpy(want.data(), raw.data(), want.size() * 4);
+  Loaded l = convert_and_load(arch, "f32");
+  ASSERT_NE(l.model, nullptr);
+  const uint32_t v = l.model->hparams().n_vocab;
+  ASSERT_EQ(v, g["vocab"].get<uint32_t>());
+
+  size_t row0 = 0;
+  for (const auto& s : g["sequences"]) {
+    const std::vector<int32_t> seq = s;
+    const std::vector<float> got = all_logits(*l.model, seq);
+    for (size_t r = 0; r < seq.size(); ++r) {
+      // Bound: max |kiln - hf| over the vocab <= 1e-4 * max |hf| (fp32 both sides).
+      float max_diff = 0, max_ref = 0;
+      for (uint32_t i = 0; i < v; ++i) {
+        const float ref = want[(row0 + r) * v + i];
+        max_diff = std::max(max_diff, std::fabs(got[r * v + i] - ref));
+        max_ref = std::max(max_ref, std::fabs(ref));
+      }
+      ASSERT_LE(max_diff, 1e-4f * max_ref) << arch << " seq len " << seq.size() << " row " << r;
+    }
+    row0 += seq.size();
+  }
+  ASSERT_EQ(row0 * v, want.size());
+  EXPECT_EQ(greedy(*l.model, g["greedy_prompt"], 64),
+            g["greedy_ids"].get<std::vector<int32_t>>());
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, HfGoldens,
+                         ::testing::Values("llama", "llama_tied", "llama3_rope", "qwen2", "qwen3"));
+
+// Quantized paths: the Q8_0 / Q4_K / Q6_K model's logits equal, within 1e-3 relative, those of
+// the same quantized values dequantized to F32 (so only kernel arithmetic differs).
+TEST(HfGoldensQuant, QuantizedEqualsDequantizedF32) {
+  for (const char* type : {"q8_0", "q4_0", "q6_k", "q4_k_m", "f16", "bf16"}) {
+    Loaded q = convert_and_load("llama", type);
+    ASSERT_NE(q.model, nullptr);
+    Loaded f = convert_and_load("llama", "f32");
+    ASSERT_NE(f.model, nullptr);
+    // Overwrite f's weights with the dequantized quantized weights: build an F32 GGUF from q.
+    gguf::Writer w;
+    for (const gguf::KeyValue& kv : q.model->file().metadata()) w.set(kv.key, kv.value);
+    for (const gguf::TensorInfo& t : q.model->file().tensors()) {
+      std::vector<float> vals(static_cast<size_t>(t.num_elements()));
+      ASSERT_TRUE(quant::dequantize_row(t.type, t.data, vals.data(), t.num_elements()).ok());
+      std::vector<uint8_t> raw(vals.size() * 4);
+      std::memcpy(raw.data(), vals.data(), raw.size());
+      ASSERT_TRUE(w.add_tensor(t.name, quant::Type::F32, t.ne, raw).ok());
+    }
+    auto bytes = w.to_bytes();
+    ASSERT_TRUE(bytes.ok());
+    auto file = gguf::File::parse(*bytes);
+    ASSERT_TRUE(file.ok());
+    auto deq = Model::from_file(std::move(*file));
+    ASSERT_TRUE(deq.ok()) << deq.error().message;
+    const std::vector<int32_t> seq = {1, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110};
+    const std::vector<float> a = all_logits(*q.model, seq), b = all_logits(**deq, seq);
+    float max_diff = 0, max_ref = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
+      max_ref = std::max(max_ref, std::fabs(b[i]));
+    }
+    EXPECT_LE(max_diff, 1e-3f * max_ref) << type;
+  }
+}
+
+}  // namespace
+}  // namespace kiln::model

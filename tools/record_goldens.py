@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Record Hugging Face transformers reference outputs for small random models.
+
+Runs on the device machine (torch + transformers, see ../.library/device). For each
+architecture it builds a small model from a config, randomises every parameter (norm weights
+too, so a misapplied norm cannot hide), saves it as a Hugging Face checkpoint
+(config.json + model.safetensors) and records, in fp32 on the CPU:
+  - logits for every position of a few fixed token sequences (logits.f32, little-endian,
+    rows in sequence order, [sum(len), vocab]),
+  - the greedy continuation of 64 tokens from a fixed prompt,
+into goldens.json. kiln's tests convert the checkpoint with `kiln convert` (so the fixture
+exercises the same GGUF layout as downloaded files) and compare.
+
+usage: record_goldens.py OUT_DIR [ARCH ...]
+"""
+import json
+import math
+import os
+import sys
+
+import torch
+import transformers
+
+VOCAB = 256
+SEQ_LENS = (7, 19, 40)
+GREEDY_PROMPT_LEN = 8
+GREEDY_NEW = 64
+
+
+def configs():
+    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    out = {
+        "llama": (transformers.LlamaConfig, dict(common, rope_theta=10000.0,
+                                                 tie_word_embeddings=False)),
+        "llama_tied": (transformers.LlamaConfig, dict(common, rope_theta=500000.0,
+                                                      tie_word_embeddings=True)),
+        "llama3_rope": (transformers.LlamaConfig, dict(common, rope_theta=500000.0,
+                        rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                          high_freq_factor=4.0,
+                                          original_max_position_embeddings=32))),
+        "qwen2": (transformers.Qwen2Config, dict(common, rope_theta=1000000.0,
+                                                 tie_word_embeddings=True)),
+        "qwen3": (transformers.Qwen3Config, dict(common, head_dim=32, rope_theta=1000000.0,
+                                                 tie_word_embeddings=False)),
+        "qwen3moe": (transformers.Qwen3MoeConfig, dict(common, head_dim=16, rope_theta=1e6,
+                     num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                     norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                     tie_word_embeddings=False)),
+        "mistral_swa": (transformers.MistralConfig, dict(common, rope_theta=10000.0,
+                        sliding_window=8, tie_word_embeddings=False)),
+        "gemma2": (transformers.Gemma2Config, dict(common, head_dim=16, rope_theta=10000.0,
+                   query_pre_attn_scalar=16, sliding_window=8, final_logit_softcapping=30.0,
+                   attn_logit_softcapping=50.0, hidden_activation="gelu_pytorch_tanh")),
+        "gemma3": (transformers.Gemma3TextConfig, dict(common, head_dim=16, rope_theta=1e6,
+                   rope_local_base_freq=10000.0, query_pre_attn_scalar=16, sliding_window=8,
+                   sliding_window_pattern=2, hidden_activation="gelu_pytorch_tanh")),
+        "phi3": (transformers.Phi3Config, dict(common, rope_theta=10000.0,
+                                               tie_word_embeddings=False)),
+    }
+    return out
+
+
+def randomise(model, gen):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1:
+                if "norm" in name or "layernorm" in name:
+                    p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+                else:  # biases
+                    p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            else:
+                fan_in = p.shape[-1]
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
+
+
+def main():
+    out_dir = sys.argv[1]
+    wanted = set(sys.argv[2:])
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_num_threads(8)
+    meta = {"transformers": transformers.__version__, "torch": torch.__version__}
+    for arch, (cfg_cls, kw) in configs().items():
+        if wanted and arch not in wanted:
+            continue
+        try:
+            cfg = cfg_cls(**kw)
+            cfg._attn_implementation = "eager"
+            torch.manual_seed(1234)
+            model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+            gen = torch.Generator().manual_seed(sum(map(ord, arch)))
+            randomise(model, gen)
+            model.eval()
+            d = os.path.join(out_dir, arch)
+            os.makedirs(d, exist_ok=True)
+            model.save_pretrained(d, safe_serialization=True)
+            seqs = [torch.randint(3, VOCAB, (n,), generator=gen).tolist() for n in SEQ_LENS]
+            rows = []
+            with torch.no_grad():
+                for s in seqs:
+                    logits = model(torch.tensor([s])).logits[0].float()
+                    rows.append(logits)
+                allrows = torch.cat(rows, 0).contiguous().numpy().astype("<f4")
+                allrows.tofile(os.path.join(d, "logits.f32"))
+                prompt = [1] + seqs[0][: GREEDY_PROMPT_LEN - 1]
+                ids = list(prompt)
+                for _ in range(GREEDY_NEW):  # plain greedy loop: no generation_config surprises
+                    nxt = int(model(torch.tensor([ids])).logits[0, -1].argmax())
+                    ids.append(nxt)
+            g = dict(arch=arch, vocab=VOCAB, sequences=seqs, greedy_prompt=prompt,
+                     greedy_ids=ids[len(prompt):], **meta)
+            with open(os.path.join(d, "goldens.json"), "w") as f:
+                json.dump(g, f)
+            print(f"{arch}: ok ({sum(p.numel() for p in model.parameters())} params)", flush=True)
+        except Exception as e:  # record what works; report the rest
+            print(f"{arch}: FAILED {type(e).__name__}: {e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
