@@ -163,4 +163,56 @@ float fit_symmetric(const float* x, const float* w, int n, int nmax, int8_t* L) 
   return best_l2 > 0 ? best_xl / best_l2 : 0.0f;
 }
 
+int nearest_index(const int8_t* values, int num_values, float v) {
+  int best = 0;
+  float best_dist = std::fabs(v - static_cast<float>(values[0]));
+  for (int k = 1; k < num_values; ++k) {
+    const float dist = std::fabs(v - static_cast<float>(values[k]));
+    if (dist < best_dist) {
+      best = k;
+      best_dist = dist;
+    }
+  }
+  return best;
+}
+
+float fit_codebook(const float* x, const float* w, int n, const int8_t* values, int num_values,
+                   uint8_t* idx) {
+  KILN_ASSERT(n > 0 && n <= 256 && num_values > 1);
+  const int zero_idx = nearest_index(values, num_values, 0.0f);
+  float vmax = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      vmax = x[i];
+    }
+  }
+  std::fill(idx, idx + n, static_cast<uint8_t>(zero_idx));
+  if (!(amax > 0)) return 0;
+
+  // For fixed indices the best scale is sum(w x v) / sum(w v^2), removing
+  // sum(w x v)^2 / sum(w v^2) from the error: maximize that over the candidates.
+  float best_xv = 0, best_v2 = 0;
+  uint8_t trial[256];
+  auto consider = [&](float iscale) {
+    float sxv = 0, sv2 = 0;
+    for (int i = 0; i < n; ++i) {
+      trial[i] = static_cast<uint8_t>(nearest_index(values, num_values, iscale * x[i]));
+      const float v = static_cast<float>(values[trial[i]]);
+      sxv += w[i] * x[i] * v;
+      sv2 += w[i] * v * v;
+    }
+    if (sv2 > 0 && (best_v2 == 0 || sxv * sxv * best_v2 > best_xv * best_xv * sv2)) {
+      best_xv = sxv;
+      best_v2 = sv2;
+      std::copy(trial, trial + n, idx);
+    }
+  };
+  const float ends[2] = {static_cast<float>(values[0]), static_cast<float>(values[num_values - 1])};
+  for (const float end : ends) {
+    for (int k = -8; k <= 8; ++k) consider((end + static_cast<float>(k)) / vmax);
+  }
+  return best_v2 > 0 ? best_xv / best_v2 : 0.0f;
+}
+
 }  // namespace kiln::quant

@@ -1,5 +1,5 @@
 // Reference quantization for the plain and the 32-element block types, and the quantize_row
-// dispatcher. The K-quants live in kquants.cpp.
+// dispatcher. The K-quants live in kquants.cpp, IQ4_NL/IQ4_XS in iquants.cpp.
 //
 // The 32-element formats use ggml's reference rules (quantize_row_*_ref): Q4_0/Q5_0 put the
 // value of largest magnitude on the most negative level, Q4_1/Q5_1 spread [min, max] over
@@ -223,6 +223,10 @@ Fn encoder(Type type) {
       return detail::quantize_q6_k;
     case Type::Q8_K:
       return quant_q8_k;
+    case Type::IQ4_NL:
+      return detail::quantize_iq4_nl;
+    case Type::IQ4_XS:
+      return detail::quantize_iq4_xs;
     default:
       return nullptr;
   }
