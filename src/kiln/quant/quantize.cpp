@@ -181,6 +181,8 @@ void quant_q8_k(const float* x, void* dst, int64_t num_blocks) {
         b.qs[i] = static_cast<int8_t>(round_clamp(v, -127, 127));
       }
       b.d = finite ? 1.0f / iscale : vmax / -127.0f;
+      // Near FLT_MAX, d * 127 can round past it; step d down so every d * q stays finite.
+      while (!std::isfinite(b.d * 127.0f)) b.d = std::nextafter(b.d, 0.0f);
     }
     for (int j = 0; j < 16; ++j) {
       int sum = 0;
