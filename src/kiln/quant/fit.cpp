@@ -164,16 +164,21 @@ float fit_symmetric(const float* x, const float* w, int n, int nmax, int8_t* L) 
 }
 
 int nearest_index(const int8_t* values, int num_values, float v) {
-  int best = 0;
-  float best_dist = std::fabs(v - static_cast<float>(values[0]));
-  for (int k = 1; k < num_values; ++k) {
-    const float dist = std::fabs(v - static_cast<float>(values[k]));
-    if (dist < best_dist) {
-      best = k;
-      best_dist = dist;
+  // Binary search for the first entry >= v, then the nearer of it and its predecessor.
+  int lo = 0, hi = num_values;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (static_cast<float>(values[mid]) < v) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
     }
   }
-  return best;
+  if (lo == 0) return 0;
+  if (lo == num_values) return num_values - 1;
+  const float below = v - static_cast<float>(values[lo - 1]);
+  const float above = static_cast<float>(values[lo]) - v;
+  return below <= above ? lo - 1 : lo;
 }
 
 float fit_codebook(const float* x, const float* w, int n, const int8_t* values, int num_values,
