@@ -44,9 +44,22 @@ constexpr uint64_t kMinKvBytes = 8 + 4 + 1;
 // Tensor info: name length u64 + n_dims u32 + one dim u64 + type u32 + offset u64.
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;
 
-// A name from the file for a message: escaped and cut, since it may be any bytes.
+// A name from the file for a message, in single quotes: it may be any bytes, so control
+// bytes are escaped and long names cut.
 std::string quoted(std::string_view s) {
-  return to_string(Value::string(std::string(s)), PrintLimits{0, 64});
+  constexpr size_t kMaxBytes = 64;
+  std::string out = "'";
+  for (size_t i = 0; i < s.size() && i < kMaxBytes; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f || c == '\\' || c == '\'') {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '\'';
+  if (s.size() > kMaxBytes) out += fmt::format("...(+{} bytes)", s.size() - kMaxBytes);
+  return out;
 }
 
 std::string dims_text(const std::vector<int64_t>& ne) {
@@ -345,8 +358,9 @@ class File::Parser {
     uint64_t num_rows = 1;
     for (size_t d = 1; d < t.ne.size(); ++d) num_rows *= static_cast<uint64_t>(t.ne[d]);
     // num_rows cannot overflow: the element count was checked in read_dims.
-    const uint64_t row_bytes = row_len / tr.block_elems * tr.block_bytes;
-    if (__builtin_mul_overflow(row_bytes, num_rows, &t.size_bytes)) {
+    uint64_t row_bytes = 0;
+    if (__builtin_mul_overflow(row_len / tr.block_elems, uint64_t{tr.block_bytes}, &row_bytes) ||
+        __builtin_mul_overflow(row_bytes, num_rows, &t.size_bytes)) {
       return err("gguf: {}: byte size of {} {} overflows uint64", where_, tr.name, dims_text(t.ne));
     }
     return {};

@@ -1,4 +1,5 @@
 // Value helpers: type names, conversions, the debug print.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 

@@ -195,13 +195,17 @@ Status Writer::add_tensor(std::string name, quant::Type type, std::vector<int64_
       return err("gguf writer: tensor '{}': shape overflows", name);
     }
   }
-  const std::optional<uint64_t> row = quant::row_bytes(type, static_cast<uint64_t>(ne[0]));
-  if (!row) {
+  const quant::TypeTraits& tr = quant::traits(type);
+  const auto row_len = static_cast<uint64_t>(ne[0]);
+  if (row_len % tr.block_elems != 0) {
     return err("gguf writer: tensor '{}': ne[0] = {} is not a multiple of the {} block size {}",
-               name, ne[0], quant::type_name(type), quant::traits(type).block_elems);
+               name, ne[0], tr.name, tr.block_elems);
   }
+  // quant::row_bytes does not check for overflow; shapes here come from callers, so do.
+  uint64_t row_bytes = 0;
   uint64_t size_bytes = 0;
-  if (__builtin_mul_overflow(*row, num_rows, &size_bytes)) {
+  if (__builtin_mul_overflow(row_len / tr.block_elems, uint64_t{tr.block_bytes}, &row_bytes) ||
+      __builtin_mul_overflow(row_bytes, num_rows, &size_bytes)) {
     return err("gguf writer: tensor '{}': byte size overflows", name);
   }
   if (size_bytes != data.size()) {

@@ -24,9 +24,10 @@ bool can_quantize(Type type);
 // decoder, n negative or not a multiple of the block, a null pointer with n > 0.
 Status dequantize_row(Type type, const void* src, float* dst, int64_t n);
 
-// Encode src[0..n) as `type` into dst (row_bytes(type, n) bytes). Deterministic. Finite
-// input gives finite output: scales that overflow f16 saturate at 65504; inputs too small for
-// the f16 scales encode as zeros. Errors as for dequantize_row.
+// Encode src[0..n) as `type` into dst (row_bytes(type, n) bytes). Deterministic. For the
+// block types finite input gives finite output: scales that overflow f16 saturate at 65504,
+// inputs too small for the f16 scales encode as zeros. Plain F16/BF16 round as IEEE, so
+// values past their range become inf. Errors as for dequantize_row.
 Status quantize_row(Type type, const float* src, void* dst, int64_t n);
 
 }  // namespace kiln::quant

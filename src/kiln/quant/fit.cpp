@@ -163,4 +163,61 @@ float fit_symmetric(const float* x, const float* w, int n, int nmax, int8_t* L) 
   return best_l2 > 0 ? best_xl / best_l2 : 0.0f;
 }
 
+int nearest_index(const int8_t* values, int num_values, float v) {
+  // Binary search for the first entry >= v, then the nearer of it and its predecessor.
+  int lo = 0, hi = num_values;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (static_cast<float>(values[mid]) < v) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo == 0) return 0;
+  if (lo == num_values) return num_values - 1;
+  const float below = v - static_cast<float>(values[lo - 1]);
+  const float above = static_cast<float>(values[lo]) - v;
+  return below <= above ? lo - 1 : lo;
+}
+
+float fit_codebook(const float* x, const float* w, int n, const int8_t* values, int num_values,
+                   uint8_t* idx) {
+  KILN_ASSERT(n > 0 && n <= 256 && num_values > 1);
+  const int zero_idx = nearest_index(values, num_values, 0.0f);
+  float vmax = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      vmax = x[i];
+    }
+  }
+  std::fill(idx, idx + n, static_cast<uint8_t>(zero_idx));
+  if (!(amax > 0)) return 0;
+
+  // For fixed indices the best scale is sum(w x v) / sum(w v^2), removing
+  // sum(w x v)^2 / sum(w v^2) from the error: maximize that over the candidates.
+  float best_xv = 0, best_v2 = 0;
+  uint8_t trial[256];
+  auto consider = [&](float iscale) {
+    float sxv = 0, sv2 = 0;
+    for (int i = 0; i < n; ++i) {
+      trial[i] = static_cast<uint8_t>(nearest_index(values, num_values, iscale * x[i]));
+      const float v = static_cast<float>(values[trial[i]]);
+      sxv += w[i] * x[i] * v;
+      sv2 += w[i] * v * v;
+    }
+    if (sv2 > 0 && (best_v2 == 0 || sxv * sxv * best_v2 > best_xv * best_xv * sv2)) {
+      best_xv = sxv;
+      best_v2 = sv2;
+      std::copy(trial, trial + n, idx);
+    }
+  };
+  const float ends[2] = {static_cast<float>(values[0]), static_cast<float>(values[num_values - 1])};
+  for (const float end : ends) {
+    for (int k = -8; k <= 8; ++k) consider((end + static_cast<float>(k)) / vmax);
+  }
+  return best_v2 > 0 ? best_xv / best_v2 : 0.0f;
+}
+
 }  // namespace kiln::quant

@@ -39,6 +39,14 @@ AffineFit fit_affine(const float* x, const float* w, int n, int nmax, const Scal
 // 0 and L = 0.
 float fit_symmetric(const float* x, const float* w, int n, int nmax, int8_t* L);
 
+// x[i] ~= scale * values[idx[i]] for an ascending codebook (IQ4_NL's kIq4nlValues). Tries
+// inverse scales that put the value of largest magnitude near either end of the codebook,
+// keeps the best least-squares scale. All-zero input gives 0 and idx = the entry nearest 0.
+float fit_codebook(const float* x, const float* w, int n, const int8_t* values, int num_values,
+                   uint8_t* idx);
+// Index of the codebook entry nearest v (the lower one on a tie).
+int nearest_index(const int8_t* values, int num_values, float v);
+
 // Weighted squared error sum w * (scale * L - min - x)^2.
 float affine_error(const float* x, const float* w, int n, const uint8_t* L, AffineFit fit);
 

@@ -1,5 +1,5 @@
 // Reference quantization for the plain and the 32-element block types, and the quantize_row
-// dispatcher. The K-quants live in kquants.cpp.
+// dispatcher. The K-quants live in kquants.cpp, IQ4_NL/IQ4_XS in iquants.cpp.
 //
 // The 32-element formats use ggml's reference rules (quantize_row_*_ref): Q4_0/Q5_0 put the
 // value of largest magnitude on the most negative level, Q4_1/Q5_1 spread [min, max] over
@@ -181,6 +181,8 @@ void quant_q8_k(const float* x, void* dst, int64_t num_blocks) {
         b.qs[i] = static_cast<int8_t>(round_clamp(v, -127, 127));
       }
       b.d = finite ? 1.0f / iscale : vmax / -127.0f;
+      // Near FLT_MAX, d * 127 can round past it; step d down so every d * q stays finite.
+      while (!std::isfinite(b.d * 127.0f)) b.d = std::nextafter(b.d, 0.0f);
     }
     for (int j = 0; j < 16; ++j) {
       int sum = 0;
@@ -223,6 +225,10 @@ Fn encoder(Type type) {
       return detail::quantize_q6_k;
     case Type::Q8_K:
       return quant_q8_k;
+    case Type::IQ4_NL:
+      return detail::quantize_iq4_nl;
+    case Type::IQ4_XS:
+      return detail::quantize_iq4_xs;
     default:
       return nullptr;
   }

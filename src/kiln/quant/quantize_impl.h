@@ -16,5 +16,7 @@ void quantize_q3_k(const float* x, void* dst, int64_t num_blocks);
 void quantize_q4_k(const float* x, void* dst, int64_t num_blocks);
 void quantize_q5_k(const float* x, void* dst, int64_t num_blocks);
 void quantize_q6_k(const float* x, void* dst, int64_t num_blocks);
+void quantize_iq4_nl(const float* x, void* dst, int64_t num_blocks);
+void quantize_iq4_xs(const float* x, void* dst, int64_t num_blocks);
 
 }  // namespace kiln::quant::detail

@@ -45,7 +45,9 @@ int default_num_threads();
 class ThreadPool {
  public:
   struct Options {
-    int num_threads = 1;  // including the calling thread; 1 runs every loop inline
+    // Including the calling thread; 1 runs every loop inline. Must be in [1, 4096]
+    // (asserted: callers validate user input such as -t first).
+    int num_threads = 1;
     // How long an idle worker (and a caller waiting for workers) spins before sleeping.
     // Negative: automatic (200 us, or 0 when num_threads exceeds the available cores, where
     // spinning would steal the CPU from the threads doing the work).

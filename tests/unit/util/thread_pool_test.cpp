@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <stdexcept>
 #include <thread>
 #include <tuple>
@@ -100,6 +102,41 @@ TEST(ThreadPool, StaticRangesAreDeterministic) {
       EXPECT_EQ(check_cover_static(a, n), first);
       EXPECT_EQ(check_cover_static(b, n), first);
     }
+  }
+}
+
+TEST(ThreadPool, FloatReductionIsBitwiseReproducible) {
+  // Per-thread partials over static ranges, combined in thread order: the same bits on every
+  // run and in every pool of the same size, though float addition is not associative.
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1e3f, 1e3f);
+  std::vector<float> x(100003);
+  for (float& v : x) v = dist(rng);
+  auto reduce = [&](ThreadPool& pool) {
+    std::vector<float> partial(pool.num_threads(), 0.0f);
+    pool.parallel_for(static_cast<int64_t>(x.size()), [&](int64_t begin, int64_t end, int t) {
+      float s = 0.0f;
+      for (int64_t i = begin; i < end; ++i) s += x[i];
+      partial[t] = s;
+    });
+    float total = 0.0f;
+    for (float p : partial) total += p;
+    return total;
+  };
+  ThreadPool a(3), b(ThreadPool::Options{3, 0});
+  const float first = reduce(a);
+  // The reference: the same static ranges summed serially.
+  float expected = 0.0f;
+  for (int t = 0; t < 3; ++t) {
+    const IndexRange r = static_range(static_cast<int64_t>(x.size()), 3, t);
+    float s = 0.0f;
+    for (int64_t i = r.begin; i < r.end; ++i) s += x[i];
+    expected += s;
+  }
+  EXPECT_EQ(std::bit_cast<uint32_t>(first), std::bit_cast<uint32_t>(expected));
+  for (int rep = 0; rep < 50; ++rep) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(reduce(a)), std::bit_cast<uint32_t>(first));
+    EXPECT_EQ(std::bit_cast<uint32_t>(reduce(b)), std::bit_cast<uint32_t>(first));
   }
 }
 

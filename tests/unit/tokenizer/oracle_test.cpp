@@ -1,0 +1,132 @@
+// kiln's tokenizer against Hugging Face's (tokenizers.js run by
+// tests/oracle/tokenizer/oracle.mjs): identical ids with and without special tokens,
+// identical decoded text, and round trips where HF's decode round-trips.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/tokenizer/hf_import.h"
+#include "kiln/tokenizer/tokenizer.h"
+
+namespace kiln::tokenizer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+fs::path source_dir() {
+  return KILN_SOURCE_DIR;
+}
+
+// The expectations: KILN_TOKENIZER_ORACLE_JSON (set by the CTest fixture that just ran
+// node), else build/oracle/tokenizer_expected.json, regenerated when missing or older than
+// the corpus or the oracle script.
+fs::path oracle_json() {
+  if (const char* env = std::getenv("KILN_TOKENIZER_ORACLE_JSON")) return env;
+  const fs::path out = fs::path(KILN_BINARY_DIR) / "oracle" / "tokenizer_expected.json";
+  const fs::path oracle_dir = source_dir() / "tests" / "oracle" / "tokenizer";
+  bool stale = !fs::exists(out);
+  if (!stale) {
+    const auto made = fs::last_write_time(out);
+    for (const auto& e : fs::recursive_directory_iterator(oracle_dir)) {
+      if (e.is_regular_file() && e.last_write_time() > made) stale = true;
+    }
+  }
+  if (stale) {
+    const std::string cmd = "cd '" + source_dir().string() +
+                            "' && node tests/oracle/tokenizer/oracle.mjs --out '" + out.string() +
+                            "'";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << "oracle failed: " << cmd;
+  }
+  return out;
+}
+
+const json& expectations() {
+  static const json j = [] {
+    std::ifstream f(oracle_json());
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return json::parse(ss.str(), nullptr, false);
+  }();
+  return j;
+}
+
+std::string show(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s.substr(0, 80)) {
+    if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+void check_vocab(const std::string& name) {
+  const json& all = expectations();
+  ASSERT_TRUE(all.is_object()) << "no oracle output (is node installed?)";
+  const json* vocab = nullptr;
+  for (const json& v : all.at("vocabs")) {
+    if (v.at("name") == name) vocab = &v;
+  }
+  ASSERT_NE(vocab, nullptr) << name;
+  auto data = import_hf_tokenizer(source_dir() / vocab->at("dir").get<std::string>());
+  ASSERT_TRUE(data.ok()) << data.error().message;
+  auto tok = Tokenizer::create(std::move(data).value());
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+
+  size_t num_cases = 0, num_pass = 0, num_round_trips = 0;
+  for (const json& c : vocab->at("cases")) {
+    const std::string case_name = c.at("name");
+    const std::string text = c.at("text");
+    const auto ids = c.at("ids").get<std::vector<int32_t>>();
+    const auto ids_special = c.at("ids_special").get<std::vector<int32_t>>();
+    auto got = tok->encode(text, /*add_special=*/false, /*parse_special=*/true);
+    auto got_special = tok->encode(text, /*add_special=*/true, /*parse_special=*/true);
+    ASSERT_TRUE(got.ok() && got_special.ok()) << case_name;
+    bool pass = true;
+    auto check = [&](bool ok, const char* what) {
+      EXPECT_TRUE(ok) << name << " " << case_name << ": " << what << " differs; text \""
+                      << show(text) << "\"";
+      pass = pass && ok;
+    };
+    check(*got == ids, "ids (add_special=false)");
+    check(*got_special == ids_special, "ids (add_special=true)");
+    check(tok->decode(ids) == c.at("decoded").get<std::string>(), "decode(ids)");
+    check(tok->decode(ids_special) == c.at("decoded_special").get<std::string>(),
+          "decode(ids_special)");
+    check(
+        tok->decode(ids_special, /*skip_special=*/true) == c.at("decoded_skip").get<std::string>(),
+        "decode(ids_special, skip_special)");
+    if (c.at("decoded") == text) {
+      check(tok->decode(*got) == text, "round trip");
+      ++num_round_trips;
+    }
+    ++num_cases;
+    num_pass += pass;
+  }
+  EXPECT_EQ(num_pass, num_cases);
+  EXPECT_GE(num_cases, 250u);  // the corpus must not silently shrink
+  std::printf("tokenizer oracle %s: %zu/%zu cases identical (%zu round trips)\n", name.c_str(),
+              num_pass, num_cases, num_round_trips);
+}
+
+TEST(TokenizerOracle, Llama3) {
+  check_vocab("llama3");
+}
+TEST(TokenizerOracle, Qwen3) {
+  check_vocab("qwen3");
+}
+TEST(TokenizerOracle, Llama2SentencePiece) {
+  check_vocab("llama2");
+}
+
+}  // namespace
+}  // namespace kiln::tokenizer
