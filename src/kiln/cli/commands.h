@@ -13,5 +13,7 @@ using RunFn = std::function<int()>;
 RunFn add_inspect(CLI::App& app);
 RunFn add_make_model(CLI::App& app);
 RunFn add_convert(CLI::App& app);
+RunFn add_tokenize(CLI::App& app);
+RunFn add_template(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   add(kiln::cli::add_inspect);
   add(kiln::cli::add_make_model);
   add(kiln::cli::add_convert);
+  add(kiln::cli::add_tokenize);
+  add(kiln::cli::add_template);
 
   try {
     app.parse(argc, argv);
