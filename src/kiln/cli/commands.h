@@ -15,5 +15,7 @@ RunFn add_make_model(CLI::App& app);
 RunFn add_convert(CLI::App& app);
 RunFn add_tokenize(CLI::App& app);
 RunFn add_template(CLI::App& app);
+RunFn add_run(CLI::App& app);
+RunFn add_bench(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   add(kiln::cli::add_convert);
   add(kiln::cli::add_tokenize);
   add(kiln::cli::add_template);
+  add(kiln::cli::add_run);
+  add(kiln::cli::add_bench);
 
   try {
     app.parse(argc, argv);

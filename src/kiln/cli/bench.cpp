@@ -1,0 +1,158 @@
+// kiln bench: prompt-processing and generation speed, like llama-bench.
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kiln/backend/cpu/ops.h"
+#include "kiln/cli/commands.h"
+#include "kiln/engine/sequence.h"
+#include "kiln/model/model.h"
+#include "kiln/util/cpu.h"
+
+namespace kiln::cli {
+namespace {
+
+struct BenchOptions {
+  std::string model;
+  int32_t n_prompt = 512;
+  int32_t n_gen = 128;
+  int32_t reps = 3;
+  int threads = 0;
+  int32_t batch = 512;  // prefill chunk
+  bool json = false;
+};
+
+struct Figure {
+  std::string test;
+  int32_t n_tokens = 0;
+  std::vector<double> tok_per_s;
+  double mean() const {
+    return std::accumulate(tok_per_s.begin(), tok_per_s.end(), 0.0) / tok_per_s.size();
+  }
+  double stddev() const {
+    if (tok_per_s.size() < 2) return 0;
+    const double m = mean();
+    double s = 0;
+    for (double v : tok_per_s) s += (v - m) * (v - m);
+    return std::sqrt(s / (tok_per_s.size() - 1));
+  }
+};
+
+double seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Token ids spread over the vocabulary (the content does not change the work).
+std::vector<int32_t> bench_tokens(int32_t n, uint32_t n_vocab) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((1 + 7919u * i) % n_vocab);
+  return t;
+}
+
+Expected<std::vector<Figure>> measure(const model::Model& m, const BenchOptions& o,
+                                      util::ThreadPool& pool) {
+  std::vector<Figure> out;
+  const uint32_t v = m.hparams().n_vocab;
+  const int32_t n_ctx = std::max(o.n_prompt, o.n_gen) + 1;
+  KILN_TRY(auto seq, engine::SequenceRunner::create(m, &pool, n_ctx, o.batch));
+  if (o.n_prompt > 0) {
+    Figure f{fmt::format("pp{}", o.n_prompt), o.n_prompt, {}};
+    const std::vector<int32_t> prompt = bench_tokens(o.n_prompt, v);
+    for (int r = -1; r < o.reps; ++r) {  // r = -1: warm-up
+      seq->truncate(0);
+      const auto t0 = std::chrono::steady_clock::now();
+      KILN_TRY_STATUS(seq->append(prompt));
+      if (r >= 0) f.tok_per_s.push_back(o.n_prompt / seconds(t0));
+    }
+    out.push_back(std::move(f));
+  }
+  if (o.n_gen > 0) {
+    Figure f{fmt::format("tg{}", o.n_gen), o.n_gen, {}};
+    for (int r = -1; r < o.reps; ++r) {
+      seq->truncate(0);
+      int32_t tok = 1;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int32_t i = 0; i < o.n_gen; ++i) {
+        KILN_TRY(std::span<const float> logits, seq->append(std::span<const int32_t>(&tok, 1)));
+        tok = backend::cpu::argmax(logits.data(), v);
+      }
+      if (r >= 0) f.tok_per_s.push_back(o.n_gen / seconds(t0));
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+int run_bench(const BenchOptions& o) {
+  auto m = model::Model::load(o.model);
+  if (!m.ok()) {
+    fmt::print(stderr, "kiln bench: {}\n", m.error().message);
+    return 1;
+  }
+  const int threads = o.threads > 0 ? o.threads : util::default_num_threads();
+  util::ThreadPool pool(threads);
+  auto figs = measure(**m, o, pool);
+  if (!figs.ok()) {
+    fmt::print(stderr, "kiln bench: {}\n", figs.error().message);
+    return 1;
+  }
+  const model::Model& model = **m;
+  const uint64_t bytes = model.file().size_bytes();
+  const uint64_t bytes_per_token = model.weight_bytes_per_token();
+  uint64_t params = 0;
+  for (const auto& t : model.file().tensors()) params += static_cast<uint64_t>(t.num_elements());
+  const std::string arch = model.hparams().arch;
+  if (o.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const Figure& f : *figs) {
+      j.push_back({{"model", o.model}, {"arch", arch}, {"size_bytes", bytes},
+                   {"params", params}, {"backend", "cpu"}, {"threads", threads},
+                   {"test", f.test}, {"n_tokens", f.n_tokens}, {"tok_per_s_mean", f.mean()},
+                   {"tok_per_s_stddev", f.stddev()}, {"samples", f.tok_per_s},
+                   {"weight_bytes_per_token", bytes_per_token},
+                   {"gb_per_s", f.test.starts_with("tg") ? f.mean() * bytes_per_token / 1e9
+                                                         : 0.0}});
+    }
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("| {:<12} | {:>10} | {:>8} | {:<7} | {:>7} | {:>8} | {:>20} | {:>9} |\n", "model",
+             "size", "params", "backend", "threads", "test", "t/s", "GB/s");
+  fmt::print("| {:-<12} | {:->10} | {:->8} | {:-<7} | {:->7} | {:->8} | {:->20} | {:->9} |\n", "",
+             "", "", "", "", "", "", "");
+  for (const Figure& f : *figs) {
+    const std::string gbs = f.test.starts_with("tg")
+                                ? fmt::format("{:.2f}", f.mean() * bytes_per_token / 1e9)
+                                : "";
+    fmt::print("| {:<12} | {:>6.2f} MiB | {:>6.2f} M | {:<7} | {:>7} | {:>8} | {:>11.2f} ± {:>6.2f} | "
+               "{:>9} |\n",
+               arch, bytes / 1048576.0, params / 1e6, "cpu", threads, f.test, f.mean(),
+               f.stddev(), gbs);
+  }
+  fmt::print(stderr, "kiln bench: {} | {} bytes of weights read per generated token\n",
+             util::to_string(util::cpu_features()), bytes_per_token);
+  return 0;
+}
+
+}  // namespace
+
+RunFn add_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Prompt-processing and generation speed");
+  auto o = std::make_shared<BenchOptions>();
+  cmd->add_option("-m,--model", o->model, "GGUF file")->required();
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (0: skip)")->capture_default_str();
+  cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens (0: skip)")->capture_default_str();
+  cmd->add_option("-r,--repetitions", o->reps, "repetitions")->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("-t,--threads", o->threads, "threads (default: physical cores)");
+  cmd->add_option("-b,--batch", o->batch, "prefill chunk size")->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  cmd->add_flag("--json", o->json, "JSON output");
+  return [o]() { return run_bench(*o); };
+}
+
+}  // namespace kiln::cli

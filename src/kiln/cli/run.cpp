@@ -1,0 +1,261 @@
+// kiln run: generate text from a prompt, or chat in the terminal. Only the generated text goes
+// to stdout (scripts can use it); logs and statistics go to stderr.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kiln/chat/template.h"
+#include "kiln/cli/commands.h"
+#include "kiln/cli/model_files.h"
+#include "kiln/engine/sampler.h"
+#include "kiln/engine/sequence.h"
+#include "kiln/engine/stop.h"
+#include "kiln/tokenizer/gguf_vocab.h"
+#include "kiln/tokenizer/stream_decoder.h"
+#include "kiln/util/log.h"
+
+namespace kiln::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct RunOptions {
+  std::string model;
+  std::string prompt;
+  std::string prompt_file;
+  std::string system;
+  int32_t n_predict = 256;
+  int32_t n_ctx = 4096;
+  int threads = 0;
+  int64_t seed = -1;
+  bool chat = false;
+  bool ignore_eos = false;
+  bool no_stats = false;
+  std::vector<std::string> stops;
+  engine::SamplingParams sampling;
+};
+
+struct Stats {
+  int64_t num_prompt_tokens = 0;
+  double prompt_seconds = 0;
+  int64_t num_generated = 0;
+  double generate_seconds = 0;
+};
+
+// Everything one generation needs, loaded once.
+struct Runtime {
+  std::unique_ptr<model::Model> model;
+  tokenizer::Tokenizer tokenizer;
+  std::string chat_template;
+  std::unique_ptr<util::ThreadPool> pool;
+  std::unique_ptr<engine::SequenceRunner> seq;
+  std::vector<int32_t> eog;
+};
+
+Expected<Runtime> load(const RunOptions& o, double* load_seconds) {
+  const auto t0 = Clock::now();
+  Runtime rt;
+  KILN_TRY(rt.model, model::Model::load(o.model));
+  KILN_TRY(tokenizer::VocabData vocab, tokenizer::load_vocab(rt.model->file()));
+  rt.chat_template = vocab.chat_template.empty() ? chat::kChatMLTemplate : vocab.chat_template;
+  KILN_TRY(rt.tokenizer, tokenizer::Tokenizer::create(std::move(vocab)));
+  rt.pool = std::make_unique<util::ThreadPool>(o.threads > 0 ? o.threads
+                                                             : util::default_num_threads());
+  KILN_TRY(rt.seq, engine::SequenceRunner::create(*rt.model, rt.pool.get(), o.n_ctx));
+  rt.eog = engine::end_of_generation_ids(rt.tokenizer);
+  *load_seconds = seconds_since(t0);
+  return rt;
+}
+
+// Appends `tokens` and generates until an end-of-generation token, a stop string or
+// n_predict tokens, streaming text through `emit`. Returns the generated text.
+Expected<std::string> generate(Runtime& rt, const RunOptions& o, engine::Sampler& sampler,
+                               std::span<const int32_t> tokens, Stats& stats) {
+  auto t0 = Clock::now();
+  KILN_TRY(std::span<const float> logits, rt.seq->append(tokens));
+  stats.num_prompt_tokens += static_cast<int64_t>(tokens.size());
+  stats.prompt_seconds += seconds_since(t0);
+
+  tokenizer::StreamDecoder decoder(rt.tokenizer, /*skip_special=*/true);
+  engine::StopMatcher stop(o.stops);
+  const engine::StopTokens eog(rt.eog);
+  std::string out;
+  auto emit = [&](const std::string& text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    out += text;
+  };
+  t0 = Clock::now();
+  bool stopped = false;
+  for (int32_t i = 0; i < o.n_predict && !stopped; ++i) {
+    const engine::SampleResult r = sampler.sample(logits, rt.seq->tokens());
+    if (!o.ignore_eos && eog.contains(r.token)) break;
+    stats.num_generated++;
+    const engine::StopMatcher::Result s = stop.feed(decoder.push(r.token));
+    emit(s.text);
+    stopped = s.stopped;
+    if (stopped || i + 1 == o.n_predict) {
+      // The last token is not run through the model: nothing reads its logits.
+      break;
+    }
+    auto next = rt.seq->append(std::span<const int32_t>(&r.token, 1));
+    if (!next.ok()) {
+      log::warn("{}", next.error().message);
+      break;
+    }
+    logits = *next;
+  }
+  if (!stopped) emit(stop.feed(decoder.flush()).text + stop.flush());
+  stats.generate_seconds += seconds_since(t0);
+  return out;
+}
+
+void print_stats(double load_s, const Stats& s) {
+  fmt::print(stderr, "\nkiln: load {:.2f} s | prompt {} tokens, {:.2f} s, {:.1f} tok/s | "
+                     "generation {} tokens, {:.2f} s, {:.1f} tok/s\n",
+             load_s, s.num_prompt_tokens, s.prompt_seconds,
+             s.prompt_seconds > 0 ? s.num_prompt_tokens / s.prompt_seconds : 0.0,
+             s.num_generated, s.generate_seconds,
+             s.generate_seconds > 0 ? s.num_generated / s.generate_seconds : 0.0);
+}
+
+// Renders the conversation and returns the tokens that are not in the cache yet (the cache
+// keeps the longest common prefix, so each turn only prefills what is new).
+Expected<std::vector<int32_t>> chat_turn_tokens(Runtime& rt, const nlohmann::ordered_json& msgs) {
+  chat::ChatOptions copts;
+  if (auto b = rt.tokenizer.bos_id()) copts.bos_token = std::string(rt.tokenizer.token_text(*b));
+  if (auto e = rt.tokenizer.eos_id()) copts.eos_token = std::string(rt.tokenizer.token_text(*e));
+  KILN_TRY(std::string prompt, chat::render_chat(rt.chat_template, msgs, copts));
+  // Templates write the BOS themselves; add it only when the template did not.
+  const bool has_bos = !copts.bos_token.empty() && prompt.starts_with(copts.bos_token);
+  KILN_TRY(std::vector<int32_t> ids, rt.tokenizer.encode(prompt, !has_bos, true));
+  const std::vector<int32_t>& cached = rt.seq->tokens();
+  size_t common = 0;
+  while (common < cached.size() && common < ids.size() && cached[common] == ids[common]) ++common;
+  if (common == ids.size() && common > 0) --common;  // always run at least one token
+  rt.seq->truncate(static_cast<int32_t>(common));
+  return std::vector<int32_t>(ids.begin() + static_cast<long>(common), ids.end());
+}
+
+int run_chat(Runtime& rt, const RunOptions& o, engine::Sampler& sampler, Stats& stats) {
+  nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+  if (!o.system.empty()) msgs.push_back({{"role", "system"}, {"content", o.system}});
+  std::string line;
+  std::string first = o.prompt;
+  for (;;) {
+    if (first.empty()) {
+      fmt::print(stderr, "\n> ");
+      if (!std::getline(std::cin, line)) break;
+      if (line == "/exit" || line == "/quit") break;
+      if (line.empty()) continue;
+    } else {
+      line = std::exchange(first, "");
+    }
+    msgs.push_back({{"role", "user"}, {"content", line}});
+    auto tokens = chat_turn_tokens(rt, msgs);
+    if (!tokens.ok()) {
+      fmt::print(stderr, "kiln run: {}\n", tokens.error().message);
+      return 1;
+    }
+    auto reply = generate(rt, o, sampler, *tokens, stats);
+    if (!reply.ok()) {
+      fmt::print(stderr, "kiln run: {}\n", reply.error().message);
+      return 1;
+    }
+    msgs.push_back({{"role", "assistant"}, {"content", *reply}});
+    fmt::print("\n");
+  }
+  return 0;
+}
+
+int run(RunOptions o) {
+  if (!o.chat && o.prompt.empty() && o.prompt_file.empty()) {
+    fmt::print(stderr, "kiln run: give a prompt (-p TEXT or -f FILE) or --chat\n");
+    return 2;
+  }
+  if (!o.prompt_file.empty()) {
+    auto t = read_text_file(o.prompt_file);
+    if (!t.ok()) {
+      fmt::print(stderr, "kiln run: {}\n", t.error().message);
+      return 1;
+    }
+    o.prompt = std::move(*t);
+  }
+  o.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+  double load_s = 0;
+  auto rt = load(o, &load_s);
+  if (!rt.ok()) {
+    fmt::print(stderr, "kiln run: {}\n", rt.error().message);
+    return 1;
+  }
+  auto sampler = engine::Sampler::create(o.sampling, static_cast<int32_t>(rt->model->hparams().n_vocab));
+  if (!sampler.ok()) {
+    fmt::print(stderr, "kiln run: {}\n", sampler.error().message);
+    return 2;
+  }
+  log::info("seed {}", o.sampling.seed);
+  Stats stats;
+  int rc = 0;
+  if (o.chat) {
+    rc = run_chat(*rt, o, *sampler, stats);
+  } else {
+    auto ids = rt->tokenizer.encode(o.prompt, true, true);
+    if (!ids.ok()) {
+      fmt::print(stderr, "kiln run: {}\n", ids.error().message);
+      return 1;
+    }
+    auto text = generate(*rt, o, *sampler, *ids, stats);
+    if (!text.ok()) {
+      fmt::print(stderr, "kiln run: {}\n", text.error().message);
+      return 1;
+    }
+    fmt::print("\n");
+  }
+  if (!o.no_stats) print_stats(load_s, stats);
+  return rc;
+}
+
+}  // namespace
+
+RunFn add_run(CLI::App& app) {
+  auto* cmd = app.add_subcommand("run", "Generate text from a prompt, or chat (--chat)");
+  auto o = std::make_shared<RunOptions>();
+  // llama-cli's defaults.
+  o->sampling.temperature = 0.8f;
+  o->sampling.top_k = 40;
+  o->sampling.top_p = 0.95f;
+  o->sampling.min_p = 0.05f;
+  cmd->add_option("-m,--model", o->model, "GGUF file")->required();
+  cmd->add_option("-p,--prompt", o->prompt, "prompt text (with --chat: the first message)");
+  cmd->add_option("-f,--file", o->prompt_file, "read the prompt from a file ('-': stdin)");
+  cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
+  cmd->add_option("-c,--ctx", o->n_ctx, "context length")->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "threads (default: physical cores)");
+  cmd->add_option("--temp", o->sampling.temperature, "temperature (0 = greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "top-k (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", o->sampling.top_p, "top-p (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", o->sampling.min_p, "min-p (0 = off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", o->sampling.repetition_penalty, "1 = off")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", o->sampling.presence_penalty)->capture_default_str();
+  cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty)->capture_default_str();
+  cmd->add_option("--seed", o->seed, "random seed (-1: random)")->capture_default_str();
+  cmd->add_option("--stop", o->stops, "stop string (repeatable)");
+  cmd->add_flag("--chat", o->chat, "chat with the model's template; /exit ends");
+  cmd->add_option("--system", o->system, "system prompt for --chat");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-generation tokens");
+  cmd->add_flag("--no-stats", o->no_stats, "do not print timings");
+  return [o]() { return run(*o); };
+}
+
+}  // namespace kiln::cli

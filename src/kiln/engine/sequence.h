@@ -1,0 +1,60 @@
+// One sequence on one model, for the single-stream commands (kiln run, kiln bench,
+// kiln perplexity): its KV blocks and tokens, prefill in chunks, one-token decode steps.
+// The server's engine loop batches many sequences over the same Forward; this is the simple
+// case of it.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kiln/kv/kv_cache.h"
+#include "kiln/model/forward.h"
+#include "kiln/model/model.h"
+#include "kiln/tokenizer/tokenizer.h"
+#include "kiln/util/status.h"
+#include "kiln/util/thread_pool.h"
+
+namespace kiln::engine {
+
+class SequenceRunner {
+ public:
+  // n_ctx: the most tokens the sequence may hold (0: the model's training context).
+  // max_step_tokens: prefill chunk size (also the activation arena's size).
+  static Expected<std::unique_ptr<SequenceRunner>> create(const model::Model& model,
+                                                          util::ThreadPool* pool, int32_t n_ctx,
+                                                          int32_t max_step_tokens = 512);
+
+  // Runs `tokens` after those already held; returns the logits [n_vocab] after the last one.
+  // Errors: the context would overflow, a token id out of range.
+  Expected<std::span<const float>> append(std::span<const int32_t> tokens);
+  // Forgets tokens from position n on (their KV is overwritten by later appends).
+  void truncate(int32_t n);
+
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int32_t n_ctx() const { return n_ctx_; }
+  // All rows' logits of the last append ([n, n_vocab]) are kept when keep_all_logits is set
+  // (perplexity needs them); otherwise only the last row is computed.
+  void set_keep_all_logits(bool keep) { keep_all_logits_ = keep; }
+  const std::vector<float>& all_logits() const { return logits_; }
+
+ private:
+  SequenceRunner(const model::Model& model, util::ThreadPool* pool, int32_t n_ctx,
+                 int32_t max_step_tokens, kv::KvCache cache);
+
+  const model::Model& model_;
+  int32_t n_ctx_;
+  model::Forward forward_;
+  kv::KvCache cache_;
+  std::vector<int32_t> blocks_;  // the sequence's block table: all blocks, in order
+  std::vector<int32_t> tokens_;
+  std::vector<float> logits_;
+  bool keep_all_logits_ = false;
+};
+
+// The ids that end generation: EOS, EOT, EOM, and control tokens that chat templates use to
+// end a turn (<|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>, ...), as llama.cpp
+// collects them.
+std::vector<int32_t> end_of_generation_ids(const tokenizer::Tokenizer& tok);
+
+}  // namespace kiln::engine
