@@ -1,6 +1,8 @@
 #include "kiln/model/forward.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 namespace kiln::model {
 namespace cpu = backend::cpu;
@@ -19,6 +21,14 @@ Forward::Forward(const Model& model, int32_t max_tokens, util::ThreadPool* pool)
   gate_.resize(t * hp.n_ff);
   up_.resize(t * hp.n_ff);
   tmp_.resize(t * hp.n_embd);
+  if (hp.n_expert > 0) {
+    router_.resize(t * hp.n_expert);
+    moe_in_.resize(t * hp.n_embd);
+    moe_gate_.resize(t * hp.n_ff_expert);
+    moe_up_.resize(t * hp.n_ff_expert);
+    moe_out_.resize(t * hp.n_embd);
+    moe_slots_.resize(t * hp.n_expert_used * hp.n_embd);
+  }
 }
 
 void Forward::dump(std::string_view name, int layer, const float* data, int64_t rows,
@@ -73,11 +83,73 @@ void Forward::attention_block(int il, const StepInput& in, kv::KvCache& cache, i
   dump("attn_residual", il, x_.data(), n, hp.n_embd);
 }
 
+// Mixture of experts (qwen3moe): softmax over the router logits, the top n_expert_used experts
+// (ties to the lower index), weights renormalised to sum to 1 (norm_topk_prob), and each
+// expert a SwiGLU FFN. Tokens are grouped per expert so each expert's weights are read once
+// per step; a token's result does not depend on which other tokens share the step.
+void Forward::moe_block(int il, int64_t n) {
+  const HParams& hp = model_.hparams();
+  const LayerWeights& l = model_.layers()[il];
+  const int64_t n_exp = hp.n_expert, k = hp.n_expert_used, d = hp.n_embd;
+  cpu::matmul(l.w_gate_inp, xn_.data(), router_.data(), n, pool_);
+  dump("ffn_moe_logits", il, router_.data(), n, n_exp);
+  // Per token: the chosen experts and their weights.
+  std::vector<int32_t> chosen(static_cast<size_t>(n * k));
+  std::vector<float> weights(static_cast<size_t>(n * k));
+  std::vector<float> probs(static_cast<size_t>(n_exp));
+  std::vector<int32_t> order(static_cast<size_t>(n_exp));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* r = router_.data() + t * n_exp;
+    const float mx = *std::max_element(r, r + n_exp);
+    double sum = 0;
+    for (int64_t e = 0; e < n_exp; ++e) sum += probs[e] = std::exp(r[e] - mx);
+    for (int64_t e = 0; e < n_exp; ++e) probs[e] = static_cast<float>(probs[e] / sum);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return probs[a] != probs[b] ? probs[a] > probs[b] : a < b;
+    });
+    float wsum = 0;
+    for (int64_t j = 0; j < k; ++j) wsum += probs[order[j]];
+    for (int64_t j = 0; j < k; ++j) {
+      chosen[t * k + j] = order[j];
+      weights[t * k + j] = probs[order[j]] / wsum;
+    }
+  }
+  std::fill(tmp_.begin(), tmp_.begin() + n * d, 0.0f);
+  std::vector<int64_t> rows;  // (token, slot) pairs routed to the expert, as t * k + j
+  for (int64_t e = 0; e < n_exp; ++e) {
+    rows.clear();
+    for (int64_t i = 0; i < n * k; ++i)
+      if (chosen[i] == e) rows.push_back(i);
+    if (rows.empty()) continue;
+    const int64_t m = static_cast<int64_t>(rows.size());
+    for (int64_t i = 0; i < m; ++i)
+      std::copy_n(xn_.data() + (rows[i] / k) * d, d, moe_in_.data() + i * d);
+    cpu::matmul(expert(l.w_gate_exps, e), moe_in_.data(), moe_gate_.data(), m, pool_);
+    cpu::matmul(expert(l.w_up_exps, e), moe_in_.data(), moe_up_.data(), m, pool_);
+    cpu::swiglu(moe_gate_.data(), moe_up_.data(), moe_gate_.data(), m * hp.n_ff_expert);
+    cpu::matmul(expert(l.w_down_exps, e), moe_gate_.data(), moe_out_.data(), m, pool_);
+    // Weighted outputs per (token, slot); tokens then add their experts in slot order, so
+    // the sum order is fixed whatever the grouping.
+    for (int64_t i = 0; i < m; ++i) {
+      float* dst = moe_slots_.data() + rows[i] * d;
+      const float w = weights[rows[i]];
+      for (int64_t c = 0; c < d; ++c) dst[c] = w * moe_out_[i * d + c];
+    }
+  }
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < k; ++j) cpu::add(tmp_.data() + t * d, moe_slots_.data() + (t * k + j) * d, d);
+  dump("ffn_moe_out", il, tmp_.data(), n, d);
+  cpu::add(x_.data(), tmp_.data(), n * d);
+  dump("layer_out", il, x_.data(), n, d);
+}
+
 void Forward::ffn_block(int il, int64_t n) {
   const HParams& hp = model_.hparams();
   const LayerWeights& l = model_.layers()[il];
   cpu::rmsnorm(x_.data(), l.ffn_norm, xn_.data(), n, hp.n_embd, hp.rms_eps);
   dump("ffn_norm", il, xn_.data(), n, hp.n_embd);
+  if (model_.arch().features.moe) return moe_block(il, n);
   cpu::matmul(l.w_gate, xn_.data(), gate_.data(), n, pool_);
   cpu::matmul(l.w_up, xn_.data(), up_.data(), n, pool_);
   cpu::swiglu(gate_.data(), up_.data(), gate_.data(), n * hp.n_ff);

@@ -23,7 +23,13 @@ struct LayerWeights {
   const float* k_norm = nullptr;
   const float* ffn_norm = nullptr;
   backend::Weight w_gate, w_up, w_down;
+  // MoE (qwen3moe): router [n_embd -> n_expert] and the stacked experts; expert e of a stacked
+  // weight is expert(w, e).
+  backend::Weight w_gate_inp, w_gate_exps, w_up_exps, w_down_exps;
 };
+
+// Expert e of a stacked [n_in, n_out, n_expert] weight, as a plain matrix view.
+backend::Weight expert(const backend::Weight& stacked, int64_t e);
 
 class Model {
  public:

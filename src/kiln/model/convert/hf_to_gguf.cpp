@@ -64,7 +64,7 @@ Expected<HParams> hparams_from_config(const nlohmann::json& c) {
   if (hp.n_head == 0) return err("convert: num_attention_heads missing");
   hp.head_dim_k = hp.head_dim_v = cfg<uint32_t>(c, "head_dim", hp.n_embd / hp.n_head);
   hp.n_rot = hp.head_dim_k;
-  hp.n_expert = cfg<uint32_t>(c, "num_experts", 0);
+  hp.n_expert = cfg<uint32_t>(c, "num_experts", cfg<uint32_t>(c, "num_local_experts", 0));
   hp.n_expert_used = cfg<uint32_t>(c, "num_experts_per_tok", 0);
   hp.n_ff_expert = cfg<uint32_t>(c, "moe_intermediate_size", hp.n_ff);
   hp.rms_eps = cfg<float>(c, "rms_norm_eps", 1e-6f);
