@@ -47,7 +47,7 @@ class Forward {
   util::ThreadPool* pool_;
   ActivationDump dump_;
   // Activation arena, [max_tokens, width] each.
-  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, tmp2_;
   // MoE: router logits [max_tokens, n_expert], rows gathered per expert and their outputs.
   std::vector<float> router_, moe_in_, moe_gate_, moe_up_, moe_out_, moe_slots_;
 };

@@ -60,9 +60,15 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<gguf::File> fi
   for (uint32_t i = 0; i < m->hp_.n_layer; ++i) {
     LayerWeights& l = m->layers_[i];
     KILN_TRY(l.attn_norm, m->vector(blk(i, "attn_norm.weight"), true));
-    KILN_TRY(l.wq, m->weight(blk(i, "attn_q.weight")));
-    KILN_TRY(l.wk, m->weight(blk(i, "attn_k.weight")));
-    KILN_TRY(l.wv, m->weight(blk(i, "attn_v.weight")));
+    if (f.fused_qkv) {
+      KILN_TRY(l.wqkv, m->weight(blk(i, "attn_qkv.weight")));
+    } else {
+      KILN_TRY(l.wq, m->weight(blk(i, "attn_q.weight")));
+      KILN_TRY(l.wk, m->weight(blk(i, "attn_k.weight")));
+      KILN_TRY(l.wv, m->weight(blk(i, "attn_v.weight")));
+    }
+    KILN_TRY(l.attn_post_norm, m->vector(blk(i, "post_attention_norm.weight"), f.sandwich_norm));
+    KILN_TRY(l.ffn_post_norm, m->vector(blk(i, "post_ffw_norm.weight"), f.sandwich_norm));
     KILN_TRY(l.wo, m->weight(blk(i, "attn_output.weight")));
     KILN_TRY(l.bq, m->vector(blk(i, "attn_q.bias"), f.qkv_bias));
     KILN_TRY(l.bk, m->vector(blk(i, "attn_k.bias"), f.qkv_bias));
@@ -77,7 +83,9 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<gguf::File> fi
       KILN_TRY(l.w_down_exps, m->weight(blk(i, "ffn_down_exps.weight")));
       continue;
     }
-    KILN_TRY(l.w_gate, m->weight(blk(i, "ffn_gate.weight")));
+    if (!f.fused_gate_up) {
+      KILN_TRY(l.w_gate, m->weight(blk(i, "ffn_gate.weight")));
+    }
     KILN_TRY(l.w_up, m->weight(blk(i, "ffn_up.weight")));
     KILN_TRY(l.w_down, m->weight(blk(i, "ffn_down.weight")));
   }
