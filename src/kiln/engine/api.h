@@ -1,0 +1,140 @@
+// What the server sees of the engine: submit a generation request, read its events from a
+// channel, cancel it. HTTP threads never touch the model, the KV cache or the scheduler; the
+// engine thread never touches HTTP. Nothing throws across this boundary.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "kiln/engine/sampler.h"
+#include "kiln/util/status.h"
+
+namespace kiln::engine {
+
+struct GenerationRequest {
+  std::string request_id;             // for logs (X-Request-Id)
+  std::vector<int32_t> prompt_tokens;  // already templated and tokenized by the server
+  SamplingParams sampling;
+  int32_t max_tokens = 256;           // generated tokens at most
+  std::vector<std::string> stop;      // stop strings (matched on the detokenized text)
+  std::vector<int32_t> stop_token_ids;  // extra end-of-generation ids
+  bool ignore_eos = false;
+  bool skip_special = true;           // detokenize without control tokens
+  // Deadline after which the engine cancels the request (steady clock); none = no timeout.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+};
+
+// One generated token and the text it completes (after the stop-string hold-back; may be
+// empty when the text is held back, e.g. a partial UTF-8 character or a possible stop string).
+struct TokenEvent {
+  int32_t token = -1;
+  std::string text;
+  float logprob = 0.0f;                             // when sampling.logprobs
+  std::vector<std::pair<int32_t, float>> top;       // when sampling.top_logprobs > 0
+};
+
+enum class FinishReason : uint8_t {
+  kStop,       // end-of-generation token or stop string
+  kLength,     // max_tokens or the context filled up
+  kCancelled,  // cancel() or deadline
+  kError,      // the step failed; `error` says why
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+};
+
+struct FinishEvent {
+  FinishReason reason = FinishReason::kStop;
+  std::string text;  // text released at the end (held-back text flushed); may be empty
+  Usage usage;
+  std::string error;  // for kError
+};
+
+using Event = std::variant<TokenEvent, FinishEvent>;
+
+// A request's event channel: the engine thread pushes, one HTTP thread pops. FinishEvent is
+// always the last event.
+class RequestChannel {
+ public:
+  void push(Event e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(std::move(e));
+    }
+    cv_.notify_one();
+  }
+  // The next event, or nullopt after `timeout` (so the caller can check its client).
+  std::optional<Event> pop(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+  }
+  // Asks the engine to stop this request; it frees the sequence at its next step and then
+  // pushes FinishEvent{kCancelled}.
+  void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+// Why a submit was refused before any work; the server maps each to its HTTP status.
+enum class SubmitError : uint8_t {
+  kInvalid,                // bad parameters (400)
+  kContextLengthExceeded,  // prompt + max_tokens beyond the context (400)
+  kQueueFull,              // the waiting queue is full (429 with Retry-After)
+  kUnavailable,            // loading or shutting down (503)
+};
+
+struct SubmitRefusal {
+  SubmitError error;
+  std::string message;
+};
+
+enum class EngineState : uint8_t { kLoading, kReady, kFailed, kStopped };
+
+// Counters for /metrics (a snapshot; the engine keeps the authoritative ones).
+struct EngineStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  int64_t num_kv_blocks_used = 0;
+  int64_t num_kv_blocks_total = 0;
+  int64_t num_prefix_hit_tokens = 0;
+  int64_t num_prefix_queried_tokens = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_generated_tokens = 0;
+  // Seconds since the engine thread last finished a step or idled (liveness for /health).
+  double seconds_since_heartbeat = 0;
+};
+
+class EngineApi {
+ public:
+  virtual ~EngineApi() = default;
+  // Queues the request; the channel then receives its events.
+  virtual std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> submit(
+      GenerationRequest req) = 0;
+  virtual EngineState state() const = 0;
+  virtual EngineStats stats() const = 0;
+  virtual int32_t context_length() const = 0;
+};
+
+}  // namespace kiln::engine
