@@ -2,6 +2,7 @@
 // bytes that remain before it is used to allocate or index; errors name the field and the byte
 // offset where it was read.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -12,6 +13,9 @@
 
 namespace kiln::gguf {
 namespace {
+
+// Fields are copied with memcpy: GGUF here is little-endian and so must the host be.
+static_assert(std::endian::native == std::endian::little, "kiln's GGUF code assumes little-endian");
 
 // Smallest encoding of one element of a type (strings: the u64 length; arrays: type + count).
 // Used to bound counts by the bytes remaining before anything is reserved.

@@ -1,5 +1,6 @@
 #include "kiln/gguf/writer.h"
 
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -8,6 +9,9 @@
 
 namespace kiln::gguf {
 namespace {
+
+// Fields are copied with memcpy: GGUF here is little-endian and so must the host be.
+static_assert(std::endian::native == std::endian::little, "kiln's GGUF code assumes little-endian");
 
 constexpr size_t kMaxTensorNameBytes = 63;  // ggml: names are < GGML_MAX_NAME (64)
 
