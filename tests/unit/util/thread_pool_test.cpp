@@ -5,6 +5,7 @@
 #include <bit>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -194,6 +195,24 @@ TEST(ThreadPool, SleepingWorkersWakeUp) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));  // past the spin: all asleep
     EXPECT_EQ(pool_sum(pool, 1000), 999 * 1000 / 2);
   }
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+TEST(ThreadPool, IdlePoolSleeps) {
+  // 3 workers spinning through 200 ms of idle time would burn ~600 ms of CPU; after their
+  // 1 ms spin they must sleep and burn (almost) nothing.
+  ThreadPool pool(ThreadPool::Options{4, 1000});
+  EXPECT_EQ(pool_sum(pool, 1000), 999 * 1000 / 2);
+  const double start = process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double used = process_cpu_seconds() - start;
+  EXPECT_LT(used, 0.05) << "CPU seconds used by an idle pool";
+  EXPECT_EQ(pool_sum(pool, 1000), 999 * 1000 / 2);
 }
 
 TEST(ThreadPool, WorkersAreOtherThreadsAndCallerIsZero) {
