@@ -53,8 +53,8 @@ TEST(Bpe, LowestPriorityFirstThenLeftmost) {
   // Symbols a b a b with pairs (a,b)->X at priority 1 and (b,a)->Y at priority 0:
   // (b,a) in the middle merges first, leaving a Y b (no further pairs).
   detail::PairTable pairs;
-  pairs.add(0, 1, {1.0, 10});
-  pairs.add(1, 0, {0.0, 11});
+  pairs.add(0, 1, {1.0f, 10});
+  pairs.add(1, 0, {0.0f, 11});
   std::vector<detail::Symbol> syms(4);
   const int32_t ids[] = {0, 1, 0, 1};
   for (int i = 0; i < 4; ++i) syms[i] = {ids[i], static_cast<uint32_t>(i), 1, -1, -1};
@@ -65,8 +65,8 @@ TEST(Bpe, LowestPriorityFirstThenLeftmost) {
 
   // Equal priorities: the leftmost pair wins, then the new pair (X, a) at priority 2.
   detail::PairTable ties;
-  ties.add(0, 0, {1.0, 5});
-  ties.add(5, 0, {2.0, 6});
+  ties.add(0, 0, {1.0f, 5});
+  ties.add(5, 0, {2.0f, 6});
   std::vector<detail::Symbol> aaa(3);
   for (int i = 0; i < 3; ++i) aaa[i] = {0, static_cast<uint32_t>(i), 1, -1, -1};
   detail::merge_symbols(ties, aaa);
