@@ -2,7 +2,7 @@
 """Jinja oracle for kiln's chat templates.
 
 Renders every real chat template (../shared/templates/*.jinja and the chat_template of the
-npm tokenizer packages) over every conversation in conversations/*.json with Debian's
+npm tokenizer packages), and the feature templates of features/*.jinja, over every conversation in conversations/*.json with Debian's
 python3-jinja2, configured as Hugging Face transformers' apply_chat_template configures it:
 ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
 extensions=[AssistantTracker ({% generation %}), loopcontrols]), transformers' own tojson
@@ -83,6 +83,11 @@ def load_templates(repo):
             tmpl = next((t["template"] for t in tmpl if t.get("name") == "default"), None)
         if isinstance(tmpl, str):
             templates["npm-tokenizer-" + pkg] = tmpl
+    # Small templates of our own that exercise one language area each.
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in sorted(glob.glob(os.path.join(here, "features", "*.jinja"))):
+        with open(path, encoding="utf-8") as f:
+            templates["feature-" + os.path.basename(path)[:-len(".jinja")]] = f.read()
     return templates
 
 

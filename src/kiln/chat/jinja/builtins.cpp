@@ -550,10 +550,14 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "callable") return v.is_func();
   if (name == "escaped") return false;
   if (name == "sameas") {
+    // Python identity: containers by reference; None/True/False and small ints are
+    // singletons; other strings and numbers are taken as distinct objects.
     const Value& o = need_arg();
     if (v.identity() || o.identity()) return v.identity() == o.identity();
     if (v.kind() != o.kind()) return false;
-    return py_equal(v, o);
+    if (v.is_none() || v.is_bool()) return py_equal(v, o);
+    if (v.is_int()) return v.as_int() == o.as_int() && v.as_int() >= -5 && v.as_int() <= 256;
+    return false;
   }
   if (name == "in")
     return [&] {
