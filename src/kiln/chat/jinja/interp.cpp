@@ -22,7 +22,7 @@ struct Frame {
 
 enum class Flow { Normal, Break, Continue };
 
-constexpr int kMaxDepth = 200;  // macro recursion and nesting guard
+constexpr int kMaxDepth = 100;  // macro recursion guard (bounds the C++ stack)
 
 class Interp {
  public:

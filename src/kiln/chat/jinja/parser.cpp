@@ -13,6 +13,8 @@ namespace {
   throw JinjaError{std::move(msg), line};
 }
 
+constexpr int kMaxNesting = 128;  // expression and block nesting (bounds parser recursion)
+
 class Parser {
  public:
   explicit Parser(const std::vector<Token>& toks) : toks_(toks) {}
@@ -87,8 +89,9 @@ class Parser {
       const Token& t = cur();
       if (t.type == Tok::Eof) {
         if (ends.size() == 0) return body;
-        syntax_error(t.line,
-                     fmt::format("unexpected end of template, expected '{}'", *ends.begin()));
+        std::string want;
+        for (const char* e : ends) want += std::string(want.empty() ? "'" : " or '") + e + "'";
+        syntax_error(t.line, fmt::format("unexpected end of template, expected {}", want));
       }
       if (t.type == Tok::Text) {
         auto s = std::make_unique<Stmt>();
@@ -124,8 +127,17 @@ class Parser {
     }
   }
 
+  struct DepthGuard {
+    DepthGuard(int& d, int line) : d_(d) {
+      if (++d_ > kMaxNesting) syntax_error(line, "template nested too deeply");
+    }
+    ~DepthGuard() { --d_; }
+    int& d_;
+  };
+
   std::unique_ptr<Stmt> parse_statement() {
     int line = cur().line;
+    DepthGuard guard(nesting_, line);
     std::string tag = expect_name();
     auto s = std::make_unique<Stmt>();
     s->line = line;
@@ -312,6 +324,7 @@ class Parser {
   }
 
   ExprPtr parse_expression() {
+    DepthGuard guard(nesting_, cur().line);
     ExprPtr e = parse_or();
     while (is_name("if")) {
       int line = cur().line;
@@ -352,6 +365,7 @@ class Parser {
     return e;
   }
   ExprPtr parse_not() {
+    DepthGuard guard(nesting_, cur().line);
     if (is_name("not")) {
       auto u = make(ExprKind::Unary, cur().line);
       next();
@@ -429,6 +443,7 @@ class Parser {
     return e;
   }
   ExprPtr parse_unary(bool with_filter = true) {
+    DepthGuard guard(nesting_, cur().line);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       auto u = make(ExprKind::Unary, cur().line);
@@ -661,6 +676,7 @@ class Parser {
   const std::vector<Token>& toks_;
   size_t pos_ = 0;
   int loop_depth_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace
