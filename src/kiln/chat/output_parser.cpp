@@ -216,12 +216,12 @@ bool OutputParser::step_start(bool eof) {
 bool OutputParser::step_reasoning_start(bool eof) {
   consume(detail::skip_space(buf_, 0));
   if (buf_.empty()) return false;
-  if (config_.reasoning_open_at_start) {
+  if (config_.reasoning_open_at_start && !open_tag_checked_) {
     switch (match_at(buf_, 0, config_.think_open)) {
       case Match::kFull:
         consume(config_.think_open.size());
-        consume(detail::skip_space(buf_, 0));
-        break;
+        open_tag_checked_ = true;
+        return true;  // stay: whitespace after the tag is still leading whitespace
       case Match::kPartial:
         if (!eof) return false;
         break;

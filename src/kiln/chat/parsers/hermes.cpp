@@ -76,7 +76,7 @@ std::optional<RawCall> parse_xml_call(std::string_view body) {
 std::optional<RawCall> parse_body(std::string_view body) {
   body = trim(body);
   if (body.substr(0, 1) == "<") return parse_xml_call(body);
-  return call_from_json(body, {"arguments", "parameters"});
+  return call_from_json(body, {"arguments", "parameters"}, /*args_required=*/false);
 }
 
 }  // namespace

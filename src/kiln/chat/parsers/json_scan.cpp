@@ -77,13 +77,15 @@ std::string dump_compact(const ordered_json& j) {
 }
 
 std::optional<RawCall> call_from_value(const ordered_json& j,
-                                       const std::vector<std::string_view>& args_keys) {
+                                       const std::vector<std::string_view>& args_keys,
+                                       bool args_required) {
   if (!j.is_object()) return std::nullopt;
   auto name = j.find("name");
   if (name == j.end() || !name->is_string() || name->get_ref<const std::string&>().empty()) {
     return std::nullopt;
   }
   RawCall call{name->get<std::string>(), "{}"};
+  bool found = false;
   for (std::string_view key : args_keys) {
     auto args = j.find(std::string(key));
     if (args == j.end()) continue;
@@ -96,8 +98,10 @@ std::optional<RawCall> call_from_value(const ordered_json& j,
     } else {
       return std::nullopt;
     }
+    found = true;
     break;
   }
+  if (!found && args_required) return std::nullopt;
   return call;
 }
 
@@ -110,8 +114,9 @@ std::optional<std::string> compact_object(std::string_view text) {
 }
 
 std::optional<RawCall> call_from_json(std::string_view object_text,
-                                      const std::vector<std::string_view>& args_keys) {
-  return call_from_value(parse_bounded(object_text), args_keys);
+                                      const std::vector<std::string_view>& args_keys,
+                                      bool args_required) {
+  return call_from_value(parse_bounded(object_text), args_keys, args_required);
 }
 
 std::optional<std::vector<RawCall>> calls_from_json_array(std::string_view array_text) {
@@ -119,7 +124,7 @@ std::optional<std::vector<RawCall>> calls_from_json_array(std::string_view array
   if (!j.is_array() || j.empty()) return std::nullopt;
   std::vector<RawCall> calls;
   for (const auto& item : j) {
-    auto call = call_from_value(item, {"arguments", "parameters"});
+    auto call = call_from_value(item, {"arguments", "parameters"}, /*args_required=*/false);
     if (!call) return std::nullopt;
     calls.push_back(std::move(*call));
   }

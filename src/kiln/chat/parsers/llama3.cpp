@@ -58,7 +58,8 @@ BlockResult parse_llama_block(std::string_view buf, bool eof) {
     return eof ? BlockResult{BlockStatus::kText, buf.size()} : BlockResult{BlockStatus::kNeedMore};
   }
   if (scan.status == JsonScan::kInvalid) return {BlockStatus::kText, scan.end + 1};
-  if (auto call = call_from_json(buf.substr(pos, scan.end - pos), {"parameters", "arguments"})) {
+  if (auto call = call_from_json(buf.substr(pos, scan.end - pos), {"parameters", "arguments"},
+                                 /*args_required=*/true)) {
     return {BlockStatus::kCalls, scan.end, {std::move(*call)}};
   }
   return {BlockStatus::kText, scan.end};

@@ -54,9 +54,10 @@ JsonScan scan_json_container(std::string_view s, size_t pos);
 inline constexpr int kMaxJsonDepth = 128;
 
 // A call from a parsed JSON object {"name": str, <args_key>: object|string-of-object}; the
-// first present key of args_keys is used, none present means {}.
+// first present key of args_keys is used; none present means {} unless args_required.
 std::optional<RawCall> call_from_json(std::string_view object_text,
-                                      const std::vector<std::string_view>& args_keys);
+                                      const std::vector<std::string_view>& args_keys,
+                                      bool args_required);
 // Compact form of a JSON object text, or nullopt when it is not a valid JSON object.
 std::optional<std::string> compact_object(std::string_view text);
 // Validates and compacts a list of call objects: [{"name":..,"arguments":{..}}, ...].
