@@ -309,28 +309,29 @@ bool OutputParser::step_content(bool eof) {
 bool OutputParser::step_tool(bool eof) {
   BlockResult r;
   if (state_ == State::kDeepSeekInside) {
-    r = detail::parse_deepseek_inside(buf_, eof);
+    r = detail::parse_deepseek_inside(buf_, eof, scan_cache_);
   } else if (state_ == State::kLlamaStart) {
-    r = detail::parse_llama_block(buf_, eof);
+    r = detail::parse_llama_block(buf_, eof, scan_cache_);
   } else {
     switch (config_.format) {
       case ToolFormat::kHermes:
-        r = detail::parse_hermes_block(buf_, eof);
+        r = detail::parse_hermes_block(buf_, eof, scan_cache_);
         break;
       case ToolFormat::kLlama3:
-        r = detail::parse_llama_block(buf_, eof);
+        r = detail::parse_llama_block(buf_, eof, scan_cache_);
         break;
       case ToolFormat::kMistral:
-        r = detail::parse_mistral_block(buf_, eof);
+        r = detail::parse_mistral_block(buf_, eof, scan_cache_);
         break;
       case ToolFormat::kDeepSeek:
-        r = detail::parse_deepseek_block(buf_, eof);
+        r = detail::parse_deepseek_block(buf_, eof, scan_cache_);
         break;
       case ToolFormat::kNone:
         r = {BlockStatus::kNotACall};
         break;
     }
   }
+  if (r.status != BlockStatus::kNeedMore) scan_cache_ = {};  // the buffer changes now
   switch (r.status) {
     case BlockStatus::kNeedMore:
       return false;

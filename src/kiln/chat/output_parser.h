@@ -20,6 +20,22 @@
 #include <vector>
 
 namespace kiln::chat {
+namespace detail {
+inline constexpr int kMaxJsonDepth = 128;
+
+// Lets a block that keeps needing more text resume its scans where the last attempt
+// stopped, instead of rescanning the block on every feed (quadratic in its length). Valid
+// only while the buffer is only appended to: the parser resets it whenever it consumes.
+struct ScanCache {
+  size_t find_from = 0;  // no match of the searched literal starts before this
+  size_t json_start = static_cast<size_t>(-1);  // the scan below belongs to this start
+  size_t json_pos = 0;                          // next byte to scan
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  char stack[kMaxJsonDepth] = {};
+};
+}  // namespace detail
 
 // Tool-call syntax of a model family.
 enum class ToolFormat {
@@ -133,7 +149,9 @@ class OutputParser {
   int num_calls_ = 0;
   bool after_call_ = false;  // Llama: ';' between calls is a separator
   bool finished_ = false;
-  bool open_tag_checked_ = false;  // a repeated think_open at the start was dropped
+  bool open_tag_checked_ = false;
+  detail::ScanCache scan_cache_;  // resumable scans of a waiting block  // a repeated think_open at
+                                  // the start was dropped
 };
 
 // The non-streaming parse: one feed of the whole text, then finish().

@@ -49,7 +49,8 @@ std::optional<RawCall> parse_call_body(std::string_view body) {
 
 // One <｜tool▁call▁begin｜>..<｜tool▁call▁end｜> starting at pos (which matches the begin
 // token at least partially); `otherwise` is the answer when it does not.
-BlockResult parse_call(std::string_view buf, size_t pos, bool eof, BlockResult otherwise) {
+BlockResult parse_call(std::string_view buf, size_t pos, bool eof, ScanCache& cache,
+                       BlockResult otherwise) {
   switch (match_at(buf, pos, kDsCallBegin)) {
     case Match::kNo:
       return otherwise;
@@ -59,7 +60,7 @@ BlockResult parse_call(std::string_view buf, size_t pos, bool eof, BlockResult o
       break;
   }
   const size_t body_start = pos + kDsCallBegin.size();
-  const size_t close = buf.find(kDsCallEnd, body_start);
+  const size_t close = find_resumable(buf, kDsCallEnd, body_start, &cache);
   if (close == std::string_view::npos) {
     return eof ? BlockResult{BlockStatus::kText, buf.size()} : BlockResult{BlockStatus::kNeedMore};
   }
@@ -72,17 +73,17 @@ BlockResult parse_call(std::string_view buf, size_t pos, bool eof, BlockResult o
 
 }  // namespace
 
-BlockResult parse_deepseek_block(std::string_view buf, bool eof) {
+BlockResult parse_deepseek_block(std::string_view buf, bool eof, ScanCache& cache) {
   const size_t after_marker = skip_space(buf, 0) + kDsCallsBegin.size();
   const size_t pos = skip_space(buf, after_marker);
   if (pos == buf.size()) {
     return eof ? BlockResult{BlockStatus::kText, buf.size()} : BlockResult{BlockStatus::kNeedMore};
   }
   // A block that does not go on with a call: its marker is text.
-  return parse_call(buf, pos, eof, {BlockStatus::kText, after_marker});
+  return parse_call(buf, pos, eof, cache, {BlockStatus::kText, after_marker});
 }
 
-BlockResult parse_deepseek_inside(std::string_view buf, bool eof) {
+BlockResult parse_deepseek_inside(std::string_view buf, bool eof, ScanCache& cache) {
   const size_t pos = skip_space(buf, 0);
   if (pos == buf.size()) {
     return eof ? BlockResult{BlockStatus::kExit, pos} : BlockResult{BlockStatus::kNeedMore};
@@ -98,7 +99,7 @@ BlockResult parse_deepseek_inside(std::string_view buf, bool eof) {
       break;
   }
   // Anything else ends the block (the model left out the end token); it is content.
-  return parse_call(buf, pos, eof, {BlockStatus::kExit, 0});
+  return parse_call(buf, pos, eof, cache, {BlockStatus::kExit, 0});
 }
 
 }  // namespace kiln::chat::detail

@@ -81,10 +81,10 @@ std::optional<RawCall> parse_body(std::string_view body) {
 
 }  // namespace
 
-BlockResult parse_hermes_block(std::string_view buf, bool eof) {
+BlockResult parse_hermes_block(std::string_view buf, bool eof, ScanCache& cache) {
   const size_t open = skip_space(buf, 0);
   const size_t body_start = open + kHermesOpen.size();
-  const size_t close = buf.find(kHermesClose, body_start);
+  const size_t close = find_resumable(buf, kHermesClose, body_start, &cache);
   if (close == std::string_view::npos) {
     if (!eof) return {BlockStatus::kNeedMore};
     // The output ended without the closing tag: accept a complete call anyway (small

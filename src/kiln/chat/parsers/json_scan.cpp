@@ -1,5 +1,7 @@
 // Scanning helpers shared by the tool-call formats: literal matching that knows about
 // partial input, and finding where a JSON object ends before parsing it.
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "kiln/chat/parsers/tool_formats.h"
@@ -24,36 +26,57 @@ Match match_at(std::string_view s, size_t pos, std::string_view lit) {
   return lit.substr(0, rest.size()) == rest ? Match::kPartial : Match::kNo;
 }
 
-JsonScan scan_json_container(std::string_view s, size_t pos) {
-  // Open brackets, innermost last; bounded by kMaxJsonDepth.
-  char stack[kMaxJsonDepth];
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (size_t i = pos; i < s.size(); ++i) {
+size_t find_resumable(std::string_view s, std::string_view lit, size_t from, ScanCache* cache) {
+  const size_t start = cache ? std::max(from, cache->find_from) : from;
+  const size_t found = s.find(lit, start);
+  if (found == std::string_view::npos && cache) {
+    // A later match may start in the last lit.size() - 1 bytes, not before.
+    cache->find_from = s.size() >= lit.size() ? s.size() - lit.size() + 1 : 0;
+  }
+  return found;
+}
+
+JsonScan scan_json_container(std::string_view s, size_t pos, ScanCache* cache) {
+  ScanCache local;
+  ScanCache& st = cache ? *cache : local;
+  if (st.json_start != pos) {
+    st.json_start = pos;
+    st.json_pos = pos;
+    st.depth = 0;
+    st.in_string = false;
+    st.escaped = false;
+  }
+  auto done = [&st](JsonScan::Status status, size_t end) {
+    st.json_start = static_cast<size_t>(-1);  // the scan state is spent
+    return JsonScan{status, end};
+  };
+  for (size_t i = st.json_pos; i < s.size(); ++i) {
     const char c = s[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
+    if (st.in_string) {
+      if (st.escaped) {
+        st.escaped = false;
       } else if (c == '\\') {
-        escaped = true;
+        st.escaped = true;
       } else if (c == '"') {
-        in_string = false;
+        st.in_string = false;
       }
       continue;
     }
     if (c == '"') {
-      in_string = true;
+      st.in_string = true;
     } else if (c == '{' || c == '[') {
-      if (depth == kMaxJsonDepth) return {JsonScan::kInvalid, i};
-      stack[depth++] = c;
+      if (st.depth == kMaxJsonDepth) return done(JsonScan::kInvalid, i);
+      st.stack[st.depth++] = c;
     } else if (c == '}' || c == ']') {
-      if (depth == 0 || stack[depth - 1] != (c == '}' ? '{' : '[')) return {JsonScan::kInvalid, i};
-      if (--depth == 0) return {JsonScan::kEnd, i + 1};
-    } else if (depth == 0) {
-      return {JsonScan::kInvalid, i};  // s[pos] was not a bracket
+      if (st.depth == 0 || st.stack[st.depth - 1] != (c == '}' ? '{' : '[')) {
+        return done(JsonScan::kInvalid, i);
+      }
+      if (--st.depth == 0) return done(JsonScan::kEnd, i + 1);
+    } else if (st.depth == 0) {
+      return done(JsonScan::kInvalid, i);  // s[pos] was not a bracket
     }
   }
+  st.json_pos = s.size();
   return {JsonScan::kNeedMore, s.size()};
 }
 

@@ -32,7 +32,7 @@ Match call_object_prefix(std::string_view s, size_t pos) {
 
 }  // namespace
 
-BlockResult parse_llama_block(std::string_view buf, bool eof) {
+BlockResult parse_llama_block(std::string_view buf, bool eof, ScanCache& cache) {
   size_t pos = skip_space(buf, 0);
   const bool tagged = match_at(buf, pos, kLlamaPythonTag) == Match::kFull;
   size_t after_tag = pos;
@@ -53,7 +53,7 @@ BlockResult parse_llama_block(std::string_view buf, bool eof) {
     case Match::kFull:
       break;
   }
-  JsonScan scan = scan_json_container(buf, pos);
+  JsonScan scan = scan_json_container(buf, pos, &cache);
   if (scan.status == JsonScan::kNeedMore) {
     return eof ? BlockResult{BlockStatus::kText, buf.size()} : BlockResult{BlockStatus::kNeedMore};
   }

@@ -15,8 +15,9 @@ BlockResult need_more_or_text(std::string_view buf, bool eof) {
   return eof ? BlockResult{BlockStatus::kText, buf.size()} : BlockResult{BlockStatus::kNeedMore};
 }
 
-BlockResult parse_array(std::string_view buf, size_t pos, size_t after_marker, bool eof) {
-  JsonScan scan = scan_json_container(buf, pos);
+BlockResult parse_array(std::string_view buf, size_t pos, size_t after_marker, bool eof,
+                        ScanCache& cache) {
+  JsonScan scan = scan_json_container(buf, pos, &cache);
   if (scan.status == JsonScan::kNeedMore) return need_more_or_text(buf, eof);
   if (scan.status == JsonScan::kInvalid) return {BlockStatus::kText, after_marker};
   if (auto calls = calls_from_json_array(buf.substr(pos, scan.end - pos))) {
@@ -26,10 +27,12 @@ BlockResult parse_array(std::string_view buf, size_t pos, size_t after_marker, b
 }
 
 // NAME[ARGS]{..} or NAME[CALL_ID]ID[ARGS]{..} from pos.
-BlockResult parse_named(std::string_view buf, size_t pos, size_t after_marker, bool eof) {
+BlockResult parse_named(std::string_view buf, size_t pos, size_t after_marker, bool eof,
+                        ScanCache& cache) {
   const BlockResult text{BlockStatus::kText, after_marker};
   const size_t name_start = pos;
   while (pos < buf.size() && is_name_char(buf[pos])) ++pos;
+  if (pos - name_start > kMaxNameBytes) return text;
   if (pos == buf.size()) return need_more_or_text(buf, eof);
   if (buf[pos] != '[' || pos == name_start) return text;
   std::string name(buf.substr(name_start, pos - name_start));
@@ -38,7 +41,9 @@ BlockResult parse_named(std::string_view buf, size_t pos, size_t after_marker, b
       return need_more_or_text(buf, eof);
     case Match::kFull:  // the model's id is dropped: ids are ours (make_tool_call_id)
       pos += kMistralCallId.size();
-      while (pos < buf.size() && is_name_char(buf[pos])) ++pos;
+      for (const size_t id_start = pos; pos < buf.size() && is_name_char(buf[pos]); ++pos) {
+        if (pos - id_start == kMaxNameBytes) return text;
+      }
       if (pos == buf.size()) return need_more_or_text(buf, eof);
       break;
     case Match::kNo:
@@ -55,7 +60,7 @@ BlockResult parse_named(std::string_view buf, size_t pos, size_t after_marker, b
   pos = skip_space(buf, pos + kMistralArgs.size());
   if (pos == buf.size()) return need_more_or_text(buf, eof);
   if (buf[pos] != '{') return text;
-  JsonScan scan = scan_json_container(buf, pos);
+  JsonScan scan = scan_json_container(buf, pos, &cache);
   if (scan.status == JsonScan::kNeedMore) return need_more_or_text(buf, eof);
   if (scan.status == JsonScan::kInvalid) return text;
   if (auto args = compact_object(buf.substr(pos, scan.end - pos))) {
@@ -66,12 +71,12 @@ BlockResult parse_named(std::string_view buf, size_t pos, size_t after_marker, b
 
 }  // namespace
 
-BlockResult parse_mistral_block(std::string_view buf, bool eof) {
+BlockResult parse_mistral_block(std::string_view buf, bool eof, ScanCache& cache) {
   const size_t after_marker = skip_space(buf, 0) + kMistralCalls.size();
   const size_t pos = skip_space(buf, after_marker);
   if (pos == buf.size()) return need_more_or_text(buf, eof);
-  if (buf[pos] == '[') return parse_array(buf, pos, after_marker, eof);
-  return parse_named(buf, pos, after_marker, eof);
+  if (buf[pos] == '[') return parse_array(buf, pos, after_marker, eof, cache);
+  return parse_named(buf, pos, after_marker, eof, cache);
 }
 
 }  // namespace kiln::chat::detail

@@ -48,10 +48,19 @@ struct JsonScan {
   enum Status { kNeedMore, kEnd, kInvalid } status = kNeedMore;
   size_t end = 0;  // one past the closing bracket when kEnd
 };
+// ScanCache and kMaxJsonDepth: in output_parser.h (the parser holds one).
+
+// s.find(lit, from), skipping what an earlier call with the same cache already searched.
+// One literal per cache.
+size_t find_resumable(std::string_view s, std::string_view lit, size_t from, ScanCache* cache);
+
 // Finds the end of the JSON object or array starting at s[pos] ('{' or '['), by bracket
-// balance outside strings. Deeper than kMaxJsonDepth or mismatched brackets: kInvalid.
-JsonScan scan_json_container(std::string_view s, size_t pos);
-inline constexpr int kMaxJsonDepth = 128;
+// balance outside strings. Deeper than kMaxJsonDepth or mismatched brackets: kInvalid
+// (end is the offending byte). With a cache, resumes an earlier scan from the same pos.
+JsonScan scan_json_container(std::string_view s, size_t pos, ScanCache* cache = nullptr);
+
+// Longest tool name (and Mistral call id) accepted; longer is not a call.
+inline constexpr size_t kMaxNameBytes = 256;
 
 // A call from a parsed JSON object {"name": str, <args_key>: object|string-of-object}; the
 // first present key of args_keys is used; none present means {} unless args_required.
@@ -64,11 +73,12 @@ std::optional<std::string> compact_object(std::string_view text);
 std::optional<std::vector<RawCall>> calls_from_json_array(std::string_view array_text);
 
 // ---- per family ----
-BlockResult parse_hermes_block(std::string_view buf, bool eof);
-BlockResult parse_llama_block(std::string_view buf, bool eof);  // '{' or <|python_tag|>
-BlockResult parse_mistral_block(std::string_view buf, bool eof);
-BlockResult parse_deepseek_block(std::string_view buf, bool eof);
-BlockResult parse_deepseek_inside(std::string_view buf, bool eof);
+BlockResult parse_hermes_block(std::string_view buf, bool eof, ScanCache& cache);
+// buf starts with '{' or <|python_tag|>
+BlockResult parse_llama_block(std::string_view buf, bool eof, ScanCache& cache);
+BlockResult parse_mistral_block(std::string_view buf, bool eof, ScanCache& cache);
+BlockResult parse_deepseek_block(std::string_view buf, bool eof, ScanCache& cache);
+BlockResult parse_deepseek_inside(std::string_view buf, bool eof, ScanCache& cache);
 
 // The marker that starts a tool-call block inside content ("" for none).
 std::string_view tool_marker(ToolFormat format);
