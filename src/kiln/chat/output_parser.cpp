@@ -46,6 +46,16 @@ size_t rtrim_length(std::string_view s) {
   return n;
 }
 
+// Trailing whitespace of content and reasoning is held back (it is dropped when a call or
+// the close tag follows), but at most this much: a model stuck emitting newlines must not
+// make every feed rescan them. Whitespace beyond it is text. Returns where the held
+// whitespace starts.
+constexpr size_t kMaxHeldSpaceBytes = 64;
+size_t held_space_start(std::string_view s) {
+  return std::max(rtrim_length(s),
+                  s.size() > kMaxHeldSpaceBytes ? s.size() - kMaxHeldSpaceBytes : 0);
+}
+
 // splitmix64: a fixed, well-mixed function of (seed, index), for stable ids in tests.
 uint64_t mix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -239,19 +249,20 @@ bool OutputParser::step_reasoning(bool eof) {
   const size_t close = buf_.find(config_.think_close);
   if (close != std::string::npos) {
     emit_text(Event::Kind::kReasoning,
-              std::string_view(buf_).substr(0, rtrim_length(buf_.substr(0, close))));
+              std::string_view(buf_).substr(
+                  0, held_space_start(std::string_view(buf_).substr(0, close))));
     consume(close + config_.think_close.size());
     state_ = State::kContentStart;
     return true;
   }
   std::string_view view(buf_);
   if (eof) {
-    emit_text(Event::Kind::kReasoning, view.substr(0, rtrim_length(view)));
+    emit_text(Event::Kind::kReasoning, view.substr(0, held_space_start(view)));
     buf_.clear();
     return false;
   }
   view.remove_suffix(partial_suffix(view, config_.think_close));
-  view = view.substr(0, rtrim_length(view));
+  view = view.substr(0, held_space_start(view));
   view = view.substr(0, utf8_safe_prefix(view));
   emit_text(Event::Kind::kReasoning, view);
   consume(view.size());
@@ -287,7 +298,7 @@ bool OutputParser::step_content(bool eof) {
   if (found != std::string::npos) {
     // Whitespace before the marker stays in the buffer: the block takes it (dropped if
     // the block is a call, content if it is not).
-    const size_t n = rtrim_length(view.substr(0, found));
+    const size_t n = held_space_start(view.substr(0, found));
     emit_text(Event::Kind::kContent, view.substr(0, n));
     consume(n);
     state_ = State::kToolBlock;
@@ -299,7 +310,7 @@ bool OutputParser::step_content(bool eof) {
     return false;
   }
   if (!marker.empty()) view.remove_suffix(partial_suffix(view, marker));
-  view = view.substr(0, rtrim_length(view));
+  view = view.substr(0, held_space_start(view));
   view = view.substr(0, utf8_safe_prefix(view));
   emit_text(Event::Kind::kContent, view);
   consume(view.size());
@@ -308,6 +319,13 @@ bool OutputParser::step_content(bool eof) {
 
 bool OutputParser::step_tool(bool eof) {
   BlockResult r;
+  if (state_ == State::kDeepSeekInside && detail::skip_space(buf_, 0) > 0) {
+    // Whitespace between calls is a separator whatever follows: drop it now, so a long run
+    // is not rescanned. (Nothing is cached yet: the buffer starts a fresh attempt.)
+    consume(detail::skip_space(buf_, 0));
+    scan_cache_ = {};
+    return !buf_.empty();
+  }
   if (state_ == State::kDeepSeekInside) {
     r = detail::parse_deepseek_inside(buf_, eof, scan_cache_);
   } else if (state_ == State::kLlamaStart) {

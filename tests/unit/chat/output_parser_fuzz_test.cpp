@@ -37,7 +37,7 @@ const std::vector<std::string>& fragments() {
       "{\"name\": ", "1", "null",
       // text
       " ", "\n", "\n\n", "\t", "Hello", "world", "<", ">", "a<b", ";", "é", "日本", "😀", "｜",
-      "\xE2\x82", "\xAC", "\xFF"};
+      "\xE2\x82", "\xAC", "\xFF", std::string(70, ' '), std::string(40, '\n')};
   return kFragments;
 }
 
@@ -152,6 +152,43 @@ TEST(OutputParserLongCalls, LargeArgumentsStreamInLinearTime) {
     ASSERT_EQ(m.tool_calls.size(), 1u) << tool_format_name(row.format);
     EXPECT_EQ(m.tool_calls[0].arguments_json, "{\"s\":\"" + big + "\"}");
     EXPECT_EQ(m.content, "");
+  }
+}
+
+}  // namespace
+}  // namespace kiln::chat
+
+namespace kiln::chat {
+namespace {
+
+// A model stuck emitting newlines: held whitespace is bounded, so this stays linear too.
+TEST(OutputParserLongCalls, LongWhitespaceRunsStreamInLinearTime) {
+  const std::string run(400000, '\n');
+  struct Row {
+    ParserConfig config;
+    std::string text;
+    ParsedMessage expected;
+  };
+  const std::vector<Row> rows = {
+      {config(ToolFormat::kHermes), "a" + run + "b", {"a" + run + "b", "", {}}},
+      {config(ToolFormat::kNone, true),
+       "<think>a" + run + "</think>b",
+       {"b", "a" + run.substr(64), {}}},
+      {config(ToolFormat::kMistral), "[TOOL_CALLS]" + run, {"[TOOL_CALLS]" + run, "", {}}},
+      {config(ToolFormat::kLlama3), "{" + run + "}", {"{" + run + "}", "", {}}},
+      {config(ToolFormat::kDeepSeek),
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>a<｜tool▁sep｜>{}<｜tool▁call▁end｜>" + run +
+           "<｜tool▁calls▁end｜>",
+       {"", "", {{make_tool_call_id(ToolFormat::kDeepSeek, 7, 0), "a", "{}"}}}},
+  };
+  for (const Row& row : rows) {
+    OutputParser p(row.config);
+    ParsedMessage m;
+    for (size_t pos = 0; pos < row.text.size(); pos += 3) {
+      accumulate(m, p.feed(std::string_view(row.text).substr(pos, 3)));
+    }
+    accumulate(m, p.finish());
+    EXPECT_EQ(m, row.expected) << tool_format_name(row.config.format);
   }
 }
 

@@ -75,7 +75,8 @@ BlockResult parse_call(std::string_view buf, size_t pos, bool eof, ScanCache& ca
 
 BlockResult parse_deepseek_block(std::string_view buf, bool eof, ScanCache& cache) {
   const size_t after_marker = skip_space(buf, 0) + kDsCallsBegin.size();
-  const size_t pos = skip_space(buf, after_marker);
+  const size_t pos = skip_space_bounded(buf, after_marker);
+  if (pos == std::string_view::npos) return {BlockStatus::kText, after_marker};
   if (pos == buf.size()) {
     return eof ? BlockResult{BlockStatus::kText, buf.size()} : BlockResult{BlockStatus::kNeedMore};
   }

@@ -19,6 +19,11 @@ size_t skip_space(std::string_view s, size_t pos) {
   return pos;
 }
 
+size_t skip_space_bounded(std::string_view s, size_t pos) {
+  const size_t end = skip_space(s.substr(0, std::min(s.size(), pos + kMaxSpaceBytes + 1)), pos);
+  return end - pos > kMaxSpaceBytes ? std::string_view::npos : end;
+}
+
 Match match_at(std::string_view s, size_t pos, std::string_view lit) {
   std::string_view rest = pos < s.size() ? s.substr(pos) : std::string_view();
   if (rest.size() >= lit.size())

@@ -15,7 +15,8 @@ constexpr std::array<std::string_view, 2> kFirstKeys = {"name", "type"};
 // Whether s[pos..] ('{' at pos) starts like a call object: kFull once the first key is
 // one of kFirstKeys, kPartial while it could still be, kNo otherwise.
 Match call_object_prefix(std::string_view s, size_t pos) {
-  size_t p = skip_space(s, pos + 1);
+  size_t p = skip_space_bounded(s, pos + 1);
+  if (p == std::string_view::npos) return Match::kNo;
   if (p == s.size()) return Match::kPartial;
   if (s[p] != '"') return Match::kNo;
   const size_t key_start = p + 1;
@@ -38,7 +39,8 @@ BlockResult parse_llama_block(std::string_view buf, bool eof, ScanCache& cache) 
   size_t after_tag = pos;
   if (tagged) {
     after_tag = pos + kLlamaPythonTag.size();
-    pos = skip_space(buf, after_tag);
+    pos = skip_space_bounded(buf, after_tag);
+    if (pos == std::string_view::npos) return {BlockStatus::kText, after_tag};
   }
   // Not a call: after the tag, the tag itself is text and the rest is content again.
   const BlockResult not_a_call =

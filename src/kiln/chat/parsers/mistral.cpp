@@ -57,7 +57,8 @@ BlockResult parse_named(std::string_view buf, size_t pos, size_t after_marker, b
     case Match::kFull:
       break;
   }
-  pos = skip_space(buf, pos + kMistralArgs.size());
+  pos = skip_space_bounded(buf, pos + kMistralArgs.size());
+  if (pos == std::string_view::npos) return text;
   if (pos == buf.size()) return need_more_or_text(buf, eof);
   if (buf[pos] != '{') return text;
   JsonScan scan = scan_json_container(buf, pos, &cache);
@@ -73,7 +74,8 @@ BlockResult parse_named(std::string_view buf, size_t pos, size_t after_marker, b
 
 BlockResult parse_mistral_block(std::string_view buf, bool eof, ScanCache& cache) {
   const size_t after_marker = skip_space(buf, 0) + kMistralCalls.size();
-  const size_t pos = skip_space(buf, after_marker);
+  const size_t pos = skip_space_bounded(buf, after_marker);
+  if (pos == std::string_view::npos) return {BlockStatus::kText, after_marker};
   if (pos == buf.size()) return need_more_or_text(buf, eof);
   if (buf[pos] == '[') return parse_array(buf, pos, after_marker, eof, cache);
   return parse_named(buf, pos, after_marker, eof, cache);

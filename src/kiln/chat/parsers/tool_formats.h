@@ -40,6 +40,13 @@ struct BlockResult {
 bool is_json_space(char c);
 size_t skip_space(std::string_view s, size_t pos);
 
+// Most whitespace accepted where a tool-call syntax allows it (after a marker, between '{'
+// and the first key); a longer run means "not a call". This bounds what a waiting block
+// rescans on each feed when a model degenerates into emitting whitespace.
+inline constexpr size_t kMaxSpaceBytes = 64;
+// skip_space, but npos when the run is longer than kMaxSpaceBytes.
+size_t skip_space_bounded(std::string_view s, size_t pos);
+
 enum class Match { kNo, kPartial, kFull };
 // Whether s[pos..] starts with lit (kFull), is a proper prefix of it (kPartial), or neither.
 Match match_at(std::string_view s, size_t pos, std::string_view lit);
