@@ -248,7 +248,8 @@ double Sampler::truncate_top_p(double z) {
   // (the max weight is 1). Both sets are prefixes of the sorted order, so the answer is the
   // nucleus of what passes, and the pass keeps ascending id order for the draw.
   const double threshold =
-      std::max((1.0 - params_.top_p) * z / n_vocab_, static_cast<double>(params_.min_p));
+      std::min(1.0, std::max((1.0 - params_.top_p) * z / n_vocab_,
+                             static_cast<double>(params_.min_p)));
   cands_.clear();
   for (int32_t i = 0; i < n_vocab_; ++i) {
     const float w = probs_[i];
@@ -301,6 +302,7 @@ double Sampler::truncate_top_p(double z) {
   }
   // lo == hi: everything before lo is in, and select_[lo - 1] (the last pivot) is the worst of
   // it (lo > 0 here: need > 0 keeps hi above lo).
+  KILN_ASSERT(!select_.empty());  // the argmax (weight 1) always passes the threshold
   if (boundary == nullptr) boundary = &select_[lo - 1];
   double total = 0.0;
   const Cand last = *boundary;
