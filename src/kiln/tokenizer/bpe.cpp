@@ -1,12 +1,13 @@
 #include "kiln/tokenizer/bpe.h"
 
-#include <queue>
+#include <algorithm>
+#include <bit>
 
 namespace kiln::tokenizer::detail {
 namespace {
 
 struct Candidate {
-  double priority;
+  float priority;
   int32_t left;  // index of the left symbol; also its position, which breaks ties
   int32_t right;
   int32_t left_id;
@@ -21,7 +22,8 @@ struct Later {
   }
 };
 
-using Queue = std::priority_queue<Candidate, std::vector<Candidate>, Later>;
+// A binary heap on a vector this thread reuses for every word (no allocation per word).
+using Queue = std::vector<Candidate>;
 
 void push_pair(const PairTable& pairs, const std::vector<Symbol>& syms, int32_t left, Queue& q) {
   if (left < 0) return;
@@ -32,10 +34,44 @@ void push_pair(const PairTable& pairs, const std::vector<Symbol>& syms, int32_t 
   if (a < 0 || b < 0) return;
   const PairMerge* m = pairs.find(a, b);
   if (m == nullptr) return;
-  q.push({m->priority, left, right, a, b, m->merged});
+  q.push_back({m->priority, left, right, a, b, m->merged});
+  std::push_heap(q.begin(), q.end(), Later{});
 }
 
 }  // namespace
+
+void PairTable::reserve(size_t n) {
+  size_t capacity = 16;
+  while (capacity < 2 * n) capacity *= 2;  // load factor <= 0.5
+  if (capacity > slots_.size()) grow(capacity);
+}
+
+void PairTable::grow(size_t capacity) {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(capacity, Slot{});
+  mask_ = capacity - 1;
+  shift_ = 64 - std::countr_zero(capacity);
+  size_ = 0;
+  for (const Slot& s : old) {
+    if (s.key != kEmpty)
+      add(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key), s.merge);
+  }
+}
+
+void PairTable::add(int32_t left, int32_t right, PairMerge m) {
+  if (2 * (size_ + 1) > slots_.size()) grow(slots_.empty() ? 16 : 2 * slots_.size());
+  const uint64_t k = key(left, right);
+  for (size_t i = slot_of(k);; i = (i + 1) & mask_) {
+    Slot& s = slots_[i];
+    if (s.key == k) return;  // first entry wins
+    if (s.key == kEmpty) {
+      s.key = k;
+      s.merge = m;
+      ++size_;
+      return;
+    }
+  }
+}
 
 void merge_symbols(const PairTable& pairs, std::vector<Symbol>& syms) {
   const auto n = static_cast<int32_t>(syms.size());
@@ -44,13 +80,13 @@ void merge_symbols(const PairTable& pairs, std::vector<Symbol>& syms) {
     syms[i].next = i + 1 < n ? i + 1 : -1;
   }
   if (n < 2) return;
-  std::vector<Candidate> storage;
-  storage.reserve(static_cast<size_t>(n));
-  Queue q(Later{}, std::move(storage));
+  thread_local Queue q;
+  q.clear();
   for (int32_t i = 0; i + 1 < n; ++i) push_pair(pairs, syms, i, q);
   while (!q.empty()) {
-    const Candidate c = q.top();
-    q.pop();
+    std::pop_heap(q.begin(), q.end(), Later{});
+    const Candidate c = q.back();
+    q.pop_back();
     Symbol& l = syms[c.left];
     // Stale: either side was merged away or changed since this candidate was queued.
     if (l.len == 0 || l.next != c.right || l.id != c.left_id) continue;

@@ -7,33 +7,55 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 namespace kiln::tokenizer::detail {
 
 struct PairMerge {
-  double priority = 0;
+  // Merge rank (exact in a float below 2^24) or -score; 16-byte table slots keep the
+  // table small enough to stay mostly in cache.
+  float priority = 0;
   int32_t merged = -1;  // id of the token the pair becomes
 };
 
+// Pair -> merge, as an open-addressing hash table (linear probing, power-of-two capacity):
+// the merge loop does one lookup per candidate pair, and a node-based map's cache misses
+// dominated the cost of encoding unseen words.
 class PairTable {
  public:
   static uint64_t key(int32_t left, int32_t right) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
            static_cast<uint32_t>(right);
   }
-  // Keeps the first (best) entry for a pair.
-  void add(int32_t left, int32_t right, PairMerge m) { map_.emplace(key(left, right), m); }
+  // Keeps the first (best) entry for a pair. Ids must be >= 0.
+  void add(int32_t left, int32_t right, PairMerge m);
   const PairMerge* find(int32_t left, int32_t right) const {
-    auto it = map_.find(key(left, right));
-    return it == map_.end() ? nullptr : &it->second;
+    if (slots_.empty()) return nullptr;
+    const uint64_t k = key(left, right);
+    for (size_t i = slot_of(k);; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.key == k) return &s.merge;
+      if (s.key == kEmpty) return nullptr;
+    }
   }
-  size_t size() const { return map_.size(); }
-  void reserve(size_t n) { map_.reserve(n); }
+  size_t size() const { return size_; }
+  void reserve(size_t n);
 
  private:
-  std::unordered_map<uint64_t, PairMerge> map_;
+  static constexpr uint64_t kEmpty = ~uint64_t{0};  // key(-1, -1): never a real pair
+  struct Slot {
+    uint64_t key = kEmpty;
+    PairMerge merge;
+  };
+  size_t slot_of(uint64_t k) const {
+    return static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> shift_);
+  }
+  void grow(size_t capacity);
+
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  int shift_ = 64;
+  size_t size_ = 0;
 };
 
 // One symbol of a word: a token id (-1: the text is not in the vocabulary and never

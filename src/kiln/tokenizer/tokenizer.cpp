@@ -42,6 +42,14 @@ std::string nfc(std::string_view s) {
   return r;
 }
 
+// Hash for heterogeneous lookup: find(string_view) without building a std::string.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <typename V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
 bool is_special_type(TokenType t) {
   return t == TokenType::kControl || t == TokenType::kUnknown;
 }
@@ -90,9 +98,9 @@ struct Tokenizer::Impl {
   std::optional<int32_t> unk_id;
 
   std::vector<TokenType> types;
-  std::unordered_map<std::string, int32_t> text_to_id;
+  StringMap<int32_t> text_to_id;
   // Byte-level: the raw bytes of each normal token -> id (for ignore_merges lookups).
-  std::unordered_map<std::string, int32_t> bytes_to_id;
+  StringMap<int32_t> bytes_to_id;
   // The bytes each token contributes to decode's output.
   std::vector<std::string> pieces;
   // Byte-level: id of the one-character token of each byte. SentencePiece: id of <0xXX>.
@@ -108,7 +116,10 @@ struct Tokenizer::Impl {
   std::array<std::vector<Special>, 256> specials_by_byte;
 
   mutable std::mutex cache_mu;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
+  mutable StringMap<std::vector<int32_t>> cache;
+  // SentencePiece: no token has "▁" after another character, so a word can be cut before
+  // every "▁" that follows another character without changing the merges.
+  bool spm_segmentable = false;
 
   Status init();
   Status build_pairs();
@@ -121,6 +132,11 @@ struct Tokenizer::Impl {
   std::vector<Fragment> split_specials(std::string_view text, bool parse_special) const;
   Status encode_byte_level(std::string_view text, std::vector<int32_t>& out) const;
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  void encode_spm_word(std::string_view word, std::vector<int32_t>& out) const;
+  void merge_word(std::string_view word, std::vector<Symbol>& syms,
+                  std::vector<int32_t>& out) const;
+  bool cache_lookup(std::string_view word, std::vector<int32_t>& out) const;
+  void cache_store(std::string_view word, std::vector<int32_t> ids) const;
   void encode_sentencepiece(std::string_view text, std::vector<int32_t>& out) const;
   void emit_unknown_bytes(std::string_view bytes, std::vector<int32_t>& out) const;
 };
@@ -207,6 +223,15 @@ Status Tokenizer::Impl::init() {
 
   build_pieces();
   KILN_TRY_STATUS(build_pairs());
+  if (!byte_level) {
+    spm_segmentable = true;
+    for (size_t i = 0; i < n && spm_segmentable; ++i) {
+      if (types[i] != TokenType::kNormal && types[i] != TokenType::kUserDefined) continue;
+      std::string_view t = vocab.tokens[i];
+      while (t.starts_with(kSpaceMark)) t.remove_prefix(kSpaceMark.size());
+      spm_segmentable = t.find(kSpaceMark) == std::string_view::npos;
+    }
+  }
 
   for (size_t i = 0; i < n; ++i) {
     const TokenType t = types[i];
@@ -262,6 +287,10 @@ void Tokenizer::Impl::build_pieces() {
 
 Status Tokenizer::Impl::build_pairs() {
   if (!vocab.merges.empty()) {
+    if (vocab.merges.size() > (1u << 24)) {
+      return err("{} merges: more than kiln's 2^24 (ranks are stored as floats)",
+                 vocab.merges.size());
+    }
     pairs.reserve(vocab.merges.size());
     size_t num_skipped = 0;
     for (size_t rank = 0; rank < vocab.merges.size(); ++rank) {
@@ -277,7 +306,7 @@ Status Tokenizer::Impl::build_pairs() {
         ++num_skipped;
         continue;
       }
-      pairs.add(l->second, r->second, {static_cast<double>(rank), merged->second});
+      pairs.add(l->second, r->second, {static_cast<float>(rank), merged->second});
     }
     if (num_skipped > 0)
       log::warn("tokenizer: {} merges name tokens not in the vocabulary", num_skipped);
@@ -291,12 +320,11 @@ Status Tokenizer::Impl::build_pairs() {
     const std::string& t = vocab.tokens[i];
     for (size_t k = 1; k < t.size(); ++k) {
       if ((static_cast<uint8_t>(t[k]) & 0xC0) == 0x80) continue;  // split on characters
-      auto l = text_to_id.find(t.substr(0, k));
+      auto l = text_to_id.find(std::string_view(t).substr(0, k));
       if (l == text_to_id.end()) continue;
-      auto r = text_to_id.find(t.substr(k));
+      auto r = text_to_id.find(std::string_view(t).substr(k));
       if (r == text_to_id.end()) continue;
-      pairs.add(l->second, r->second,
-                {-static_cast<double>(vocab.scores[i]), static_cast<int32_t>(i)});
+      pairs.add(l->second, r->second, {-vocab.scores[i], static_cast<int32_t>(i)});
     }
   }
   return {};
@@ -341,46 +369,76 @@ void Tokenizer::Impl::emit_unknown_bytes(std::string_view bytes, std::vector<int
   }
 }
 
+bool Tokenizer::Impl::cache_lookup(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.size() > kMaxCachedWordBytes) return false;
+  std::lock_guard<std::mutex> lock(cache_mu);
+  auto it = cache.find(word);
+  if (it == cache.end()) return false;
+  out.insert(out.end(), it->second.begin(), it->second.end());
+  return true;
+}
+
+void Tokenizer::Impl::cache_store(std::string_view word, std::vector<int32_t> ids) const {
+  if (word.size() > kMaxCachedWordBytes) return;
+  std::lock_guard<std::mutex> lock(cache_mu);
+  if (cache.size() >= kMaxCacheEntries) cache.clear();
+  cache.emplace(std::string(word), std::move(ids));
+}
+
+void Tokenizer::Impl::merge_word(std::string_view word, std::vector<Symbol>& syms,
+                                 std::vector<int32_t>& out) const {
+  std::vector<int32_t> ids;
+  if (!syms.empty()) {
+    detail::merge_symbols(pairs, syms);
+    for (int32_t k = 0; k >= 0; k = syms[k].next) {
+      if (syms[k].id >= 0) {
+        ids.push_back(syms[k].id);
+      } else {
+        emit_unknown_bytes(word.substr(syms[k].start, syms[k].len), ids);
+      }
+    }
+  }
+  out.insert(out.end(), ids.begin(), ids.end());
+  cache_store(word, std::move(ids));
+}
+
 void Tokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (ignore_merges) {
-    auto it = bytes_to_id.find(std::string(word));
+    auto it = bytes_to_id.find(word);
     if (it != bytes_to_id.end()) {
       out.push_back(it->second);
       return;
     }
   }
-  const bool cacheable = word.size() <= kMaxCachedWordBytes;
-  std::string key;
-  if (cacheable) {
-    key.assign(word);
-    std::lock_guard<std::mutex> lock(cache_mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
+  if (cache_lookup(word, out)) return;
+  // One symbol per byte, as its GPT-2 alphabet character's token.
   std::vector<Symbol> syms(word.size());
   for (size_t k = 0; k < word.size(); ++k) {
     syms[k].id = byte_token[static_cast<uint8_t>(word[k])];
     syms[k].start = static_cast<uint32_t>(k);
     syms[k].len = 1;
   }
-  detail::merge_symbols(pairs, syms);
-  std::vector<int32_t> ids;
-  for (int32_t k = 0; k >= 0; k = syms[k].next) {
-    if (syms[k].id >= 0) {
-      ids.push_back(syms[k].id);
-    } else {
-      emit_unknown_bytes(word.substr(syms[k].start, syms[k].len), ids);
-    }
+  merge_word(word, syms, out);
+}
+
+void Tokenizer::Impl::encode_spm_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (cache_lookup(word, out)) return;
+  // One symbol per UTF-8 character (the text is valid UTF-8).
+  std::vector<Symbol> syms;
+  syms.reserve(word.size());
+  size_t pos = 0;
+  while (pos < word.size()) {
+    const auto len =
+        static_cast<size_t>(std::max(1, utf8::sequence_length(static_cast<uint8_t>(word[pos]))));
+    auto it = text_to_id.find(word.substr(pos, len));
+    Symbol sym;
+    sym.id = it == text_to_id.end() ? -1 : it->second;
+    sym.start = static_cast<uint32_t>(pos);
+    sym.len = static_cast<uint32_t>(len);
+    syms.push_back(sym);
+    pos += len;
   }
-  out.insert(out.end(), ids.begin(), ids.end());
-  if (cacheable) {
-    std::lock_guard<std::mutex> lock(cache_mu);
-    if (cache.size() >= kMaxCacheEntries) cache.clear();
-    cache.emplace(std::move(key), std::move(ids));
-  }
+  merge_word(word, syms, out);
 }
 
 Status Tokenizer::Impl::encode_byte_level(std::string_view text, std::vector<int32_t>& out) const {
@@ -400,30 +458,19 @@ void Tokenizer::Impl::encode_sentencepiece(std::string_view text, std::vector<in
   s.reserve(text.size() + 3);
   if (add_space_prefix) s.append(kSpaceMark);
   s.append(replace_all(text, " ", kSpaceMark));
-  // One symbol per UTF-8 character (s is valid UTF-8).
-  std::vector<Symbol> syms;
-  syms.reserve(s.size());
-  size_t pos = 0;
-  while (pos < s.size()) {
-    const int len = std::max(1, utf8::sequence_length(static_cast<uint8_t>(s[pos])));
-    Symbol sym;
-    sym.start = static_cast<uint32_t>(pos);
-    sym.len = static_cast<uint32_t>(len);
-    auto it = text_to_id.find(s.substr(pos, static_cast<size_t>(len)));
-    sym.id = it == text_to_id.end() ? -1 : it->second;
-    syms.push_back(sym);
-    pos += static_cast<size_t>(len);
+  const std::string_view all(s);
+  if (!spm_segmentable) {
+    encode_spm_word(all, out);
+    return;
   }
-  if (syms.empty()) return;
-  detail::merge_symbols(pairs, syms);
-  for (int32_t k = 0; k >= 0; k = syms[k].next) {
-    const Symbol& sym = syms[k];
-    if (sym.id >= 0) {
-      out.push_back(sym.id);
-    } else {
-      emit_unknown_bytes(std::string_view(s).substr(sym.start, sym.len), out);
-    }
+  size_t start = 0;
+  for (size_t pos = all.find(kSpaceMark, 1); pos != std::string_view::npos;
+       pos = all.find(kSpaceMark, pos + kSpaceMark.size())) {
+    if (all.substr(0, pos).ends_with(kSpaceMark)) continue;  // inside a run of "▁"
+    encode_spm_word(all.substr(start, pos - start), out);
+    start = pos;
   }
+  encode_spm_word(all.substr(start), out);
 }
 
 Expected<Tokenizer> Tokenizer::create(VocabData vocab) {
@@ -483,7 +530,7 @@ TokenType Tokenizer::token_type(int32_t id) const {
   return impl_->types[id];
 }
 std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
-  auto it = impl_->text_to_id.find(std::string(text));
+  auto it = impl_->text_to_id.find(text);
   if (it == impl_->text_to_id.end()) return std::nullopt;
   return it->second;
 }

@@ -17,6 +17,7 @@
 #endif
 
 #include "kiln/util/cpu.h"
+#include "kiln/util/log.h"
 #include "kiln/util/status.h"
 
 namespace kiln::util {
@@ -127,6 +128,23 @@ IndexRange static_range(int64_t n, int num_threads, int thread_idx) {
   return {begin, begin + size};
 }
 
+namespace {
+
+constexpr int kDefaultSpinUs = 200;
+constexpr long kMaxSpinUs = 1000000;
+
+int default_spin_us(int num_threads) {
+  if (const char* env = std::getenv("KILN_POOL_SPIN_US"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long value = std::strtol(env, &end, 10);
+    if (*end == '\0' && value >= 0 && value <= kMaxSpinUs) return static_cast<int>(value);
+    log::warn("ignoring KILN_POOL_SPIN_US='{}': expected microseconds in [0, {}]", env, kMaxSpinUs);
+  }
+  return num_threads <= num_available_cores() ? kDefaultSpinUs : 0;
+}
+
+}  // namespace
+
 int default_num_threads() {
   return num_physical_cores();
 }
@@ -194,9 +212,7 @@ ThreadPool::ThreadPool(int num_threads) : ThreadPool(Options{num_threads, -1}) {
 
 ThreadPool::ThreadPool(const Options& options) : num_threads_(options.num_threads) {
   KILN_ASSERT(num_threads_ >= 1 && num_threads_ <= 4096);
-  spin_us_ = options.spin_us >= 0                    ? options.spin_us
-             : num_threads_ <= num_available_cores() ? 200
-                                                     : 0;
+  spin_us_ = options.spin_us >= 0 ? options.spin_us : default_spin_us(num_threads_);
   if (num_threads_ == 1) return;
   state_ = std::make_unique<State>();
   State& s = *state_;

@@ -49,8 +49,10 @@ class ThreadPool {
     // (asserted: callers validate user input such as -t first).
     int num_threads = 1;
     // How long an idle worker (and a caller waiting for workers) spins before sleeping.
-    // Negative: automatic (200 us, or 0 when num_threads exceeds the available cores, where
-    // spinning would steal the CPU from the threads doing the work).
+    // Negative: the environment variable KILN_POOL_SPIN_US if set (0..1000000), else
+    // automatic: 200 us, or 0 when num_threads exceeds the available cores, where spinning
+    // would steal the CPU from the threads doing the work. Set 0 on machines shared with
+    // other busy processes: a spinning thread there delays the thread it waits for.
     int spin_us = -1;
   };
 

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <random>
+#include <thread>
 
 #include "kiln/tokenizer/bpe.h"
 #include "kiln/tokenizer/byte_level.h"
@@ -53,8 +56,8 @@ TEST(Bpe, LowestPriorityFirstThenLeftmost) {
   // Symbols a b a b with pairs (a,b)->X at priority 1 and (b,a)->Y at priority 0:
   // (b,a) in the middle merges first, leaving a Y b (no further pairs).
   detail::PairTable pairs;
-  pairs.add(0, 1, {1.0, 10});
-  pairs.add(1, 0, {0.0, 11});
+  pairs.add(0, 1, {1.0f, 10});
+  pairs.add(1, 0, {0.0f, 11});
   std::vector<detail::Symbol> syms(4);
   const int32_t ids[] = {0, 1, 0, 1};
   for (int i = 0; i < 4; ++i) syms[i] = {ids[i], static_cast<uint32_t>(i), 1, -1, -1};
@@ -65,8 +68,8 @@ TEST(Bpe, LowestPriorityFirstThenLeftmost) {
 
   // Equal priorities: the leftmost pair wins, then the new pair (X, a) at priority 2.
   detail::PairTable ties;
-  ties.add(0, 0, {1.0, 5});
-  ties.add(5, 0, {2.0, 6});
+  ties.add(0, 0, {1.0f, 5});
+  ties.add(5, 0, {2.0f, 6});
   std::vector<detail::Symbol> aaa(3);
   for (int i = 0; i < 3; ++i) aaa[i] = {0, static_cast<uint32_t>(i), 1, -1, -1};
   detail::merge_symbols(ties, aaa);
@@ -357,6 +360,83 @@ TEST(HfImport, RealVocabularies) {
   EXPECT_EQ(l2.token_type[1], static_cast<int32_t>(TokenType::kControl));
   EXPECT_EQ(l2.token_type[3], static_cast<int32_t>(TokenType::kByte));  // <0x00>
   EXPECT_EQ(l2.scores.size(), l2.tokens.size());
+}
+
+}  // namespace
+}  // namespace kiln::tokenizer
+
+namespace kiln::tokenizer {
+namespace {
+
+// Random valid UTF-8 over all planes: byte-level and byte-fallback vocabularies must
+// round-trip every string exactly; random bytes are either rejected at the first invalid
+// offset or round-trip.
+TEST(Tokenizer, RandomTextRoundTripsAndBadBytesAreRejected) {
+  std::mt19937 rng(42);
+  auto random_text = [&] {
+    std::string s;
+    const int n = 1 + static_cast<int>(rng() % 24);
+    for (int i = 0; i < n; ++i) {
+      char32_t cp = 0;
+      switch (rng() % 4) {
+        case 0:
+          cp = 0x20 + rng() % 0x5F;
+          break;
+        case 1:
+          cp = rng() % 0x800;
+          break;
+        case 2:
+          cp = rng() % 0x10000;
+          break;
+        default:
+          cp = rng() % 0x110000;
+          break;
+      }
+      if (cp >= 0xD800 && cp <= 0xDFFF) cp = 'x';
+      utf8::append(s, cp);
+    }
+    return s;
+  };
+  for (const char* name : {"llama3", "llama2"}) {
+    const Tokenizer& t = npm_tokenizer(name);
+    for (int i = 0; i < 300; ++i) {
+      const std::string s = random_text();
+      EXPECT_EQ(t.decode(enc(t, s, true), /*skip_special=*/true), s) << name << " case " << i;
+    }
+    for (int i = 0; i < 300; ++i) {
+      std::string bytes(1 + rng() % 16, '\0');
+      for (char& c : bytes) c = static_cast<char>(rng());
+      auto r = t.encode(bytes, false, true);
+      const size_t bad = utf8::find_invalid(bytes);
+      if (bad == utf8::kNpos) {
+        ASSERT_TRUE(r.ok());
+        EXPECT_EQ(t.decode(*r), bytes);
+      } else {
+        ASSERT_FALSE(r.ok());
+        EXPECT_NE(r.error().message.find("offset " + std::to_string(bad)), std::string::npos)
+            << r.error().message;
+      }
+    }
+  }
+}
+
+TEST(Tokenizer, ConcurrentEncodesAgree) {
+  const Tokenizer& t = npm_tokenizer("qwen3");
+  const std::string text = "Concurrent tokenizers share one word cache. 并发 😀 12345\n";
+  const auto expected = enc(t, text);
+  std::vector<std::thread> threads;
+  std::atomic<int> num_mismatches{0};
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int i = 0; i < 200; ++i) {
+        auto ids = t.encode(text + std::to_string(k * 1000 + i), false, true);
+        auto base = t.encode(text, false, true);
+        if (!ids.ok() || !base.ok() || *base != expected) ++num_mismatches;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(num_mismatches.load(), 0);
 }
 
 }  // namespace

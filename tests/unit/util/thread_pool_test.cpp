@@ -1,21 +1,27 @@
 #include "kiln/util/thread_pool.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "kiln/util/cpu.h"
 
 namespace kiln::util {
 namespace {
@@ -196,6 +202,24 @@ TEST(ThreadPool, SleepingWorkersWakeUp) {
   }
 }
 
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+TEST(ThreadPool, IdlePoolSleeps) {
+  // 3 workers spinning through 200 ms of idle time would burn ~600 ms of CPU; after their
+  // 1 ms spin they must sleep and burn (almost) nothing.
+  ThreadPool pool(ThreadPool::Options{4, 1000});
+  EXPECT_EQ(pool_sum(pool, 1000), 999 * 1000 / 2);
+  const double start = process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double used = process_cpu_seconds() - start;
+  EXPECT_LT(used, 0.05) << "CPU seconds used by an idle pool";
+  EXPECT_EQ(pool_sum(pool, 1000), 999 * 1000 / 2);
+}
+
 TEST(ThreadPool, WorkersAreOtherThreadsAndCallerIsZero) {
   ThreadPool pool(3);
   std::vector<std::thread::id> ids(3);
@@ -292,6 +316,28 @@ TEST(ThreadPool, NestedDispatchOnAnotherPoolWorks) {
   std::atomic<int64_t> total{0};
   outer.parallel_for(2, [&](int64_t, int64_t, int) { total += pool_sum(inner, 100); });
   EXPECT_EQ(total.load(), 2 * 4950);
+}
+
+TEST(ThreadPool, SpinFromOptionsOrEnvironment) {
+  EXPECT_EQ(ThreadPool(ThreadPool::Options{2, 0}).spin_us(), 0);
+  EXPECT_EQ(ThreadPool(ThreadPool::Options{2, 1234}).spin_us(), 1234);
+  const char* saved = std::getenv("KILN_POOL_SPIN_US");
+  const std::string saved_value = saved != nullptr ? saved : "";
+  setenv("KILN_POOL_SPIN_US", "37", 1);
+  EXPECT_EQ(ThreadPool(2).spin_us(), 37);
+  EXPECT_EQ(ThreadPool(ThreadPool::Options{2, 5}).spin_us(), 5);  // explicit wins
+  // Invalid values are ignored (with a warning): automatic spin.
+  unsetenv("KILN_POOL_SPIN_US");
+  const int automatic = ThreadPool(2).spin_us();
+  for (const char* bad : {"abc", "-5", "12us", "99999999"}) {
+    setenv("KILN_POOL_SPIN_US", bad, 1);
+    EXPECT_EQ(ThreadPool(2).spin_us(), automatic) << bad;
+  }
+  // Automatic: no spinning when the pool has more threads than CPUs to run them.
+  unsetenv("KILN_POOL_SPIN_US");
+  EXPECT_EQ(ThreadPool(num_available_cores() + 1).spin_us(), 0);
+  EXPECT_EQ(ThreadPool(1).spin_us(), 200);
+  if (saved != nullptr) setenv("KILN_POOL_SPIN_US", saved_value.c_str(), 1);
 }
 
 TEST(ThreadPool, DefaultThreadCountIsPositive) {

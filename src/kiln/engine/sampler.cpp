@@ -1,0 +1,436 @@
+#include "kiln/engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace kiln::engine {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int32_t kMaxTopLogprobs = 20;  // OpenAI's limit
+// OpenAI documents -100 as a ban; kiln makes it an exact one.
+constexpr float kBanBias = -100.0f;
+
+// The candidate order of every truncation: larger value first, ties by lower id. It is a
+// strict total order, so the selected sets and sorted lists are unique (no dependence on the
+// standard library's sort or heap algorithms).
+bool before(float va, int32_t ia, float vb, int32_t ib) {
+  return va > vb || (va == vb && ia < ib);
+}
+
+bool finite_in(float v, float lo, float hi) {
+  return std::isfinite(v) && v >= lo && v <= hi;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------
+
+Status validate(const SamplingParams& p, int32_t n_vocab) {
+  if (n_vocab <= 0) return err("sampling: n_vocab must be positive, got {}", n_vocab);
+  if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {
+    return err("temperature must be a finite number >= 0, got {}", p.temperature);
+  }
+  if (p.top_k < 0) return err("top_k must be >= 0 (0 disables it), got {}", p.top_k);
+  if (!std::isfinite(p.top_p) || p.top_p <= 0.0f || p.top_p > 1.0f) {
+    return err("top_p must be in (0, 1], got {}", p.top_p);
+  }
+  if (!finite_in(p.min_p, 0.0f, 1.0f)) return err("min_p must be in [0, 1], got {}", p.min_p);
+  if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0.0f) {
+    return err("repetition_penalty must be a finite number > 0, got {}", p.repetition_penalty);
+  }
+  if (!finite_in(p.presence_penalty, -2.0f, 2.0f)) {
+    return err("presence_penalty must be in [-2, 2], got {}", p.presence_penalty);
+  }
+  if (!finite_in(p.frequency_penalty, -2.0f, 2.0f)) {
+    return err("frequency_penalty must be in [-2, 2], got {}", p.frequency_penalty);
+  }
+  if (p.penalty_last_n < -1) {
+    return err("penalty_last_n must be >= -1 (-1 = whole context, 0 = off), got {}",
+               p.penalty_last_n);
+  }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= n_vocab) {
+      return err("logit_bias: token id {} is out of range (vocabulary has {} tokens)", id, n_vocab);
+    }
+    const bool ban = std::isinf(bias) && bias < 0.0f;
+    if (!ban && !finite_in(bias, -100.0f, 100.0f)) {
+      return err("logit_bias: bias of token {} must be in [-100, 100], got {}", id, bias);
+    }
+  }
+  if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) {
+    return err("top_logprobs must be in [0, {}], got {}", kMaxTopLogprobs, p.top_logprobs);
+  }
+  if (p.top_logprobs > 0 && !p.logprobs) {
+    return err("top_logprobs requires logprobs to be true");
+  }
+  return {};
+}
+
+bool is_greedy(const SamplingParams& p) {
+  return p.temperature == 0.0f || p.top_k == 1;
+}
+
+// ---------------------------------------------------------------------------
+// Bias and penalties
+// ---------------------------------------------------------------------------
+
+void apply_logit_bias(std::span<float> logits, const SamplingParams& p) {
+  const auto n = static_cast<int64_t>(logits.size());
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= n) continue;
+    if (bias <= kBanBias) {
+      logits[id] = kNegInf;
+    } else {
+      logits[id] += bias;
+    }
+  }
+}
+
+void apply_penalties(std::span<float> logits, std::span<const int32_t> history,
+                     const SamplingParams& p) {
+  if (p.penalty_last_n == 0) return;
+  if (p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) {
+    return;
+  }
+  size_t window = history.size();
+  if (p.penalty_last_n > 0) window = std::min(window, static_cast<size_t>(p.penalty_last_n));
+  std::vector<int32_t> ids(history.end() - static_cast<std::ptrdiff_t>(window), history.end());
+  std::sort(ids.begin(), ids.end());
+  const auto n = static_cast<int64_t>(logits.size());
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j < ids.size() && ids[j] == ids[i]) ++j;
+    const int32_t id = ids[i];
+    const auto count = static_cast<float>(j - i);
+    i = j;
+    if (id < 0 || id >= n) continue;
+    float& l = logits[id];
+    l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+    l -= count * p.frequency_penalty + p.presence_penalty;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Rng
+// ---------------------------------------------------------------------------
+
+uint64_t splitmix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+Rng::Rng(uint64_t seed) {
+  uint64_t sm = seed;
+  for (auto& s : s_) s = splitmix64(&sm);
+}
+
+Rng Rng::from_state(const std::array<uint64_t, 4>& state) {
+  Rng r;
+  r.s_ = state;
+  return r;
+}
+
+uint64_t Rng::next() {
+  const auto rotl = [](uint64_t x, int k) { return (x << k) | (x >> (64 - k)); };
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::uniform() {
+  return static_cast<double>(next() >> 11) * 0x1.0p-53;
+}
+
+uint64_t choice_seed(uint64_t seed, int32_t index) {
+  if (index == 0) return seed;
+  uint64_t s = seed ^ (0xd1b54a32d192ed03ULL * static_cast<uint64_t>(index));
+  return splitmix64(&s);
+}
+
+// ---------------------------------------------------------------------------
+// Sampler
+// ---------------------------------------------------------------------------
+
+Sampler::Sampler(SamplingParams params, int32_t n_vocab)
+    : params_(std::move(params)), n_vocab_(n_vocab), rng_(params_.seed) {
+  KILN_ASSERT(validate(params_, n_vocab_).ok());
+}
+
+Expected<Sampler> Sampler::create(SamplingParams params, int32_t n_vocab) {
+  KILN_TRY_STATUS(validate(params, n_vocab));
+  return Sampler(std::move(params), n_vocab);
+}
+
+float Sampler::prepare(std::span<const float> logits, std::span<const int32_t> history) {
+  KILN_ASSERT(logits.size() == static_cast<size_t>(n_vocab_));
+  logits_.resize(logits.size());
+  constexpr float kMax = std::numeric_limits<float>::max();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float x = logits[i];
+    logits_[i] = std::isnan(x) ? kNegInf : std::min(x, kMax);
+  }
+  apply_logit_bias(logits_, params_);
+  apply_penalties(logits_, history, params_);
+  float max_logit = kNegInf;
+  for (const float l : logits_) max_logit = std::max(max_logit, l);
+  return max_logit;
+}
+
+// Index of the largest value, lowest index on ties; -1 when all are -inf or NaN.
+static int32_t argmax(std::span<const float> v) {
+  int32_t best = -1;
+  float best_v = kNegInf;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] > best_v) {
+      best_v = v[i];
+      best = static_cast<int32_t>(i);
+    }
+  }
+  return best;
+}
+
+double Sampler::truncate_top_k(float max_logit) {
+  // A heap of the k best (logit, id) seen so far, worst on top; most ids fail the first compare.
+  const auto k = static_cast<size_t>(params_.top_k);
+  const auto worse_on_top = [](const Cand& a, const Cand& b) {
+    return before(a.weight, a.id, b.weight, b.id);
+  };
+  cands_.clear();
+  for (int32_t i = 0; i < n_vocab_; ++i) {
+    const float l = logits_[i];
+    if (l == kNegInf) continue;
+    if (cands_.size() < k) {
+      cands_.push_back({l, i});
+      std::push_heap(cands_.begin(), cands_.end(), worse_on_top);
+    } else if (before(l, i, cands_.front().weight, cands_.front().id)) {
+      std::pop_heap(cands_.begin(), cands_.end(), worse_on_top);
+      cands_.back() = {l, i};
+      std::push_heap(cands_.begin(), cands_.end(), worse_on_top);
+    }
+  }
+  std::sort(cands_.begin(), cands_.end(), worse_on_top);  // best first
+  // Softmax weights; cands_[0] holds max_logit, so its weight is exactly 1.
+  double z = 0.0;
+  for (auto& c : cands_) {
+    c.weight = std::exp((c.weight - max_logit) / params_.temperature);
+    z += c.weight;
+  }
+  // top-p then min-p: both keep a prefix of this descending list.
+  const double target = static_cast<double>(params_.top_p) * z;
+  double cum = 0.0;
+  size_t keep = 0;
+  while (keep < cands_.size()) {
+    const Cand& c = cands_[keep];
+    if (keep > 0 && c.weight < params_.min_p) break;
+    cum += c.weight;
+    ++keep;
+    if (params_.top_p < 1.0f && cum >= target) break;
+  }
+  cands_.resize(keep);
+  return cum;
+}
+
+double Sampler::truncate_top_p(double z) {
+  // Pre-filter: a token with weight < (1 - top_p) * z / n_vocab cannot be in the nucleus, since
+  // all such tokens together hold less than 1 - top_p of the mass. min-p keeps weight >= min_p
+  // (the max weight is 1). Both sets are prefixes of the sorted order, so the answer is the
+  // nucleus of what passes, and the pass keeps ascending id order for the draw.
+  const double threshold =
+      std::min(1.0, std::max((1.0 - params_.top_p) * z / n_vocab_,
+                             static_cast<double>(params_.min_p)));
+  cands_.clear();
+  for (int32_t i = 0; i < n_vocab_; ++i) {
+    const float w = probs_[i];
+    if (w > 0.0f && w >= threshold) cands_.push_back({w, i});
+  }
+  // Find the boundary: the last candidate, in descending order, of the smallest prefix whose
+  // mass reaches target. A quickselect weighted by mass: expected O(n), no full sort.
+  select_.assign(cands_.begin(), cands_.end());
+  const auto cmp = [](const Cand& a, const Cand& b) {
+    return before(a.weight, a.id, b.weight, b.id);
+  };
+  double need = static_cast<double>(params_.top_p) * z;
+  size_t lo = 0, hi = select_.size();
+  const Cand* boundary = nullptr;
+  while (hi - lo > 16 && boundary == nullptr) {
+    // Median of three as the pivot, moved to hi - 1.
+    const size_t mid = lo + (hi - lo) / 2;
+    size_t a = lo, b = mid, c = hi - 1;
+    if (cmp(select_[b], select_[a])) std::swap(a, b);
+    if (cmp(select_[c], select_[b])) std::swap(b, c);
+    if (cmp(select_[b], select_[a])) std::swap(a, b);
+    std::swap(select_[b], select_[hi - 1]);
+    const Cand pivot = select_[hi - 1];
+    size_t store = lo;
+    double upper = 0.0;  // mass strictly before the pivot
+    for (size_t i = lo; i + 1 < hi; ++i) {
+      if (cmp(select_[i], pivot)) {
+        upper += select_[i].weight;
+        std::swap(select_[i], select_[store++]);
+      }
+    }
+    std::swap(select_[store], select_[hi - 1]);
+    if (upper >= need) {
+      hi = store;
+    } else if (upper + pivot.weight >= need) {
+      boundary = &select_[store];
+    } else {
+      need -= upper + pivot.weight;
+      lo = store + 1;
+    }
+  }
+  if (boundary == nullptr && lo < hi) {
+    std::sort(select_.begin() + static_cast<std::ptrdiff_t>(lo),
+              select_.begin() + static_cast<std::ptrdiff_t>(hi), cmp);
+    double cum = 0.0;
+    for (size_t i = lo; i < hi && boundary == nullptr; ++i) {
+      cum += select_[i].weight;
+      if (cum >= need || i + 1 == hi) boundary = &select_[i];
+    }
+  }
+  // lo == hi: everything before lo is in, and select_[lo - 1] (the last pivot) is the worst of
+  // it (lo > 0 here: need > 0 keeps hi above lo).
+  KILN_ASSERT(!select_.empty());  // the argmax (weight 1) always passes the threshold
+  if (boundary == nullptr) boundary = &select_[lo - 1];
+  double total = 0.0;
+  const Cand last = *boundary;
+  size_t keep = 0;
+  for (const auto& c : cands_) {
+    if (c.id == last.id || cmp(c, last)) {
+      cands_[keep++] = c;
+      total += c.weight;
+    }
+  }
+  cands_.resize(keep);
+  return total;
+}
+
+double Sampler::truncate(float max_logit) {
+  all_vocab_ = false;
+  if (params_.top_k > 0 && params_.top_k < n_vocab_) return truncate_top_k(max_logit);
+  probs_.resize(logits_.size());
+  double z = 0.0;
+  for (size_t i = 0; i < logits_.size(); ++i) {
+    probs_[i] = std::exp((logits_[i] - max_logit) / params_.temperature);
+    z += probs_[i];
+  }
+  if (params_.top_p < 1.0f) return truncate_top_p(z);
+  if (params_.min_p > 0.0f) {
+    cands_.clear();
+    double total = 0.0;
+    for (int32_t i = 0; i < n_vocab_; ++i) {
+      if (probs_[i] > 0.0f && probs_[i] >= params_.min_p) {
+        cands_.push_back({probs_[i], i});
+        total += probs_[i];
+      }
+    }
+    return total;
+  }
+  all_vocab_ = true;
+  return z;
+}
+
+int32_t Sampler::draw(double total) {
+  const double u = rng_.uniform() * total;
+  double cum = 0.0;
+  int32_t last = -1;
+  const auto step = [&](float w, int32_t id) {
+    if (w <= 0.0f) return false;
+    cum += w;
+    last = id;
+    return u < cum;
+  };
+  if (all_vocab_) {
+    for (int32_t i = 0; i < n_vocab_; ++i) {
+      if (step(probs_[i], i)) return i;
+    }
+  } else {
+    for (const auto& c : cands_) {
+      if (step(c.weight, c.id)) return c.id;
+    }
+  }
+  return last;  // u landed past the rounded sum: the last candidate
+}
+
+void Sampler::fill_logprobs(int32_t token, float max_logit, SampleResult* result) const {
+  double s = 0.0;
+  for (const float l : logits_) s += std::exp(l - max_logit);
+  const double lse = static_cast<double>(max_logit) + std::log(s);
+  result->logprob = static_cast<float>(static_cast<double>(logits_[token]) - lse);
+  const auto n = static_cast<size_t>(params_.top_logprobs);
+  if (n == 0) return;
+  std::vector<Cand> best;  // heap of the n best, worst on top
+  const auto cmp = [](const Cand& a, const Cand& b) {
+    return before(a.weight, a.id, b.weight, b.id);
+  };
+  for (int32_t i = 0; i < n_vocab_; ++i) {
+    const float l = logits_[i];
+    if (l == kNegInf) continue;
+    if (best.size() < n) {
+      best.push_back({l, i});
+      std::push_heap(best.begin(), best.end(), cmp);
+    } else if (cmp({l, i}, best.front())) {
+      std::pop_heap(best.begin(), best.end(), cmp);
+      best.back() = {l, i};
+      std::push_heap(best.begin(), best.end(), cmp);
+    }
+  }
+  std::sort(best.begin(), best.end(), cmp);
+  result->top.clear();
+  for (const auto& c : best) {
+    result->top.emplace_back(c.id, static_cast<float>(static_cast<double>(c.weight) - lse));
+  }
+}
+
+SampleResult Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  SampleResult result;
+  const float max_logit = prepare(logits, history);
+  if (max_logit == kNegInf) {  // every token banned (or every logit NaN)
+    result.token = std::max(argmax(logits), 0);
+    if (params_.logprobs) result.logprob = kNegInf;
+    return result;
+  }
+  if (is_greedy(params_)) {
+    result.token = argmax(logits_);
+  } else {
+    result.token = draw(truncate(max_logit));
+  }
+  KILN_ASSERT(result.token >= 0 && result.token < n_vocab_);
+  if (params_.logprobs || params_.top_logprobs > 0) {
+    fill_logprobs(result.token, max_logit, &result);
+  }
+  return result;
+}
+
+std::vector<std::pair<int32_t, float>> Sampler::distribution(std::span<const float> logits,
+                                                             std::span<const int32_t> history) {
+  const float max_logit = prepare(logits, history);
+  if (max_logit == kNegInf) return {{std::max(argmax(logits), 0), 1.0f}};
+  if (is_greedy(params_)) return {{argmax(logits_), 1.0f}};
+  const double total = truncate(max_logit);
+  std::vector<std::pair<int32_t, float>> out;
+  if (all_vocab_) {
+    for (int32_t i = 0; i < n_vocab_; ++i) {
+      if (probs_[i] > 0.0f) out.emplace_back(i, static_cast<float>(probs_[i] / total));
+    }
+  } else {
+    for (const auto& c : cands_) {
+      if (c.weight > 0.0f) out.emplace_back(c.id, static_cast<float>(c.weight / total));
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::engine

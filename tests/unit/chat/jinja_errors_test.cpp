@@ -1,0 +1,111 @@
+// Errors of kiln's Jinja: anything unsupported or wrong fails naming the construct and the
+// template line, never renders silently; a template's raise_exception message surfaces.
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "kiln/chat/jinja/jinja.h"
+
+namespace {
+
+using kiln::chat::jinja::RenderContext;
+using kiln::chat::jinja::Value;
+
+std::string render_error(const std::string& source, RenderContext ctx = {}) {
+  auto out = kiln::chat::jinja::render(source, ctx);
+  if (out.ok()) return "(rendered: " + *out + ")";
+  return out.error().message;
+}
+
+#define EXPECT_ERROR_HAS(msg, needle) \
+  EXPECT_NE((msg).find(needle), std::string::npos) << "error was: " << (msg)
+
+TEST(JinjaErrors, UnknownFilterNamesFilterAndLine) {
+  std::string e = render_error("a\n{{ 'x' }}\n{{ 'x'|frobnicate }}");
+  EXPECT_ERROR_HAS(e, "frobnicate");
+  EXPECT_ERROR_HAS(e, "line 3");
+}
+
+TEST(JinjaErrors, UnknownTestNamesTest) {
+  std::string e = render_error("{% if 1 is prime %}{% endif %}");
+  EXPECT_ERROR_HAS(e, "prime");
+  EXPECT_ERROR_HAS(e, "line 1");
+}
+
+TEST(JinjaErrors, UnsupportedTagsNamed) {
+  EXPECT_ERROR_HAS(render_error("x\n{% include 'other.jinja' %}"), "'include'");
+  EXPECT_ERROR_HAS(render_error("x\n{% include 'other.jinja' %}"), "line 2");
+  EXPECT_ERROR_HAS(render_error("{% extends 'base' %}"), "'extends'");
+  EXPECT_ERROR_HAS(render_error("{% for x in y recursive %}{% endfor %}"), "recursive");
+}
+
+TEST(JinjaErrors, UnsupportedMethodNamed) {
+  EXPECT_ERROR_HAS(render_error("{{ 'abc'.zfill(5) }}"), "zfill");
+  EXPECT_ERROR_HAS(render_error("{{ 'x'.format(1) ~ '{:>4}'.format(1) }}"), "{:>4}");
+}
+
+TEST(JinjaErrors, RaiseExceptionMessageSurfaces) {
+  std::string e = render_error("ok\n\n{{ raise_exception('Conversation roles must alternate') }}");
+  EXPECT_ERROR_HAS(e, "Conversation roles must alternate");
+  EXPECT_ERROR_HAS(e, "line 3");
+}
+
+TEST(JinjaErrors, SyntaxErrors) {
+  EXPECT_ERROR_HAS(render_error("{% if true %}x"), "endif");
+  EXPECT_ERROR_HAS(render_error("{{ 'unterminated }}"), "unterminated string");
+  EXPECT_ERROR_HAS(render_error("{{ 1 +  }}"), "line 1");
+  EXPECT_ERROR_HAS(render_error("{% break %}"), "outside of a loop");
+  EXPECT_ERROR_HAS(render_error("{{ x"), "end of template");
+  EXPECT_ERROR_HAS(render_error("{# never closed"), "unterminated comment");
+  EXPECT_ERROR_HAS(render_error("a\nb\n{% endfor %}"), "line 3");
+}
+
+TEST(JinjaErrors, UndefinedMisuse) {
+  EXPECT_ERROR_HAS(render_error("{{ missing.attr }}"), "'missing' is undefined");
+  EXPECT_ERROR_HAS(render_error("{{ missing() }}"), "'missing' is undefined");
+  EXPECT_ERROR_HAS(render_error("{{ missing + 1 }}"), "'missing' is undefined");
+  RenderContext ctx;
+  Value d = Value::dict();
+  ctx.vars.emplace_back("d", d);
+  EXPECT_ERROR_HAS(render_error("{{ d.a.b }}", ctx), "'dict object' has no attribute 'a'");
+}
+
+TEST(JinjaErrors, TypeErrorsLikePython) {
+  EXPECT_ERROR_HAS(render_error("{{ 'a' + 1 }}"), "unsupported operand");
+  EXPECT_ERROR_HAS(render_error("{{ 1 / 0 }}"), "division by zero");
+  EXPECT_ERROR_HAS(render_error("{{ 1 < 'a' }}"), "not supported between");
+  EXPECT_ERROR_HAS(render_error("{% for x in 5 %}{% endfor %}"), "not iterable");
+  EXPECT_ERROR_HAS(render_error("{{ none|length }}"), "has no len()");
+  EXPECT_ERROR_HAS(render_error("{{ 9223372036854775807 + 1 }}"), "overflow");
+  EXPECT_ERROR_HAS(render_error("{{ [1]|map('upper')|list }}"), "");  // upper of an int is 'str(1)'
+}
+
+TEST(JinjaErrors, SandboxRefusesMutation) {
+  // ImmutableSandboxedEnvironment (HF) refuses list.append and dict.update.
+  EXPECT_ERROR_HAS(render_error("{% set l = [] %}{% set _ = l.append(1) %}"),
+                   "access to attribute 'append' of 'list' object is unsafe");
+  EXPECT_ERROR_HAS(render_error("{% set d = {} %}{{ d.update({'a': 1}) }}"), "'update'");
+}
+
+TEST(JinjaErrors, ResourceLimits) {
+  EXPECT_ERROR_HAS(render_error("{{ range(1000000)|length }}"), "range too big");
+  EXPECT_ERROR_HAS(render_error("{{ 'x' * 100000000 }}"), "too large");
+  EXPECT_ERROR_HAS(render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
+                   "nested too deeply");
+  EXPECT_ERROR_HAS(
+      render_error("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}"),
+      "nested too deeply");
+  std::string deep;
+  for (int i = 0; i < 300; ++i) deep += "{% if true %}";
+  EXPECT_ERROR_HAS(render_error(deep), "nested too deeply");
+  EXPECT_ERROR_HAS(render_error("{{ " + std::string(3000, '-') + "1 }}"), "nested too deeply");
+  EXPECT_ERROR_HAS(render_error("{{ " + std::string(3000, '[') + " }}"), "line 1");
+}
+
+TEST(JinjaErrors, PrintingCallableOrIteratorIsAnError) {
+  // Python would print an object address; kiln refuses rather than print something else.
+  EXPECT_ERROR_HAS(render_error("{{ [1, 2]|select('odd') }}"), "iterator");
+  EXPECT_ERROR_HAS(render_error("{{ range }}"), "callable");
+}
+
+}  // namespace
