@@ -80,7 +80,9 @@ std::optional<Type> type_from_name(std::string_view name) {
 std::optional<uint64_t> row_bytes(Type type, uint64_t n_elems) {
   const TypeTraits& t = traits(type);
   if (n_elems % t.block_elems != 0) return std::nullopt;
-  return n_elems / t.block_elems * t.block_bytes;
+  const uint64_t blocks = n_elems / t.block_elems;
+  if (blocks > UINT64_MAX / t.block_bytes) return std::nullopt;  // would wrap
+  return blocks * t.block_bytes;
 }
 
 }  // namespace kiln::quant

@@ -68,7 +68,8 @@ inline std::string_view type_name(Type t) {
 // Parse a name like "q4_k", "Q4_K", "f16", "bf16" (case-insensitive).
 std::optional<Type> type_from_name(std::string_view name);
 
-// Bytes for a row of n elements; nullopt when n is not a multiple of the block size.
+// Bytes for a row of n elements; nullopt when n is not a multiple of the block size or the
+// byte count does not fit 64 bits.
 std::optional<uint64_t> row_bytes(Type t, uint64_t n_elems);
 
 }  // namespace kiln::quant

@@ -36,6 +36,8 @@ TEST(QuantTypes, IdsAndNames) {
   EXPECT_FALSE(type_from_name("q9_9").has_value());
   EXPECT_EQ(row_bytes(Type::Q4_K, 512), 288u);
   EXPECT_FALSE(row_bytes(Type::Q4_K, 100).has_value());
+  EXPECT_FALSE(row_bytes(Type::F32, uint64_t{1} << 63).has_value());  // 2^65 bytes would wrap
+  EXPECT_EQ(row_bytes(Type::F32, uint64_t{1} << 61), uint64_t{1} << 63);
 }
 
 }  // namespace
