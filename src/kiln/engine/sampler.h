@@ -27,6 +27,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -94,6 +95,40 @@ class Rng {
   std::array<uint64_t, 4> s_{};
 };
 
+// exp(x) for x <= 0 (softmax weights are exp((logit - max) / T)): Cephes expf's range
+// reduction and polynomial (relative error < 2e-7), 0 below -87 and for -inf. Plain float
+// arithmetic, so it vectorizes and gives the same bits wherever floats are IEEE and the
+// compiler does not contract a*b+c into an FMA (the default for -std=c++20 in GCC).
+// c ? a : b without a branch (bit masks), so loops that use it vectorize at -O2.
+inline float select_float(bool c, float a, float b) {
+  const uint32_t mask = 0u - static_cast<uint32_t>(c);
+  return std::bit_cast<float>((std::bit_cast<uint32_t>(a) & mask) |
+                              (std::bit_cast<uint32_t>(b) & ~mask));
+}
+
+inline float exp_nonpositive(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;  // ln 2 = kLn2Hi + kLn2Lo (Cody-Waite)
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  constexpr float kLowest = -87.0f;      // exp(-87) ~ 1.6e-38, still a normal float
+  const bool underflow = x < kLowest;    // also -inf
+  const float xc = select_float(underflow, kLowest, x);
+  const float t = xc * kLog2e + kRound;
+  const float k = t - kRound;  // round(x / ln 2)
+  const float r = (xc - k * kLn2Hi) - k * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const int32_t ki = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
+  const float scale = std::bit_cast<float>((ki + 127) << 23);  // 2^k, k >= -126
+  return select_float(underflow, 0.0f, p * scale);
+}
+
 // splitmix64: returns the next output and advances *state.
 uint64_t splitmix64(uint64_t* state);
 
@@ -142,16 +177,19 @@ class Sampler {
   double truncate_top_k(float max_logit);
   double truncate_top_p(double z);
   int32_t draw(double total);
-  void fill_logprobs(int32_t token, float max_logit, SampleResult* result) const;
+  // cands_ = every id of probs_ with weight >= threshold (> 0), ascending id.
+  void collect_at_least(double threshold);
+  void fill_logprobs(int32_t token, float max_logit, SampleResult* result);
 
   SamplingParams params_;
   int32_t n_vocab_;
   Rng rng_;
-  std::vector<float> logits_;  // [n_vocab] after bias and penalties
-  std::vector<float> probs_;   // [n_vocab] unnormalized softmax weights (no top-k path)
-  std::vector<Cand> cands_;    // surviving candidates, in draw order
-  std::vector<Cand> select_;   // scratch for the top-p selection
-  bool all_vocab_ = false;     // no truncation: draw over probs_ in id order, not cands_
+  std::vector<float> logits_;       // [n_vocab] after bias and penalties
+  std::vector<float> probs_;        // [n_vocab] unnormalized softmax weights (no top-k path)
+  std::vector<Cand> cands_;         // surviving candidates, in draw order
+  std::vector<Cand> select_;        // scratch for the top-p selection
+  std::vector<double> block_sums_;  // sums of probs_ per block of kBlock ids (fast draw, skips)
+  bool all_vocab_ = false;          // no truncation: draw over probs_ in id order, not cands_
 };
 
 }  // namespace kiln::engine

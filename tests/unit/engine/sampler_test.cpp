@@ -116,6 +116,20 @@ TEST(Rng, ChoiceSeeds) {
   EXPECT_EQ(choice_seed(123, 3), choice_seed(123, 3));
 }
 
+TEST(ExpNonpositive, MatchesStdExpWithinTwoUlpAndUnderflowsToZero) {
+  EXPECT_EQ(exp_nonpositive(0.0f), 1.0f);  // the max logit's weight is exactly 1
+  EXPECT_EQ(exp_nonpositive(-0.0f), 1.0f);
+  EXPECT_EQ(exp_nonpositive(-kInf), 0.0f);
+  EXPECT_EQ(exp_nonpositive(-87.5f), 0.0f);
+  EXPECT_EQ(exp_nonpositive(-1e30f), 0.0f);
+  double worst = 0.0;
+  for (float x = -87.0f; x <= 0.0f; x += 0.000731f) {
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(exp_nonpositive(x) - want) / want);
+  }
+  EXPECT_LT(worst, 2.4e-7);  // 2 ulp of float
+}
+
 // ---------------------------------------------------------------------------
 // Validation
 // ---------------------------------------------------------------------------
