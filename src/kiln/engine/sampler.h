@@ -19,11 +19,17 @@
 // banned. The chosen token's logprob is therefore not the log of the probability it was drawn
 // with; `distribution()` gives that one when needed (e.g. speculative decoding).
 //
-// Determinism: the Rng is xoshiro256** seeded through splitmix64, fully specified here, and the
-// draw walks candidates in a fixed order (ascending id, or the top-k order), summing in double.
-// The same seed and the same logits give the same tokens on every platform whose expf agrees
-// (glibc's expf is correctly rounded in nearly all cases; another libm could differ in the last
-// ulp and change a draw only when it lands within ~1e-7 of a candidate boundary).
+// Determinism: the Rng is xoshiro256** seeded through splitmix64, fully specified here; the
+// softmax weights come from exp_nonpositive (plain IEEE float arithmetic, no libm); sums run
+// in a fixed order (kLanes partial sums per block, blocks in id order) and the draw walks the
+// candidates in a fixed order (ascending id, or best-first after top-k). So the same seed and
+// the same logits give the same tokens on every platform, as long as the compiler does not
+// contract a*b+c into an FMA (GCC with -std=c++20 does not; clang needs -ffp-contract=off).
+// Only the reported logprobs use libm (std::log).
+//
+// Cost per token (bench/sampler_bench.cpp): a few vectorized passes over the vocabulary (copy,
+// max, exp); top-k by a k-heap; top-p by a threshold pre-filter and a mass-weighted
+// quickselect (expected linear, no sort of the vocabulary).
 #pragma once
 
 #include <array>
