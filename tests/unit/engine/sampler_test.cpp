@@ -243,6 +243,22 @@ TEST(Sampler, TopK1AndTinyTemperatureEqualGreedy) {
   }
 }
 
+TEST(Sampler, NonFiniteLogitsAndExtremeTemperatures) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // +inf counts as the largest float (ties with the other +inf), NaN as -inf.
+  Sampler s(params_with(1.0f), 4);
+  const auto d = s.distribution(std::vector<float>{kInf, 0.0f, nan, kInf}, {});
+  EXPECT_EQ(d, (std::vector<std::pair<int32_t, float>>{{0, 0.5f}, {3, 0.5f}}));
+  // A huge temperature flattens to uniform; a tiny one keeps only the (tied) maxima.
+  Sampler hot(params_with(1e30f), 4);
+  for (const auto& [id, p] : hot.distribution(std::vector<float>{5.0f, -3.0f, 0.0f, 9.0f}, {})) {
+    EXPECT_NEAR(p, 0.25f, 1e-6f) << id;
+  }
+  Sampler cold(params_with(1e-30f), 4);
+  EXPECT_EQ(cold.distribution(std::vector<float>{7.0f, 1.0f, 7.0f, 6.9999f}, {}),
+            (std::vector<std::pair<int32_t, float>>{{0, 0.5f}, {2, 0.5f}}));
+}
+
 // ---------------------------------------------------------------------------
 // Truncation: allowed sets and frequencies
 // ---------------------------------------------------------------------------
