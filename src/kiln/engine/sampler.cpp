@@ -98,6 +98,13 @@ KILN_VOCAB_LOOP double exp_weights(const float* __restrict logits, float* __rest
   return total;
 }
 
+// Is any of v[0, kLanes) >= threshold? Branch-free, so a scan can skip 16 ids at a time.
+inline bool any_at_least(const float* v, float threshold) {
+  int any = 0;
+  for (size_t j = 0; j < kLanes; ++j) any |= static_cast<int>(v[j] >= threshold);
+  return any != 0;
+}
+
 // The k best (value, id) of v by `before`, sorted best first; -inf values are never selected.
 // A heap with the worst on top: most ids fail the first compare.
 template <typename CandT>
@@ -108,9 +115,9 @@ void select_top(std::span<const float> v, size_t k, std::vector<CandT>* out) {
   out->clear();
   if (k == 0) return;
   float worst = kNegInf;  // the heap top's value once full
-  for (size_t i = 0; i < v.size(); ++i) {
+  const auto consider = [&](size_t i) {
     const float x = v[i];
-    if (x < worst || x == kNegInf) continue;
+    if (x < worst || x == kNegInf) return;
     const CandT c{x, static_cast<int32_t>(i)};
     if (out->size() < k) {
       out->push_back(c);
@@ -121,7 +128,13 @@ void select_top(std::span<const float> v, size_t k, std::vector<CandT>* out) {
       std::push_heap(out->begin(), out->end(), cmp);
     }
     if (out->size() == k) worst = out->front().weight;
+  };
+  size_t i = 0;
+  for (; i + kLanes <= v.size(); i += kLanes) {
+    if (!any_at_least(v.data() + i, worst)) continue;  // the common case once the heap is full
+    for (size_t j = 0; j < kLanes; ++j) consider(i + j);
   }
+  for (; i < v.size(); ++i) consider(i);
   std::sort(out->begin(), out->end(), cmp);
 }
 
@@ -403,9 +416,18 @@ void Sampler::collect_at_least(double threshold) {
   for (size_t b = 0; b < block_sums_.size(); ++b) {
     if (block_sums_[b] < threshold) continue;
     const size_t end = std::min(probs_.size(), (b + 1) * kBlock);
-    for (size_t i = b * kBlock; i < end; ++i) {
-      const float w = probs_[i];
-      if (w > 0.0f && w >= threshold) cands_.push_back({w, static_cast<int32_t>(i)});
+    // (float)threshold is at most the smallest float >= threshold: no candidate is skipped.
+    const auto thr = static_cast<float>(threshold);
+    for (size_t i = b * kBlock; i < end;) {
+      if (i + kLanes <= end && !any_at_least(probs_.data() + i, thr)) {
+        i += kLanes;
+        continue;
+      }
+      const size_t chunk_end = std::min(end, i + kLanes);
+      for (; i < chunk_end; ++i) {
+        const float w = probs_[i];
+        if (w > 0.0f && w >= threshold) cands_.push_back({w, static_cast<int32_t>(i)});
+      }
     }
   }
 }
