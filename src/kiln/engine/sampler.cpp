@@ -368,11 +368,16 @@ double Sampler::truncate_top_p(double z) {
     const Cand pivot = select_[hi - 1];
     size_t store = lo;
     double upper = 0.0;  // mass strictly before the pivot
+    // Branch-free Lomuto: [lo, store) is before the pivot, [store, i) is not. The outcome
+    // of the compare is a coin flip on flat distributions, so a branch would mispredict.
     for (size_t i = lo; i + 1 < hi; ++i) {
-      if (cmp(select_[i], pivot)) {
-        upper += select_[i].weight;
-        std::swap(select_[i], select_[store++]);
-      }
+      const Cand x = select_[i];
+      const bool is_before =
+          (x.weight > pivot.weight) | ((x.weight == pivot.weight) & (x.id < pivot.id));
+      upper += static_cast<double>(x.weight) * static_cast<double>(is_before);  // + 0 is exact
+      select_[i] = select_[store];
+      select_[store] = x;
+      store += static_cast<size_t>(is_before);
     }
     std::swap(select_[store], select_[hi - 1]);
     if (upper >= need) {
