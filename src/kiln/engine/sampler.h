@@ -48,9 +48,9 @@ struct SamplingParams {
   int32_t top_k = 0;         // 0 = off
   float top_p = 1.0f;        // (0, 1]; 1 = off
   float min_p = 0.0f;        // [0, 1]; 0 = off
-  float repetition_penalty =
-      1.0f;                       // > 0; 1 = off (HF/llama.cpp: divide positive, multiply negative)
-  float presence_penalty = 0.0f;  // [-2, 2] (OpenAI)
+  // > 0; 1 = off (HF/llama.cpp: divide positive logits, multiply negative ones)
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;   // [-2, 2] (OpenAI)
   float frequency_penalty = 0.0f;  // [-2, 2] (OpenAI)
   int32_t penalty_last_n = 64;     // ids of history the penalties look at; -1 = all, 0 = off
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias in [-100, 100] or -inf)
