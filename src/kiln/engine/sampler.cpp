@@ -23,6 +23,121 @@ bool finite_in(float v, float lo, float hi) {
   return std::isfinite(v) && v >= lo && v <= hi;
 }
 
+// The vocabulary-wide loops run in chunks of kLanes independent lanes so that GCC's -O2
+// (very-cheap cost model) vectorizes them; lanes are combined in a fixed order, so results do
+// not depend on the vector width. Weights are summed per block of kBlock ids in double.
+// On x86-64 they are also compiled for AVX2 and picked at load time (same IEEE operations per
+// lane, so the same bits as the SSE2 build; no FMA is enabled).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KILN_VOCAB_LOOP __attribute__((target_clones("avx2", "default")))
+#else
+#define KILN_VOCAB_LOOP
+#endif
+constexpr size_t kLanes = 16;
+constexpr size_t kBlock = 256;
+
+// dst = src with NaN -> -inf and +inf -> the largest float.
+KILN_VOCAB_LOOP void copy_sanitized(const float* __restrict src, float* __restrict dst, size_t n) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  const auto clean = [](float x) {
+    return select_float(x != x, kNegInf, select_float(x > kMax, kMax, x));
+  };
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) dst[i + j] = clean(src[i + j]);
+  }
+  for (; i < n; ++i) dst[i] = clean(src[i]);
+}
+
+KILN_VOCAB_LOOP float max_value(const float* v, size_t n) {
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, kNegInf);
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) lanes[j] = lanes[j] < v[i + j] ? v[i + j] : lanes[j];
+  }
+  for (; i < n; ++i) lanes[0] = lanes[0] < v[i] ? v[i] : lanes[0];
+  float m = kNegInf;
+  for (const float l : lanes) m = m < l ? l : m;
+  return m;
+}
+
+// Sum of v[0, n) in double: kLanes partial sums, then in lane order.
+double sum_lanes(const float* v, size_t n) {
+  double lanes[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) lanes[j] += static_cast<double>(v[i + j]);
+  }
+  for (; i < n; ++i) lanes[0] += static_cast<double>(v[i]);
+  double s = 0.0;
+  for (const double l : lanes) s += l;
+  return s;
+}
+
+// out[i] = exp((logits[i] - max) / temperature); block_sums[b] = sum of block b; returns the
+// sum of the block sums (in block order).
+KILN_VOCAB_LOOP double exp_weights(const float* __restrict logits, float* __restrict out, size_t n,
+                                   float max_logit, float temperature,
+                                   std::vector<double>* block_sums) {
+  block_sums->resize((n + kBlock - 1) / kBlock);
+  double total = 0.0;
+  for (size_t b = 0; b * kBlock < n; ++b) {
+    const size_t begin = b * kBlock, len = std::min(kBlock, n - begin);
+    const float* __restrict src = logits + begin;
+    float* __restrict dst = out + begin;
+    if (len == kBlock) {  // a fixed trip count: vectorized
+      for (size_t i = 0; i < kBlock; ++i)
+        dst[i] = exp_nonpositive((src[i] - max_logit) / temperature);
+    } else {
+      for (size_t i = 0; i < len; ++i) dst[i] = exp_nonpositive((src[i] - max_logit) / temperature);
+    }
+    (*block_sums)[b] = sum_lanes(out + begin, len);
+    total += (*block_sums)[b];
+  }
+  return total;
+}
+
+// Is any of v[0, kLanes) >= threshold? Branch-free, so a scan can skip 16 ids at a time.
+inline bool any_at_least(const float* v, float threshold) {
+  int any = 0;
+  for (size_t j = 0; j < kLanes; ++j) any |= static_cast<int>(v[j] >= threshold);
+  return any != 0;
+}
+
+// The k best (value, id) of v by `before`, sorted best first; -inf values are never selected.
+// A heap with the worst on top: most ids fail the first compare.
+template <typename CandT>
+void select_top(std::span<const float> v, size_t k, std::vector<CandT>* out) {
+  const auto cmp = [](const CandT& a, const CandT& b) {
+    return before(a.weight, a.id, b.weight, b.id);
+  };
+  out->clear();
+  if (k == 0) return;
+  float worst = kNegInf;  // the heap top's value once full
+  const auto consider = [&](size_t i) {
+    const float x = v[i];
+    if (x < worst || x == kNegInf) return;
+    const CandT c{x, static_cast<int32_t>(i)};
+    if (out->size() < k) {
+      out->push_back(c);
+      std::push_heap(out->begin(), out->end(), cmp);
+    } else if (cmp(c, out->front())) {
+      std::pop_heap(out->begin(), out->end(), cmp);
+      out->back() = c;
+      std::push_heap(out->begin(), out->end(), cmp);
+    }
+    if (out->size() == k) worst = out->front().weight;
+  };
+  size_t i = 0;
+  for (; i + kLanes <= v.size(); i += kLanes) {
+    if (!any_at_least(v.data() + i, worst)) continue;  // the common case once the heap is full
+    for (size_t j = 0; j < kLanes; ++j) consider(i + j);
+  }
+  for (; i < v.size(); ++i) consider(i);
+  std::sort(out->begin(), out->end(), cmp);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -176,16 +291,10 @@ Expected<Sampler> Sampler::create(SamplingParams params, int32_t n_vocab) {
 float Sampler::prepare(std::span<const float> logits, std::span<const int32_t> history) {
   KILN_ASSERT(logits.size() == static_cast<size_t>(n_vocab_));
   logits_.resize(logits.size());
-  constexpr float kMax = std::numeric_limits<float>::max();
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const float x = logits[i];
-    logits_[i] = std::isnan(x) ? kNegInf : std::min(x, kMax);
-  }
+  copy_sanitized(logits.data(), logits_.data(), logits.size());
   apply_logit_bias(logits_, params_);
   apply_penalties(logits_, history, params_);
-  float max_logit = kNegInf;
-  for (const float l : logits_) max_logit = std::max(max_logit, l);
-  return max_logit;
+  return max_value(logits_.data(), logits_.size());
 }
 
 // Index of the largest value, lowest index on ties; -1 when all are -inf or NaN.
@@ -201,26 +310,15 @@ static int32_t argmax(std::span<const float> v) {
   return best;
 }
 
+// Lowest index holding `value` (present by construction): the greedy token given the max.
+static int32_t first_index_of(std::span<const float> v, float value) {
+  const auto it = std::find(v.begin(), v.end(), value);
+  KILN_ASSERT(it != v.end());
+  return static_cast<int32_t>(it - v.begin());
+}
+
 double Sampler::truncate_top_k(float max_logit) {
-  // A heap of the k best (logit, id) seen so far, worst on top; most ids fail the first compare.
-  const auto k = static_cast<size_t>(params_.top_k);
-  const auto worse_on_top = [](const Cand& a, const Cand& b) {
-    return before(a.weight, a.id, b.weight, b.id);
-  };
-  cands_.clear();
-  for (int32_t i = 0; i < n_vocab_; ++i) {
-    const float l = logits_[i];
-    if (l == kNegInf) continue;
-    if (cands_.size() < k) {
-      cands_.push_back({l, i});
-      std::push_heap(cands_.begin(), cands_.end(), worse_on_top);
-    } else if (before(l, i, cands_.front().weight, cands_.front().id)) {
-      std::pop_heap(cands_.begin(), cands_.end(), worse_on_top);
-      cands_.back() = {l, i};
-      std::push_heap(cands_.begin(), cands_.end(), worse_on_top);
-    }
-  }
-  std::sort(cands_.begin(), cands_.end(), worse_on_top);  // best first
+  select_top(std::span<const float>(logits_), static_cast<size_t>(params_.top_k), &cands_);
   // Softmax weights; cands_[0] holds max_logit, so its weight is exactly 1.
   double z = 0.0;
   for (auto& c : cands_) {
@@ -247,14 +345,9 @@ double Sampler::truncate_top_p(double z) {
   // all such tokens together hold less than 1 - top_p of the mass. min-p keeps weight >= min_p
   // (the max weight is 1). Both sets are prefixes of the sorted order, so the answer is the
   // nucleus of what passes, and the pass keeps ascending id order for the draw.
-  const double threshold =
-      std::min(1.0, std::max((1.0 - params_.top_p) * z / n_vocab_,
-                             static_cast<double>(params_.min_p)));
-  cands_.clear();
-  for (int32_t i = 0; i < n_vocab_; ++i) {
-    const float w = probs_[i];
-    if (w > 0.0f && w >= threshold) cands_.push_back({w, i});
-  }
+  const double threshold = std::min(
+      1.0, std::max((1.0 - params_.top_p) * z / n_vocab_, static_cast<double>(params_.min_p)));
+  collect_at_least(threshold);
   // Find the boundary: the last candidate, in descending order, of the smallest prefix whose
   // mass reaches target. A quickselect weighted by mass: expected O(n), no full sort.
   select_.assign(cands_.begin(), cands_.end());
@@ -275,11 +368,16 @@ double Sampler::truncate_top_p(double z) {
     const Cand pivot = select_[hi - 1];
     size_t store = lo;
     double upper = 0.0;  // mass strictly before the pivot
+    // Branch-free Lomuto: [lo, store) is before the pivot, [store, i) is not. The outcome
+    // of the compare is a coin flip on flat distributions, so a branch would mispredict.
     for (size_t i = lo; i + 1 < hi; ++i) {
-      if (cmp(select_[i], pivot)) {
-        upper += select_[i].weight;
-        std::swap(select_[i], select_[store++]);
-      }
+      const Cand x = select_[i];
+      const bool is_before =
+          (x.weight > pivot.weight) | ((x.weight == pivot.weight) & (x.id < pivot.id));
+      upper += static_cast<double>(x.weight) * static_cast<double>(is_before);  // + 0 is exact
+      select_[i] = select_[store];
+      select_[store] = x;
+      store += static_cast<size_t>(is_before);
     }
     std::swap(select_[store], select_[hi - 1]);
     if (upper >= need) {
@@ -317,25 +415,39 @@ double Sampler::truncate_top_p(double z) {
   return total;
 }
 
+void Sampler::collect_at_least(double threshold) {
+  // A block whose sum is below the threshold holds no candidate (weights are >= 0).
+  cands_.clear();
+  for (size_t b = 0; b < block_sums_.size(); ++b) {
+    if (block_sums_[b] < threshold) continue;
+    const size_t end = std::min(probs_.size(), (b + 1) * kBlock);
+    // (float)threshold is at most the smallest float >= threshold: no candidate is skipped.
+    const auto thr = static_cast<float>(threshold);
+    for (size_t i = b * kBlock; i < end;) {
+      if (i + kLanes <= end && !any_at_least(probs_.data() + i, thr)) {
+        i += kLanes;
+        continue;
+      }
+      const size_t chunk_end = std::min(end, i + kLanes);
+      for (; i < chunk_end; ++i) {
+        const float w = probs_[i];
+        if (w > 0.0f && w >= threshold) cands_.push_back({w, static_cast<int32_t>(i)});
+      }
+    }
+  }
+}
+
 double Sampler::truncate(float max_logit) {
   all_vocab_ = false;
   if (params_.top_k > 0 && params_.top_k < n_vocab_) return truncate_top_k(max_logit);
   probs_.resize(logits_.size());
-  double z = 0.0;
-  for (size_t i = 0; i < logits_.size(); ++i) {
-    probs_[i] = std::exp((logits_[i] - max_logit) / params_.temperature);
-    z += probs_[i];
-  }
+  const double z = exp_weights(logits_.data(), probs_.data(), probs_.size(), max_logit,
+                               params_.temperature, &block_sums_);
   if (params_.top_p < 1.0f) return truncate_top_p(z);
   if (params_.min_p > 0.0f) {
-    cands_.clear();
+    collect_at_least(params_.min_p);
     double total = 0.0;
-    for (int32_t i = 0; i < n_vocab_; ++i) {
-      if (probs_[i] > 0.0f && probs_[i] >= params_.min_p) {
-        cands_.push_back({probs_[i], i});
-        total += probs_[i];
-      }
-    }
+    for (const auto& c : cands_) total += c.weight;
     return total;
   }
   all_vocab_ = true;
@@ -353,8 +465,12 @@ int32_t Sampler::draw(double total) {
     return u < cum;
   };
   if (all_vocab_) {
-    for (int32_t i = 0; i < n_vocab_; ++i) {
-      if (step(probs_[i], i)) return i;
+    // Find the block by its sum, then the id inside it.
+    size_t b = 0;
+    for (; b + 1 < block_sums_.size() && u >= cum + block_sums_[b]; ++b) cum += block_sums_[b];
+    const size_t end = std::min(probs_.size(), (b + 1) * kBlock);
+    for (size_t i = b * kBlock; i < end; ++i) {
+      if (step(probs_[i], static_cast<int32_t>(i))) return static_cast<int32_t>(i);
     }
   } else {
     for (const auto& c : cands_) {
@@ -364,30 +480,15 @@ int32_t Sampler::draw(double total) {
   return last;  // u landed past the rounded sum: the last candidate
 }
 
-void Sampler::fill_logprobs(int32_t token, float max_logit, SampleResult* result) const {
-  double s = 0.0;
-  for (const float l : logits_) s += std::exp(l - max_logit);
-  const double lse = static_cast<double>(max_logit) + std::log(s);
+void Sampler::fill_logprobs(int32_t token, float max_logit, SampleResult* result) {
+  // log-sum-exp at temperature 1; probs_ is free again once the token is drawn.
+  probs_.resize(logits_.size());
+  const double z =
+      exp_weights(logits_.data(), probs_.data(), probs_.size(), max_logit, 1.0f, &block_sums_);
+  const double lse = static_cast<double>(max_logit) + std::log(z);
   result->logprob = static_cast<float>(static_cast<double>(logits_[token]) - lse);
-  const auto n = static_cast<size_t>(params_.top_logprobs);
-  if (n == 0) return;
-  std::vector<Cand> best;  // heap of the n best, worst on top
-  const auto cmp = [](const Cand& a, const Cand& b) {
-    return before(a.weight, a.id, b.weight, b.id);
-  };
-  for (int32_t i = 0; i < n_vocab_; ++i) {
-    const float l = logits_[i];
-    if (l == kNegInf) continue;
-    if (best.size() < n) {
-      best.push_back({l, i});
-      std::push_heap(best.begin(), best.end(), cmp);
-    } else if (cmp({l, i}, best.front())) {
-      std::pop_heap(best.begin(), best.end(), cmp);
-      best.back() = {l, i};
-      std::push_heap(best.begin(), best.end(), cmp);
-    }
-  }
-  std::sort(best.begin(), best.end(), cmp);
+  std::vector<Cand> best;
+  select_top(std::span<const float>(logits_), static_cast<size_t>(params_.top_logprobs), &best);
   result->top.clear();
   for (const auto& c : best) {
     result->top.emplace_back(c.id, static_cast<float>(static_cast<double>(c.weight) - lse));
@@ -403,7 +504,7 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
     return result;
   }
   if (is_greedy(params_)) {
-    result.token = argmax(logits_);
+    result.token = first_index_of(logits_, max_logit);
   } else {
     result.token = draw(truncate(max_logit));
   }
@@ -418,7 +519,7 @@ std::vector<std::pair<int32_t, float>> Sampler::distribution(std::span<const flo
                                                              std::span<const int32_t> history) {
   const float max_logit = prepare(logits, history);
   if (max_logit == kNegInf) return {{std::max(argmax(logits), 0), 1.0f}};
-  if (is_greedy(params_)) return {{argmax(logits_), 1.0f}};
+  if (is_greedy(params_)) return {{first_index_of(logits_, max_logit), 1.0f}};
   const double total = truncate(max_logit);
   std::vector<std::pair<int32_t, float>> out;
   if (all_vocab_) {

@@ -19,14 +19,21 @@
 // banned. The chosen token's logprob is therefore not the log of the probability it was drawn
 // with; `distribution()` gives that one when needed (e.g. speculative decoding).
 //
-// Determinism: the Rng is xoshiro256** seeded through splitmix64, fully specified here, and the
-// draw walks candidates in a fixed order (ascending id, or the top-k order), summing in double.
-// The same seed and the same logits give the same tokens on every platform whose expf agrees
-// (glibc's expf is correctly rounded in nearly all cases; another libm could differ in the last
-// ulp and change a draw only when it lands within ~1e-7 of a candidate boundary).
+// Determinism: the Rng is xoshiro256** seeded through splitmix64, fully specified here; the
+// softmax weights come from exp_nonpositive (plain IEEE float arithmetic, no libm); sums run
+// in a fixed order (kLanes partial sums per block, blocks in id order) and the draw walks the
+// candidates in a fixed order (ascending id, or best-first after top-k). So the same seed and
+// the same logits give the same tokens on every platform, as long as the compiler does not
+// contract a*b+c into an FMA (GCC with -std=c++20 does not; clang needs -ffp-contract=off).
+// Only the reported logprobs use libm (std::log).
+//
+// Cost per token (bench/sampler_bench.cpp): a few vectorized passes over the vocabulary (copy,
+// max, exp); top-k by a k-heap; top-p by a threshold pre-filter and a mass-weighted
+// quickselect (expected linear, no sort of the vocabulary).
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -41,9 +48,9 @@ struct SamplingParams {
   int32_t top_k = 0;         // 0 = off
   float top_p = 1.0f;        // (0, 1]; 1 = off
   float min_p = 0.0f;        // [0, 1]; 0 = off
-  float repetition_penalty =
-      1.0f;                       // > 0; 1 = off (HF/llama.cpp: divide positive, multiply negative)
-  float presence_penalty = 0.0f;  // [-2, 2] (OpenAI)
+  // > 0; 1 = off (HF/llama.cpp: divide positive logits, multiply negative ones)
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;   // [-2, 2] (OpenAI)
   float frequency_penalty = 0.0f;  // [-2, 2] (OpenAI)
   int32_t penalty_last_n = 64;     // ids of history the penalties look at; -1 = all, 0 = off
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias in [-100, 100] or -inf)
@@ -94,6 +101,40 @@ class Rng {
   std::array<uint64_t, 4> s_{};
 };
 
+// exp(x) for x <= 0 (softmax weights are exp((logit - max) / T)): Cephes expf's range
+// reduction and polynomial (relative error < 2e-7), 0 below -87 and for -inf. Plain float
+// arithmetic, so it vectorizes and gives the same bits wherever floats are IEEE and the
+// compiler does not contract a*b+c into an FMA (the default for -std=c++20 in GCC).
+// c ? a : b without a branch (bit masks), so loops that use it vectorize at -O2.
+inline float select_float(bool c, float a, float b) {
+  const uint32_t mask = 0u - static_cast<uint32_t>(c);
+  return std::bit_cast<float>((std::bit_cast<uint32_t>(a) & mask) |
+                              (std::bit_cast<uint32_t>(b) & ~mask));
+}
+
+inline float exp_nonpositive(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;  // ln 2 = kLn2Hi + kLn2Lo (Cody-Waite)
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  constexpr float kLowest = -87.0f;      // exp(-87) ~ 1.6e-38, still a normal float
+  const bool underflow = x < kLowest;    // also -inf
+  const float xc = select_float(underflow, kLowest, x);
+  const float t = xc * kLog2e + kRound;
+  const float k = t - kRound;  // round(x / ln 2)
+  const float r = (xc - k * kLn2Hi) - k * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const int32_t ki = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
+  const float scale = std::bit_cast<float>((ki + 127) << 23);  // 2^k, k >= -126
+  return select_float(underflow, 0.0f, p * scale);
+}
+
 // splitmix64: returns the next output and advances *state.
 uint64_t splitmix64(uint64_t* state);
 
@@ -142,16 +183,19 @@ class Sampler {
   double truncate_top_k(float max_logit);
   double truncate_top_p(double z);
   int32_t draw(double total);
-  void fill_logprobs(int32_t token, float max_logit, SampleResult* result) const;
+  // cands_ = every id of probs_ with weight >= threshold (> 0), ascending id.
+  void collect_at_least(double threshold);
+  void fill_logprobs(int32_t token, float max_logit, SampleResult* result);
 
   SamplingParams params_;
   int32_t n_vocab_;
   Rng rng_;
-  std::vector<float> logits_;  // [n_vocab] after bias and penalties
-  std::vector<float> probs_;   // [n_vocab] unnormalized softmax weights (no top-k path)
-  std::vector<Cand> cands_;    // surviving candidates, in draw order
-  std::vector<Cand> select_;   // scratch for the top-p selection
-  bool all_vocab_ = false;     // no truncation: draw over probs_ in id order, not cands_
+  std::vector<float> logits_;       // [n_vocab] after bias and penalties
+  std::vector<float> probs_;        // [n_vocab] unnormalized softmax weights (no top-k path)
+  std::vector<Cand> cands_;         // surviving candidates, in draw order
+  std::vector<Cand> select_;        // scratch for the top-p selection
+  std::vector<double> block_sums_;  // sums of probs_ per block of kBlock ids (fast draw, skips)
+  bool all_vocab_ = false;          // no truncation: draw over probs_ in id order, not cands_
 };
 
 }  // namespace kiln::engine

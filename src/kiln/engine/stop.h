@@ -8,6 +8,7 @@
 // generator stops as soon as any stop string is complete. Text that could still become the
 // start of a stop string is held back until it is decided, and the emitted text never ends in
 // the middle of a UTF-8 code point (an incomplete sequence is held until it completes).
+// Matching is a KMP automaton per stop string: O(bytes * stops) whatever the strings are.
 #pragma once
 
 #include <cstdint>
@@ -65,8 +66,14 @@ class StopMatcher {
   size_t num_held_bytes() const { return held_.size(); }
 
  private:
+  struct Pattern {
+    size_t index;                // into stops_
+    std::vector<uint32_t> fail;  // KMP prefix function of the stop string
+    uint32_t state;              // bytes of the stop string matched by the text's suffix
+  };
   std::vector<std::string> stops_;
-  std::string held_;  // fed but not yet emitted
+  std::vector<Pattern> patterns_;  // one per non-empty stop string
+  std::string held_;               // fed but not yet emitted
   bool stopped_ = false;
   int32_t stop_index_ = -1;
 };

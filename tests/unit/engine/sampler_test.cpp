@@ -116,6 +116,20 @@ TEST(Rng, ChoiceSeeds) {
   EXPECT_EQ(choice_seed(123, 3), choice_seed(123, 3));
 }
 
+TEST(ExpNonpositive, MatchesStdExpWithinTwoUlpAndUnderflowsToZero) {
+  EXPECT_EQ(exp_nonpositive(0.0f), 1.0f);  // the max logit's weight is exactly 1
+  EXPECT_EQ(exp_nonpositive(-0.0f), 1.0f);
+  EXPECT_EQ(exp_nonpositive(-kInf), 0.0f);
+  EXPECT_EQ(exp_nonpositive(-87.5f), 0.0f);
+  EXPECT_EQ(exp_nonpositive(-1e30f), 0.0f);
+  double worst = 0.0;
+  for (float x = -87.0f; x <= 0.0f; x += 0.000731f) {
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(exp_nonpositive(x) - want) / want);
+  }
+  EXPECT_LT(worst, 2.4e-7);  // 2 ulp of float
+}
+
 // ---------------------------------------------------------------------------
 // Validation
 // ---------------------------------------------------------------------------
@@ -229,6 +243,22 @@ TEST(Sampler, TopK1AndTinyTemperatureEqualGreedy) {
   }
 }
 
+TEST(Sampler, NonFiniteLogitsAndExtremeTemperatures) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // +inf counts as the largest float (ties with the other +inf), NaN as -inf.
+  Sampler s(params_with(1.0f), 4);
+  const auto d = s.distribution(std::vector<float>{kInf, 0.0f, nan, kInf}, {});
+  EXPECT_EQ(d, (std::vector<std::pair<int32_t, float>>{{0, 0.5f}, {3, 0.5f}}));
+  // A huge temperature flattens to uniform; a tiny one keeps only the (tied) maxima.
+  Sampler hot(params_with(1e30f), 4);
+  for (const auto& [id, p] : hot.distribution(std::vector<float>{5.0f, -3.0f, 0.0f, 9.0f}, {})) {
+    EXPECT_NEAR(p, 0.25f, 1e-6f) << id;
+  }
+  Sampler cold(params_with(1e-30f), 4);
+  EXPECT_EQ(cold.distribution(std::vector<float>{7.0f, 1.0f, 7.0f, 6.9999f}, {}),
+            (std::vector<std::pair<int32_t, float>>{{0, 0.5f}, {2, 0.5f}}));
+}
+
 // ---------------------------------------------------------------------------
 // Truncation: allowed sets and frequencies
 // ---------------------------------------------------------------------------
@@ -279,6 +309,40 @@ TEST(Sampler, TopKThenTopPRenormalizesWithinK) {
   // keeps three.
   expect_frequencies(log_of(kProbs), params_with(1.0f, 4, 0.75f),
                      {{1, 0.5 / 0.85}, {3, 0.2 / 0.85}, {4, 0.15 / 0.85}});
+}
+
+TEST(Sampler, DrawAcrossBlocksFollowsSoftmax) {
+  // 1000 ids span four blocks of the block-sum search; the mass sits in ids of each block.
+  std::vector<float> logits(1000, 0.0f);
+  logits[10] = 4.0f;
+  logits[300] = 3.0f;
+  logits[700] = 4.0f;
+  logits[999] = 2.0f;
+  double z = 0.0;
+  for (float l : logits) z += std::exp(double(l));
+  std::map<int32_t, double> expected;
+  for (int32_t i = 0; i < 1000; ++i) expected[i] = std::exp(double(logits[i])) / z;
+  expect_frequencies(logits, params_with(1.0f), expected, 10000);
+}
+
+TEST(Sampler, GoldenSequenceForSeed42) {
+  // Pins the Rng, the exp and the draw order: any change to them changes users' seeded
+  // outputs and must be deliberate. Logits are exact binary fractions; the expected strings
+  // come from an independent Python implementation of the same pipeline (xoshiro256**, id-order
+  // draw for plain and top-p, best-first draw for top-k).
+  const std::vector<float> logits = {0.0f, 1.0f, 2.0f, 0.5f, -1.0f, 1.5f};
+  Sampler plain(params_with(1.0f, 0, 1.0f, 0.0f, 42), 6);
+  Sampler nucleus(params_with(0.75f, 0, 0.9f, 0.0f, 42), 6);
+  Sampler top3(params_with(1.25f, 3, 1.0f, 0.0f, 42), 6);
+  std::string got_plain, got_nucleus, got_top3;
+  for (int i = 0; i < 24; ++i) {
+    got_plain += static_cast<char>('0' + plain.sample(logits, {}).token);
+    got_nucleus += static_cast<char>('0' + nucleus.sample(logits, {}).token);
+    got_top3 += static_cast<char>('0' + top3.sample(logits, {}).token);
+  }
+  EXPECT_EQ(got_plain, "123555355232523525331122");
+  EXPECT_EQ(got_nucleus, "123555355232523525331222");
+  EXPECT_EQ(got_top3, "225115515552125151552225");
 }
 
 TEST(Sampler, SameSeedSameSequenceDifferentSeedDifferent) {
