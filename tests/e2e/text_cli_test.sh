@@ -27,7 +27,8 @@ got=$("$kiln" tokenize -m "$work/l3.gguf" --json 'Hello world! <|im_start|> 1234
 [ "$got" = "$want" ] || fail "llama3 ids: got $got want $want"
 # From a file and through --pieces.
 printf 'Hello world' > "$work/t.txt"
-[ "$("$kiln" tokenize -m "$work/l3.gguf" -f "$work/t.txt")" = "128000 9906 1917" ] || fail "-f"
+# (this tokenizer.json has no BOS post-processor, so HF adds none; see the oracle above)
+[ "$("$kiln" tokenize -m "$work/l3.gguf" -f "$work/t.txt")" = "9906 1917" ] || fail "-f"
 "$kiln" tokenize -m "$work/l3.gguf" --pieces --json 'Hello world' | grep -q '"piece":"ĠWorld"\|"piece":"Ġworld"' \
   || fail "--pieces"
 # Qwen3: no BOS; special tokens parsed.
