@@ -47,7 +47,7 @@ backend::AttnBatch StepPlan::attn_batch() const {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& cfg)
-    : cfg_(cfg), kv_(cfg.num_blocks, cfg.enable_prefix_cache) {
+    : cfg_(cfg), kv_(cfg.num_blocks, cfg.enable_prefix_cache, cfg.block_hash) {
   KILN_ASSERT(cfg.max_batch_tokens >= 1 && cfg.max_seqs >= 1 && cfg.max_context >= 1);
   KILN_ASSERT(cfg.max_waiting >= 0);
 }

@@ -33,6 +33,7 @@ struct SchedulerConfig {
   int32_t max_context = 4096;       // prompt + max_tokens of one sequence at most
   int32_t max_waiting = 256;        // waiting queue bound: add() beyond it is queue_full
   bool enable_prefix_cache = true;
+  kv::BlockHashFn block_hash = kv::hash_block;  // tests swap in a colliding one
 };
 
 // Why add() refused a request. The names are the wire codes (error.code) the server sends.

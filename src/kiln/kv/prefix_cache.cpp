@@ -30,9 +30,10 @@ uint64_t hash_block(uint64_t parent_hash, std::span<const int32_t> tokens) {
   return mix64(h ^ static_cast<uint64_t>(tokens.size()));
 }
 
-PrefixCache::PrefixCache(int32_t num_blocks, bool enable_caching)
+PrefixCache::PrefixCache(int32_t num_blocks, bool enable_caching, BlockHashFn hash)
     : pool_(num_blocks),
       enabled_(enable_caching),
+      hash_(hash),
       meta_(static_cast<size_t>(num_blocks)),
       gen_(static_cast<size_t>(num_blocks), 0) {}
 
@@ -58,7 +59,7 @@ std::vector<int32_t> PrefixCache::find_prefix(std::span<const int32_t> tokens, b
   int32_t prev = -1;
   for (size_t i = 0; i < max_blocks; ++i) {
     const auto blk = tokens.subspan(i * kBlockTokens, kBlockTokens);
-    h = hash_block(h, blk);
+    h = hash_(h, blk);
     const auto it = by_hash_.find(h);
     if (it == by_hash_.end()) break;
     const int32_t b = it->second;
@@ -120,7 +121,7 @@ void PrefixCache::cache_blocks(std::span<const int32_t> tokens, std::span<const 
   for (int32_t i = from_block; i < to_block; ++i) {
     const int32_t b = table[i];
     const auto blk = tokens.subspan(static_cast<size_t>(i) * kBlockTokens, kBlockTokens);
-    h = hash_block(h, blk);
+    h = hash_(h, blk);
     BlockMeta& m = meta_[b];
     KILN_ASSERT(!m.cached && m.twin < 0);  // a block is registered once per allocation
     if (const auto it = by_hash_.find(h); it != by_hash_.end()) {

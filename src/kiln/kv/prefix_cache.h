@@ -40,6 +40,7 @@ inline constexpr uint64_t kRootHash = 0x6b696c6e2d6b7621ULL;  // "kiln-kv!"
 // The chained hash of one full block: a seeded splitmix64-style mix of the parent hash and
 // each token. Deterministic across runs and machines.
 uint64_t hash_block(uint64_t parent_hash, std::span<const int32_t> tokens);
+using BlockHashFn = uint64_t (*)(uint64_t parent_hash, std::span<const int32_t> tokens);
 
 struct PrefixCacheStats {
   int64_t num_queried_tokens = 0;  // prompt tokens looked up (find_prefix calls)
@@ -49,8 +50,10 @@ struct PrefixCacheStats {
 
 class PrefixCache {
  public:
-  // enable_caching false: plain block allocation, nothing is ever found or kept.
-  explicit PrefixCache(int32_t num_blocks, bool enable_caching = true);
+  // enable_caching false: plain block allocation, nothing is ever found or kept. `hash` is
+  // for tests, which pass a deliberately colliding one to show collisions are harmless.
+  explicit PrefixCache(int32_t num_blocks, bool enable_caching = true,
+                       BlockHashFn hash = hash_block);
 
   int32_t num_blocks() const { return pool_.num_blocks(); }
   // Blocks with no reader, evictable cached ones included: what allocate() can hand out.
@@ -112,6 +115,7 @@ class PrefixCache {
 
   BlockPool pool_;
   bool enabled_ = true;
+  BlockHashFn hash_ = hash_block;
   std::vector<BlockMeta> meta_;  // [num_blocks]
   std::vector<uint32_t> gen_;    // [num_blocks]
   std::unordered_map<uint64_t, int32_t> by_hash_;

@@ -24,14 +24,33 @@ using kv::kBlockTokens;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-// The fake model: the next token is a function of the whole context (greedy decoding).
-int32_t model_token(std::span<const int32_t> context) {
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (int32_t t : context) {
-    h ^= static_cast<uint32_t>(t);
+// The fake model. Like real KV, the value stored for position p depends on every token up to
+// p: kv_value chains the previous position's value with the token. The next token is a hash
+// of all the values of the context, so a block holding the right tokens computed after a
+// different prefix still gives a different token.
+uint64_t kv_value(uint64_t prev, int32_t token) {
+  uint64_t x = prev ^ (static_cast<uint64_t>(static_cast<uint32_t>(token)) * 0x9e3779b97f4a7c15ULL);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+constexpr uint64_t kKvSeed = 12345;
+
+int32_t sample(std::span<const uint64_t> kv) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a over the values
+  for (uint64_t v : kv) {
+    h ^= v;
     h *= 1099511628211ULL;
   }
   return 100 + static_cast<int32_t>(h % 30000);
+}
+
+// The model run straight on a token list, no cache: the oracle.
+int32_t model_token(std::span<const int32_t> context) {
+  std::vector<uint64_t> kv;
+  uint64_t prev = kKvSeed;
+  for (int32_t t : context) kv.push_back(prev = kv_value(prev, t));
+  return sample(kv);
 }
 
 std::vector<int32_t> iota_tokens(int32_t first, int32_t n) {
@@ -63,7 +82,7 @@ std::vector<int32_t> reference_output(std::vector<int32_t> ctx, int32_t max_toke
 class FakeEngine {
  public:
   explicit FakeEngine(Scheduler* s) : s_(s), slots_(static_cast<size_t>(s->kv().num_blocks())) {
-    for (auto& b : slots_) b.fill(-1);
+    for (auto& b : slots_) b.fill(0);
   }
 
   Admission add(SeqId id, std::vector<int32_t> prompt, int32_t max_tokens) {
@@ -81,7 +100,7 @@ class FakeEngine {
       const ScheduledSeq& sc = plan.seqs[i];
       write_kv(plan, i);
       if (!sc.needs_logits) continue;
-      const int32_t token = model_token(read_context(plan, i));
+      const int32_t token = sample(read_context(plan, i));
       outputs.push_back({sc.id, token, stop_ && stop_(token)});
       generated_[sc.id].push_back(token);
     }
@@ -157,6 +176,13 @@ class FakeEngine {
     ran_last_step_ = seen;
   }
 
+  uint64_t& slot(const StepPlan& plan, int32_t i, int32_t pos) {
+    const int32_t block = plan.kv_indices[plan.kv_indptr[i] + pos / kBlockTokens];
+    return slots_[block][pos % kBlockTokens];
+  }
+
+  // Each row reads the value of the position before it through the block table (attention
+  // over the cached prefix) and writes its own.
   void write_kv(const StepPlan& plan, int32_t i) {
     for (int32_t r = plan.qo_indptr[i]; r < plan.qo_indptr[i + 1]; ++r) {
       const int32_t pos = plan.positions[r];
@@ -164,21 +190,19 @@ class FakeEngine {
       // Only a private block is ever written: shared and cached blocks are read-only.
       ASSERT_EQ(s_->kv().ref_count(block), 1);
       ASSERT_FALSE(s_->kv().is_cached(block));
-      slots_[block][pos % kBlockTokens] = plan.token_ids[r];
+      const uint64_t prev = pos == 0 ? kKvSeed : slot(plan, i, pos - 1);
+      slot(plan, i, pos) = kv_value(prev, plan.token_ids[r]);
     }
   }
 
-  std::vector<int32_t> read_context(const StepPlan& plan, int32_t i) const {
-    std::vector<int32_t> ctx;
-    for (int32_t pos = 0; pos < plan.kv_len[i]; ++pos) {
-      const int32_t block = plan.kv_indices[plan.kv_indptr[i] + pos / kBlockTokens];
-      ctx.push_back(slots_[block][pos % kBlockTokens]);
-    }
-    return ctx;
+  std::vector<uint64_t> read_context(const StepPlan& plan, int32_t i) {
+    std::vector<uint64_t> kv;
+    for (int32_t pos = 0; pos < plan.kv_len[i]; ++pos) kv.push_back(slot(plan, i, pos));
+    return kv;
   }
 
   Scheduler* s_;
-  std::vector<std::array<int32_t, kBlockTokens>> slots_;  // the fake KV: [num_blocks][16]
+  std::vector<std::array<uint64_t, kBlockTokens>> slots_;  // the fake KV: [num_blocks][16]
   std::map<SeqId, Req> requests_;
   std::map<SeqId, std::vector<int32_t>> generated_;
   std::map<SeqId, FinishedSeq> finished_;
@@ -463,11 +487,19 @@ TEST(Scheduler, StopFlagFinishesASequence) {
 // prompts drawn from a few shared prefixes: invariants after every step, the fake engine's
 // checks on every plan, reference outputs for every finished sequence, and an empty pool at
 // the end.
-void soak(bool enable_prefix_cache, uint32_t seed) {
+// A hash with collisions everywhere: 8 values. The exact hit check must make it harmless.
+uint64_t colliding_hash(uint64_t parent, std::span<const int32_t> tokens) {
+  uint64_t sum = parent;
+  for (int32_t t : tokens) sum += static_cast<uint32_t>(t) % 3;
+  return sum % 8;
+}
+
+void soak(bool enable_prefix_cache, uint32_t seed, kv::BlockHashFn hash = kv::hash_block) {
   SchedulerConfig cfg = config(48, 24, /*max_seqs=*/6);
   cfg.max_waiting = 10;
   cfg.max_context = 300;
   cfg.enable_prefix_cache = enable_prefix_cache;
+  cfg.block_hash = hash;
   Scheduler s(cfg);
   FakeEngine e(&s);
   e.set_stop([](int32_t t) { return t % 50 == 0; });
@@ -482,9 +514,15 @@ void soak(bool enable_prefix_cache, uint32_t seed) {
   for (int step = 0; step < 3000; ++step) {
     if (uniform(0, 2) == 0) {
       std::vector<int32_t> prompt;
-      if (uniform(0, 1) == 0) {  // a shared prefix, cut anywhere
+      const int32_t kind = uniform(0, 2);
+      if (kind == 0) {  // a shared prefix, cut anywhere
         const auto& p = prefixes[uniform(0, 3)];
         prompt.assign(p.begin(), p.begin() + uniform(1, 96));
+      } else if (kind == 1) {  // equal blocks after different prefixes
+        for (int32_t i = uniform(1, 5); i > 0; --i) {
+          const int32_t first = 100 * uniform(1, 3);
+          for (int32_t t = 0; t < kBlockTokens; ++t) prompt.push_back(first + t);
+        }
       }
       const int32_t num_own = uniform(prompt.empty() ? 1 : 0, 60);
       for (int32_t i = 0; i < num_own; ++i) prompt.push_back(uniform(0, 999));
@@ -516,6 +554,10 @@ TEST(Scheduler, RandomizedSoakWithPrefixCache) {
 
 TEST(Scheduler, RandomizedSoakWithoutPrefixCache) {
   soak(false, 3);
+}
+
+TEST(Scheduler, RandomizedSoakWithACollidingHash) {
+  soak(true, 4, colliding_hash);
 }
 
 }  // namespace

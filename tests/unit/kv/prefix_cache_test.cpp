@@ -183,6 +183,42 @@ TEST(PrefixCache, ChildOfAnEvictedParentIsNeverHit) {
   c.check_invariants();
 }
 
+// A deliberately weak hash: any two blocks with the same token sum collide.
+uint64_t sum_hash(uint64_t parent, std::span<const int32_t> tokens) {
+  uint64_t h = parent;
+  for (int32_t t : tokens) h += static_cast<uint64_t>(t);
+  return h;
+}
+
+TEST(PrefixCache, CollisionsNeverHandOutBlocksComputedAfterAnotherPrefix) {
+  PrefixCache c(4, /*enable_caching=*/true, sum_hash);
+  const auto x = iota_tokens(0, 16);
+  auto z = x;  // same sum as x: collides with it
+  std::swap(z[0], z[1]);
+  const auto y = iota_tokens(16, 16);
+  c.release(run_sequence(&c, concat(concat(x, y), {1})));  // x: #0, y: #1 (child of #0)
+  // Evict x's block alone and reuse the same block id for z.
+  const std::vector<int32_t> child{1};
+  c.acquire(child);
+  c.release(child);
+  std::vector<int32_t> t;
+  ASSERT_TRUE(c.allocate(3, &t));
+  ASSERT_THAT(t, ElementsAre(2, 3, 0));
+  c.release(std::vector<int32_t>{2, 3});
+  c.release(std::vector<int32_t>{0});
+  std::vector<int32_t> zt;
+  ASSERT_TRUE(c.allocate(1, &zt));
+  ASSERT_THAT(zt, ElementsAre(0));
+  c.cache_blocks(z, zt, 0, 1);
+  // Query z then y: every hash matches block for block, and block #1 even links to id #0,
+  // but #0 now holds z, not the x that #1 was computed after (its generation moved on).
+  EXPECT_THAT(c.find_prefix(concat(concat(z, y), {1})), ElementsAre(0));
+  // Query x then y: x's hash finds z's block, whose tokens differ.
+  EXPECT_THAT(c.find_prefix(concat(concat(x, y), {1})), IsEmpty());
+  c.release(zt);
+  c.check_invariants();
+}
+
 TEST(PrefixCache, BlocksComputedTwiceAtOnceKeepOneCopyAndChainThroughIt) {
   PrefixCache c(8);
   const auto tokens = iota_tokens(0, 48);
