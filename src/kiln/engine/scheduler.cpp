@@ -114,7 +114,9 @@ StepPlan Scheduler::schedule() {
   std::vector<Chosen> chosen;
   schedule_running(/*decodes=*/true, &budget, &chosen, &plan);
   schedule_running(/*decodes=*/false, &budget, &chosen, &plan);
-  admit_waiting(&budget, &chosen);
+  // After a preemption the pool is tight: admitting now would only take back the blocks just
+  // freed (and likely preempt again next step). vLLM v1 makes the same call.
+  if (plan.preempted.empty()) admit_waiting(&budget, &chosen);
   build_plan(chosen, &plan);
   step_in_flight_ = true;
   ++stats_.num_steps;

@@ -5,7 +5,8 @@
 //   1. decode tokens of running sequences (one token left), oldest first;
 //   2. prompt chunks of running sequences still prefilling (chunked prefill), oldest first;
 //   3. waiting sequences, strictly FCFS, admitted while budget, max_seqs and blocks allow,
-//      each first reusing its longest cached prefix (prefix_cache.h).
+//      each first reusing its longest cached prefix (prefix_cache.h); none in a step that
+//      had to preempt.
 // When a running sequence needs a block and none is free, the newest running sequence is
 // preempted by recompute: its blocks go back (into the prefix cache, so it gets most of them
 // back cheaply), num_computed_tokens = 0, and it is queued at the front of the waiting queue.
