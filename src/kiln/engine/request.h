@@ -24,7 +24,7 @@ enum class SeqStatus {
   kFinished,
 };
 
-enum class FinishReason {
+enum class SeqFinishReason {
   kNone,
   kStop,       // the engine reported a stop (EOS, stop string)
   kLength,     // max_tokens generated (or the context is full)
@@ -46,15 +46,15 @@ inline const char* seq_status_name(SeqStatus s) {
 }
 
 // The OpenAI finish_reason spelling ("" while running).
-inline const char* finish_reason_name(FinishReason r) {
+inline const char* finish_reason_name(SeqFinishReason r) {
   switch (r) {
-    case FinishReason::kNone:
+    case SeqFinishReason::kNone:
       return "";
-    case FinishReason::kStop:
+    case SeqFinishReason::kStop:
       return "stop";
-    case FinishReason::kLength:
+    case SeqFinishReason::kLength:
       return "length";
-    case FinishReason::kCancelled:
+    case SeqFinishReason::kCancelled:
       return "cancelled";
   }
   return "?";
@@ -71,7 +71,7 @@ struct Sequence {
   int32_t num_computed_tokens = 0;
   std::vector<int32_t> block_table;  // KV blocks in order; covers num_computed_tokens
   SeqStatus status = SeqStatus::kWaiting;
-  FinishReason finish_reason = FinishReason::kNone;
+  SeqFinishReason finish_reason = SeqFinishReason::kNone;
   uint64_t arrival = 0;  // arrival order (FCFS, and "newest" for preemption)
   // Blocks of block_table handed to the prefix cache (registered as full blocks).
   int32_t num_registered_blocks = 0;

@@ -134,7 +134,7 @@ void Scheduler::apply_cancels(StepPlan* plan) {
       waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
     }
     plan->cancelled.push_back(id);
-    finish(seq, FinishReason::kCancelled);
+    finish(seq, SeqFinishReason::kCancelled);
   }
   pending_cancels_.clear();
 }
@@ -266,13 +266,13 @@ std::vector<FinishedSeq> Scheduler::update(const StepPlan& plan,
     const auto out = by_id.find(s.id);
     const SeqOutput* o = out == by_id.end() ? nullptr : out->second;
     KILN_ASSERT(!s.needs_logits || (o != nullptr && o->token >= 0));  // engine contract
-    FinishReason reason = FinishReason::kNone;
+    SeqFinishReason reason = SeqFinishReason::kNone;
     if (s.needs_logits) {
       seq->tokens.push_back(o->token);
-      if (seq->num_output_tokens() >= seq->max_tokens) reason = FinishReason::kLength;
+      if (seq->num_output_tokens() >= seq->max_tokens) reason = SeqFinishReason::kLength;
     }
-    if (o != nullptr && o->stop) reason = FinishReason::kStop;
-    if (reason == FinishReason::kNone) continue;
+    if (o != nullptr && o->stop) reason = SeqFinishReason::kStop;
+    if (reason == SeqFinishReason::kNone) continue;
     running_.erase(std::find(running_.begin(), running_.end(), seq));
     finished.push_back({seq->id, reason, seq->num_prompt_tokens, seq->num_output_tokens(),
                         seq->num_cached_prompt_tokens});
@@ -283,7 +283,7 @@ std::vector<FinishedSeq> Scheduler::update(const StepPlan& plan,
 
 // Releases the blocks (into the prefix cache) and forgets the sequence. It must already be
 // out of running_ and waiting_.
-void Scheduler::finish(Sequence* seq, FinishReason reason) {
+void Scheduler::finish(Sequence* seq, SeqFinishReason reason) {
   kv_.release(seq->block_table);
   seq->block_table.clear();
   seq->status = SeqStatus::kFinished;

@@ -95,7 +95,7 @@ struct SeqOutput {
 
 struct FinishedSeq {
   SeqId id = 0;
-  FinishReason reason = FinishReason::kNone;
+  SeqFinishReason reason = SeqFinishReason::kNone;
   int32_t num_prompt_tokens = 0;
   int32_t num_output_tokens = 0;
   int32_t num_cached_prompt_tokens = 0;
@@ -154,7 +154,7 @@ class Scheduler {
   void build_plan(const std::vector<Chosen>& chosen, StepPlan* plan) const;
   void insert_running(Sequence* seq);
   void insert_waiting(Sequence* seq);
-  void finish(Sequence* seq, FinishReason reason);
+  void finish(Sequence* seq, SeqFinishReason reason);
   int32_t token_limit() const;
 
   SchedulerConfig cfg_;

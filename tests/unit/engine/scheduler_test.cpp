@@ -295,7 +295,7 @@ TEST(Scheduler, PlanIsFlatWithCsrMetadata) {
   EXPECT_EQ(s.find(1)->num_computed_tokens, 21);
   e.drain();
   e.expect_outputs_match_reference();
-  EXPECT_EQ(e.finished().at(1).reason, FinishReason::kLength);
+  EXPECT_EQ(e.finished().at(1).reason, SeqFinishReason::kLength);
   EXPECT_EQ(s.kv().num_free_blocks(), 16);
 }
 
@@ -478,9 +478,9 @@ TEST(Scheduler, StopFlagFinishesASequence) {
   ASSERT_TRUE(e.add(1, iota_tokens(0, 10), 50).ok());
   e.drain();
   ASSERT_EQ(e.finished().count(1), 1u);
-  EXPECT_EQ(e.finished().at(1).reason, FinishReason::kStop);
+  EXPECT_EQ(e.finished().at(1).reason, SeqFinishReason::kStop);
   EXPECT_EQ(e.finished().at(1).num_output_tokens, 3);
-  EXPECT_STREQ(finish_reason_name(FinishReason::kStop), "stop");
+  EXPECT_STREQ(finish_reason_name(SeqFinishReason::kStop), "stop");
 }
 
 // Thousands of steps of random arrivals, lengths and cancellations on a small pool, with

@@ -1,0 +1,332 @@
+#include "kiln/engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+#include <unordered_map>
+
+#include "kiln/chat/template.h"
+#include "kiln/engine/scheduler.h"
+#include "kiln/engine/sequence.h"
+#include "kiln/engine/stop.h"
+#include "kiln/kv/kv_cache.h"
+#include "kiln/model/forward.h"
+#include "kiln/tokenizer/gguf_vocab.h"
+#include "kiln/tokenizer/stream_decoder.h"
+#include "kiln/util/log.h"
+#include "kiln/util/thread_pool.h"
+
+namespace kiln::engine {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A request's generation state, beside the scheduler's sequence of the same id.
+struct Active {
+  std::shared_ptr<RequestChannel> channel;
+  GenerationRequest req;
+  Sampler sampler;
+  StopMatcher stop;
+  StopTokens eog;
+  tokenizer::StreamDecoder decoder;
+  bool stopped_by_string = false;
+};
+
+FinishReason to_api(SeqFinishReason r) {
+  switch (r) {
+    case SeqFinishReason::kStop:
+      return FinishReason::kStop;
+    case SeqFinishReason::kLength:
+      return FinishReason::kLength;
+    case SeqFinishReason::kCancelled:
+    case SeqFinishReason::kNone:
+      break;
+  }
+  return FinishReason::kCancelled;
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  Engine& engine;
+  util::ThreadPool pool;
+  kv::KvCache cache;
+  model::Forward forward;
+  Scheduler sched;
+  std::vector<int32_t> eog_ids;
+  std::unordered_map<SeqId, Active> active;
+  std::vector<float> logits;
+  SeqId next_id = 1;
+
+  Impl(Engine& e, int threads, kv::KvCache c, const SchedulerConfig& cfg)
+      : engine(e),
+        pool(threads),
+        cache(std::move(c)),
+        forward(*e.model_, cfg.max_batch_tokens, &pool),
+        sched(cfg),
+        eog_ids(end_of_generation_ids(*e.tokenizer_)) {}
+
+  void finish(SeqId id, FinishEvent ev) {
+    auto it = active.find(id);
+    if (it == active.end()) return;
+    it->second.channel->push(std::move(ev));
+    active.erase(it);
+  }
+
+  void admit(std::vector<Pending>& pending) {
+    for (Pending& p : pending) {
+      engine.num_queued_--;
+      const SeqId id = next_id++;
+      Request r{id, p.req.prompt_tokens, p.req.max_tokens};
+      const Admission a = sched.add(std::move(r));
+      if (!a.ok()) {
+        p.channel->push(FinishEvent{FinishReason::kError, "", {}, a.message});
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(engine.stats_mu_);
+        engine.stats_.num_prompt_tokens += static_cast<int64_t>(p.req.prompt_tokens.size());
+      }
+      StopTokens eog(eog_ids);
+      for (int32_t t : p.req.stop_token_ids) eog.add(t);
+      const int32_t n_vocab = static_cast<int32_t>(engine.model_->hparams().n_vocab);
+      active.emplace(id, Active{p.channel, p.req, Sampler(p.req.sampling, n_vocab),
+                                StopMatcher(p.req.stop), std::move(eog),
+                                tokenizer::StreamDecoder(*engine.tokenizer_, p.req.skip_special),
+                                false});
+    }
+  }
+
+  void apply_cancels() {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& [id, a] : active) {
+      if (a.channel->cancelled() || (a.req.deadline && now >= *a.req.deadline)) sched.cancel(id);
+    }
+  }
+
+  // Samples each sequence that reached the end of its known tokens; emits token events.
+  std::vector<SeqOutput> sample(const StepPlan& plan) {
+    std::vector<SeqOutput> outputs;
+    const int64_t n_vocab = engine.model_->hparams().n_vocab;
+    size_t row = 0;
+    for (const ScheduledSeq& s : plan.seqs) {
+      if (!s.needs_logits) continue;
+      const float* lg = logits.data() + static_cast<int64_t>(row++) * n_vocab;
+      Active& a = active.at(s.id);
+      const Sequence* seq = sched.find(s.id);
+      const SampleResult r = a.sampler.sample(std::span<const float>(lg, n_vocab), seq->tokens);
+      bool stop = false;
+      if (!a.req.ignore_eos && a.eog.contains(r.token)) {
+        stop = true;
+      } else {
+        const StopMatcher::Result m = a.stop.feed(a.decoder.push(r.token));
+        a.channel->push(TokenEvent{r.token, m.text, r.logprob, r.top});
+        stop = m.stopped;
+        a.stopped_by_string = m.stopped;
+      }
+      outputs.push_back({s.id, r.token, stop});
+    }
+    return outputs;
+  }
+
+  void report_finished(const std::vector<FinishedSeq>& finished) {
+    for (const FinishedSeq& f : finished) {
+      auto it = active.find(f.id);
+      if (it == active.end()) continue;
+      Active& a = it->second;
+      FinishEvent ev;
+      ev.reason = to_api(f.reason);
+      if (!a.stopped_by_string && ev.reason != FinishReason::kCancelled)
+        ev.text = a.stop.feed(a.decoder.flush()).text + a.stop.flush();
+      ev.usage = {f.num_prompt_tokens, f.num_output_tokens, f.num_cached_prompt_tokens};
+      finish(f.id, std::move(ev));
+    }
+  }
+
+  void fail_step(const StepPlan& plan, const std::string& why) {
+    log::error("step failed: {}", why);
+    for (const ScheduledSeq& s : plan.seqs) {
+      sched.cancel(s.id);
+      finish(s.id, FinishEvent{FinishReason::kError, "", {}, why});
+    }
+  }
+
+  void publish_stats() {
+    std::lock_guard<std::mutex> lock(engine.stats_mu_);
+    EngineStats& st = engine.stats_;
+    st.num_running = sched.num_running();
+    st.num_waiting = sched.num_waiting() + engine.num_queued_.load();
+    st.num_kv_blocks_total = sched.config().num_blocks;
+    st.num_kv_blocks_used = sched.kv().num_used_blocks();
+    st.num_preemptions = sched.stats().num_preemptions;
+    st.num_prefix_queried_tokens = sched.stats().num_prompt_tokens;
+    st.num_prefix_hit_tokens = sched.stats().num_cached_prompt_tokens;
+  }
+
+  // One schedule -> execute -> update step. False when there was nothing to do.
+  bool step() {
+    StepPlan plan = sched.schedule();
+    for (SeqId id : plan.cancelled) finish(id, FinishEvent{FinishReason::kCancelled, "", {}, ""});
+    if (plan.empty()) {  // every schedule() is paired with an update()
+      report_finished(sched.update(plan, {}));
+      return !plan.cancelled.empty();
+    }
+    logits.resize(plan.logits_rows.size() * engine.model_->hparams().n_vocab);
+    model::StepInput in;
+    in.tokens = plan.token_ids;
+    in.attn = plan.attn_batch();
+    in.logit_rows = plan.logits_rows;
+    Status st = forward.run(in, cache, logits.data());
+    if (!st.ok()) {
+      fail_step(plan, st.error().message);
+      report_finished(sched.update(plan, {}));
+      return true;
+    }
+    const std::vector<SeqOutput> outputs = sample(plan);
+    report_finished(sched.update(plan, outputs));
+    {
+      std::lock_guard<std::mutex> lock(engine.stats_mu_);
+      engine.stats_.num_generated_tokens += static_cast<int64_t>(outputs.size());
+    }
+    return true;
+  }
+};
+
+Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {}
+
+Engine::~Engine() { stop(); }
+
+void Engine::start() { thread_ = std::thread([this] { thread_main(); }); }
+
+void Engine::stop() {
+  stop_ = true;
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status Engine::wait_ready() {
+  std::unique_lock<std::mutex> lock(mu_);
+  ready_cv_.wait(lock, [&] { return state_.load() != EngineState::kLoading; });
+  if (state_.load() == EngineState::kFailed) return Error{load_error_};
+  return {};
+}
+
+std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> Engine::submit(
+    GenerationRequest req) {
+  if (state_.load() != EngineState::kReady)
+    return SubmitRefusal{SubmitError::kUnavailable, "the model is not ready"};
+  if (req.prompt_tokens.empty()) return SubmitRefusal{SubmitError::kInvalid, "empty prompt"};
+  if (req.max_tokens < 1) return SubmitRefusal{SubmitError::kInvalid, "max_tokens must be >= 1"};
+  const int64_t total = static_cast<int64_t>(req.prompt_tokens.size()) + req.max_tokens;
+  if (total > opts_.n_ctx)
+    return SubmitRefusal{SubmitError::kContextLengthExceeded,
+                         fmt::format("This model's maximum context length is {} tokens. However, "
+                                     "you requested {} tokens ({} in the prompt, {} for the "
+                                     "completion).",
+                                     opts_.n_ctx, total, req.prompt_tokens.size(),
+                                     req.max_tokens)};
+  const int32_t n_vocab = static_cast<int32_t>(model_->hparams().n_vocab);
+  for (int32_t t : req.prompt_tokens)
+    if (t < 0 || t >= n_vocab)
+      return SubmitRefusal{SubmitError::kInvalid, fmt::format("token id {} is out of range", t)};
+  if (Status st = validate(req.sampling, n_vocab); !st.ok())
+    return SubmitRefusal{SubmitError::kInvalid, st.error().message};
+  if (Status st = validate_stops(req.stop); !st.ok())
+    return SubmitRefusal{SubmitError::kInvalid, st.error().message};
+  EngineStats s = stats();
+  if (s.num_waiting >= opts_.max_waiting)
+    return SubmitRefusal{SubmitError::kQueueFull, "too many requests are waiting; retry later"};
+  auto channel = std::make_shared<RequestChannel>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.push_back({std::move(req), channel});
+    num_queued_++;
+  }
+  cv_.notify_one();
+  return channel;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  EngineStats s = stats_;
+  s.num_waiting = std::max<int64_t>(s.num_waiting, num_queued_.load());
+  s.seconds_since_heartbeat = static_cast<double>(now_ns() - heartbeat_ns_.load()) * 1e-9;
+  return s;
+}
+
+void Engine::thread_main() {
+  heartbeat_ns_ = now_ns();
+  auto load = [&]() -> Expected<std::unique_ptr<Impl>> {
+    KILN_TRY(model_, model::Model::load(opts_.model_path));
+    KILN_TRY(tokenizer::VocabData vocab, tokenizer::load_vocab(model_->file()));
+    chat_template_ = vocab.chat_template.empty() ? chat::kChatMLTemplate : vocab.chat_template;
+    KILN_TRY(tokenizer::Tokenizer tok, tokenizer::Tokenizer::create(std::move(vocab)));
+    tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
+    const model::HParams& hp = model_->hparams();
+    if (opts_.n_ctx <= 0) opts_.n_ctx = static_cast<int32_t>(hp.n_ctx_train);
+    const kv::KvShape shape{static_cast<int32_t>(hp.n_layer), static_cast<int32_t>(hp.n_head_kv),
+                            static_cast<int32_t>(hp.head_dim_k),
+                            static_cast<int32_t>(hp.head_dim_v)};
+    const uint64_t per_block = kv::KvCache::bytes_per_block(shape);
+    uint64_t budget = opts_.kv_memory_bytes;
+    if (budget == 0) {
+      const uint64_t blocks_per_seq = (opts_.n_ctx + kv::kBlockTokens - 1) / kv::kBlockTokens;
+      budget = std::min<uint64_t>(uint64_t{2} << 30, per_block * blocks_per_seq * opts_.max_seqs);
+    }
+    KILN_TRY(kv::KvCache cache, kv::KvCache::create(shape, budget));
+    SchedulerConfig cfg;
+    cfg.max_batch_tokens = opts_.max_batch_tokens;
+    cfg.max_seqs = opts_.max_seqs;
+    cfg.num_blocks = cache.num_blocks();
+    cfg.max_context = opts_.n_ctx;
+    cfg.max_waiting = opts_.max_waiting;
+    cfg.enable_prefix_cache = opts_.enable_prefix_cache;
+    const int threads = opts_.threads > 0 ? opts_.threads : util::default_num_threads();
+    log::info("engine: {} KV blocks of {} tokens ({:.1f} MiB), {} threads", cache.num_blocks(),
+              kv::kBlockTokens, static_cast<double>(budget) / (1 << 20), threads);
+    return std::make_unique<Impl>(*this, threads, std::move(cache), cfg);
+  };
+  auto impl = load();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!impl.ok()) {
+      load_error_ = impl.error().message;
+      state_ = EngineState::kFailed;
+    } else {
+      state_ = EngineState::kReady;
+    }
+  }
+  ready_cv_.notify_all();
+  if (!impl.ok()) return;
+  Impl& e = **impl;
+  while (!stop_) {
+    heartbeat_ns_ = now_ns();
+    std::vector<Pending> pending;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending.swap(inbox_);
+    }
+    e.admit(pending);
+    e.apply_cancels();
+    const bool worked = e.step();
+    e.publish_stats();
+    if (!worked) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_ || !inbox_.empty(); });
+    }
+  }
+  // Shutdown: everything still queued or running ends as cancelled.
+  for (auto& [id, a] : e.active) a.channel->push(FinishEvent{FinishReason::kCancelled, "", {}, ""});
+  e.active.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Pending& p : inbox_) p.channel->push(FinishEvent{FinishReason::kCancelled, "", {}, ""});
+  inbox_.clear();
+  state_ = EngineState::kStopped;
+}
+
+}  // namespace kiln::engine

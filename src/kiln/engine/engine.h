@@ -1,0 +1,86 @@
+// The engine loop: one thread owns the model, the KV cache and the scheduler. Each step is
+// schedule -> execute (one forward over the flat batch) -> update (sample, detokenize, stop
+// strings, events to each request's channel). HTTP threads only call submit() and read
+// channels. A failed step fails its requests and the loop goes on.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/engine/api.h"
+#include "kiln/model/model.h"
+#include "kiln/tokenizer/tokenizer.h"
+
+namespace kiln::engine {
+
+struct EngineOptions {
+  std::string model_path;
+  int threads = 0;                 // 0: physical cores
+  int32_t n_ctx = 4096;            // context per sequence (prompt + generated)
+  uint64_t kv_memory_bytes = 0;    // KV cache budget; 0: enough for max_seqs full contexts,
+                                   // capped at 2 GiB
+  int32_t max_batch_tokens = 512;  // tokens per step (prefill chunks + decodes)
+  int32_t max_seqs = 16;           // running sequences at most
+  int32_t max_waiting = 256;       // queued requests beyond this are refused (429)
+  bool enable_prefix_cache = true;
+};
+
+class Engine final : public EngineApi {
+ public:
+  explicit Engine(EngineOptions opts);
+  ~Engine() override;
+
+  // Starts the engine thread, which loads the model (state kLoading -> kReady or kFailed).
+  void start();
+  // Blocks until the model is loaded (or failed); the error when it failed.
+  Status wait_ready();
+  // Stops the loop: queued and running requests finish with kCancelled.
+  void stop();
+
+  std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> submit(
+      GenerationRequest req) override;
+  EngineState state() const override { return state_.load(); }
+  EngineStats stats() const override;
+  int32_t context_length() const override { return opts_.n_ctx; }
+
+  // Valid once ready.
+  const model::Model& model() const { return *model_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const std::string& chat_template() const { return chat_template_; }
+
+ private:
+  struct Impl;  // the loop's state, owned by the engine thread
+  void thread_main();
+
+  EngineOptions opts_;
+  std::atomic<EngineState> state_{EngineState::kLoading};
+  std::string load_error_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::string chat_template_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+
+  // Inbox: submitted requests waiting for the engine thread.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  struct Pending {
+    GenerationRequest req;
+    std::shared_ptr<RequestChannel> channel;
+  };
+  std::vector<Pending> inbox_;
+  std::condition_variable ready_cv_;
+
+  // Counters published by the engine thread.
+  std::atomic<int64_t> num_queued_{0};  // inbox + scheduler waiting
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  std::atomic<int64_t> heartbeat_ns_{0};
+};
+
+}  // namespace kiln::engine
