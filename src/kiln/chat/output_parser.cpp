@@ -189,7 +189,7 @@ bool OutputParser::step(bool eof) {
     case State::kReasoning:
       return step_reasoning(eof);
     case State::kContentStart:
-      return step_content_start(eof);
+      return step_content_start();
     case State::kContent:
       return step_content(eof);
     case State::kToolBlock:
@@ -270,7 +270,7 @@ bool OutputParser::step_reasoning(bool eof) {
 }
 
 // After reasoning or a call: whitespace is dropped; for Llama 3 a '{' may start a call.
-bool OutputParser::step_content_start(bool eof) {
+bool OutputParser::step_content_start() {
   size_t pos = 0;
   while (pos < buf_.size() &&
          (detail::is_json_space(buf_[pos]) ||
@@ -279,7 +279,6 @@ bool OutputParser::step_content_start(bool eof) {
   }
   consume(pos);
   if (buf_.empty()) return false;
-  (void)eof;
   if (config_.format == ToolFormat::kLlama3 && buf_[0] == '{') {
     state_ = State::kLlamaStart;
   } else {

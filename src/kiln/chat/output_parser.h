@@ -133,7 +133,7 @@ class OutputParser {
   bool step_start(bool eof);
   bool step_reasoning_start(bool eof);
   bool step_reasoning(bool eof);
-  bool step_content_start(bool eof);
+  bool step_content_start();
   bool step_content(bool eof);
   bool step_tool(bool eof);
   void run(bool eof);
