@@ -82,6 +82,14 @@ std::string_view tool_format_name(ToolFormat format) {
   return "unknown";
 }
 
+std::optional<ToolFormat> tool_format_from_name(std::string_view name) {
+  for (ToolFormat f : {ToolFormat::kNone, ToolFormat::kHermes, ToolFormat::kLlama3,
+                       ToolFormat::kMistral, ToolFormat::kDeepSeek}) {
+    if (tool_format_name(f) == name) return f;
+  }
+  return std::nullopt;
+}
+
 std::string make_tool_call_id(ToolFormat format, uint64_t seed, int index) {
   static constexpr char kAlphabet[] =
       "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";

@@ -15,27 +15,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace kiln::chat {
-namespace detail {
-inline constexpr int kMaxJsonDepth = 128;
+#include "kiln/chat/parsers/scan_cache.h"
 
-// Lets a block that keeps needing more text resume its scans where the last attempt
-// stopped, instead of rescanning the block on every feed (quadratic in its length). Valid
-// only while the buffer is only appended to: the parser resets it whenever it consumes.
-struct ScanCache {
-  size_t find_from = 0;  // no match of the searched literal starts before this
-  size_t json_start = static_cast<size_t>(-1);  // the scan below belongs to this start
-  size_t json_pos = 0;                          // next byte to scan
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  char stack[kMaxJsonDepth] = {};
-};
-}  // namespace detail
+namespace kiln::chat {
 
 // Tool-call syntax of a model family.
 enum class ToolFormat {
@@ -52,6 +39,9 @@ enum class ToolFormat {
 };
 
 std::string_view tool_format_name(ToolFormat format);
+// The inverse of tool_format_name ("none", "hermes", "llama3", "mistral", "deepseek"), for
+// flags that override detection; nullopt for any other name.
+std::optional<ToolFormat> tool_format_from_name(std::string_view name);
 
 struct ParserConfig {
   ToolFormat format = ToolFormat::kNone;

@@ -55,7 +55,7 @@ struct JsonScan {
   enum Status { kNeedMore, kEnd, kInvalid } status = kNeedMore;
   size_t end = 0;  // one past the closing bracket when kEnd
 };
-// ScanCache and kMaxJsonDepth: in output_parser.h (the parser holds one).
+// ScanCache and kMaxJsonDepth: in scan_cache.h.
 
 // s.find(lit, from), skipping what an earlier call with the same cache already searched.
 // One literal per cache.
