@@ -40,6 +40,10 @@ struct Case {
   std::vector<ExpectedCall> calls;
 };
 
+inline void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
+
 inline ParserConfig config(ToolFormat format, bool reasoning = false, bool open_at_start = false) {
   ParserConfig c;
   c.format = format;

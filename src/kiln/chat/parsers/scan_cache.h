@@ -19,6 +19,9 @@ struct ScanCache {
   int depth = 0;
   bool in_string = false;
   bool escaped = false;
+  bool json_done = false;  // the scan ended: json_status and json_end hold its answer
+  int json_status = 0;     // a JsonScan::Status
+  size_t json_end = 0;
   char stack[kMaxJsonDepth] = {};
 };
 }  // namespace detail

@@ -62,8 +62,9 @@ struct JsonScan {
 size_t find_resumable(std::string_view s, std::string_view lit, size_t from, ScanCache* cache);
 
 // Finds the end of the JSON object or array starting at s[pos] ('{' or '['), by bracket
-// balance outside strings. Deeper than kMaxJsonDepth or mismatched brackets: kInvalid
-// (end is the offending byte). With a cache, resumes an earlier scan from the same pos.
+// balance outside strings. Deeper than kMaxJsonDepth, mismatched brackets, or a byte that
+// JSON never has outside strings: kInvalid (end is the offending byte). With a cache, resumes an
+// earlier scan from the same pos.
 JsonScan scan_json_container(std::string_view s, size_t pos, ScanCache* cache = nullptr);
 
 // Longest tool name (and Mistral call id) accepted; longer is not a call.
