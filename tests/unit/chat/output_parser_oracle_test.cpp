@@ -268,6 +268,8 @@ std::vector<Case> llama_cases() {
       {"partial_key", l, "{ \"na", "{ \"na"},
       {"invalid_json_balanced", l, R"J({"name": "f", "parameters": {x}} tail)J",
        R"J({"name": "f", "parameters": {x}} tail)J"},
+      {"non_json_multibyte_after_key", l, R"J({"name": "f", "parameters": {é: 1}} ok)J",
+       R"J({"name": "f", "parameters": {é: 1}} ok)J"},
       {"python_tag_builtin", l, R"J(<|python_tag|>brave_search.call(query="kiln"))J",
        R"J(<|python_tag|>brave_search.call(query="kiln"))J"},
       {"python_tag_at_end", l, "Let me search.<|python_tag|>", "Let me search.<|python_tag|>"},
