@@ -1,6 +1,7 @@
 // Property tests on generated outputs: random mixes of every family's tags, partial tags,
 // JSON pieces, whitespace and multi-byte characters. For each, any chunking must give the
 // non-streamed result, and when no call was recognized no text may be lost.
+#include <algorithm>
 #include <iostream>
 #include <random>
 #include <string>
@@ -122,6 +123,51 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, Fuzz,
                          [](const testing::TestParamInfo<ToolFormat>& info) {
                            return std::string(tool_format_name(info.param));
                          });
+
+// Mutations of well-formed calls: fragments inserted and ranges deleted at character
+// boundaries, so the text stays valid UTF-8 and every delta must too. This reaches the
+// half-broken calls (a key cut, a quote lost, a tag inside JSON) that random mixes rarely do.
+bool is_char_boundary(const std::string& s, size_t i) {
+  return i >= s.size() || (static_cast<unsigned char>(s[i]) & 0xC0) != 0x80;
+}
+
+std::string mutate(std::string text, std::mt19937& rng) {
+  const auto& frags = fragments();
+  const int num_mutations = 1 + static_cast<int>(rng() % 3);
+  for (int m = 0; m < num_mutations; ++m) {
+    size_t at = rng() % (text.size() + 1);
+    while (!is_char_boundary(text, at)) ++at;
+    if (rng() % 2 == 0) {
+      std::string frag = frags[rng() % frags.size()];
+      if (!test::valid_utf8(frag)) frag = "\"";
+      text.insert(at, frag);
+    } else {
+      size_t end = std::min(text.size(), at + 1 + rng() % 6);
+      while (!is_char_boundary(text, end)) ++end;
+      text.erase(at, end - at);
+    }
+  }
+  return text;
+}
+
+TEST_P(Fuzz, MutatedCallsKeepChunkIndependenceAndUtf8) {
+  const ToolFormat format = GetParam();
+  const auto& calls = whole_calls();
+  for (uint32_t t = 0; t < 400; ++t) {
+    std::mt19937 rng(5000 + t);
+    std::string text = "Ok. " + calls[rng() % calls.size()] + " " + calls[rng() % calls.size()];
+    if (t % 2 == 0) text = calls[rng() % calls.size()] + "\nDone 😀";
+    text = mutate(std::move(text), rng);
+    ASSERT_TRUE(test::valid_utf8(text));
+    const ParserConfig cfg = config(format, /*reasoning=*/t % 3 == 0);
+    const ParsedMessage whole = parse_all(cfg, text);
+    EXPECT_EQ(test::stream_in_chunks(cfg, text, nullptr, 1), whole) << "text: " << text;
+    EXPECT_EQ(test::stream_in_chunks(cfg, text, &rng, 1 + rng() % 7), whole) << "text: " << text;
+    for (const ToolCall& call : whole.tool_calls) {
+      EXPECT_TRUE(test::valid_utf8(call.arguments_json)) << call.arguments_json;
+    }
+  }
+}
 
 // A long call streamed in small pieces: the waiting block is scanned incrementally, so this
 // stays linear in the output's length (a rescan per feed would take minutes here).
