@@ -222,6 +222,9 @@ TEST(OutputParserLongCalls, LongWhitespaceRunsStreamInLinearTime) {
        {"b", "a" + run.substr(64), {}}},
       {config(ToolFormat::kMistral), "[TOOL_CALLS]" + run, {"[TOOL_CALLS]" + run, "", {}}},
       {config(ToolFormat::kLlama3), "{" + run + "}", {"{" + run + "}", "", {}}},
+      {config(ToolFormat::kMistral),
+       "[TOOL_CALLS]" + std::string(run.size(), 'a'),
+       {"[TOOL_CALLS]" + std::string(run.size(), 'a'), "", {}}},
       {config(ToolFormat::kDeepSeek),
        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>a<｜tool▁sep｜>{}<｜tool▁call▁end｜>" + run +
            "<｜tool▁calls▁end｜>",
