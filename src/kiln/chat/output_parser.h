@@ -130,11 +130,15 @@ class OutputParser {
 
   void emit_text(Event::Kind kind, std::string_view text);
   void emit_call(const std::string& name, const std::string& arguments_json);
-  void consume(size_t num_bytes) { buf_.erase(0, num_bytes); }
+  // The undecided text: text_ from start_. Consuming moves start_; the consumed prefix is
+  // erased only once it is most of text_, so one large feed() stays linear.
+  std::string_view buf() const { return std::string_view(text_).substr(start_); }
+  void consume(size_t num_bytes);
 
   ParserConfig config_;
   State state_ = State::kStart;
-  std::string buf_;  // text received but not yet decided
+  std::string text_;  // text received; text_[0, start_) is decided
+  size_t start_ = 0;
   std::vector<Event> out_;
   int num_calls_ = 0;
   bool after_call_ = false;  // Llama: ';' between calls is a separator

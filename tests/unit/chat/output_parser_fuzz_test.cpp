@@ -243,3 +243,24 @@ TEST(OutputParserLongCalls, LongWhitespaceRunsStreamInLinearTime) {
 
 }  // namespace
 }  // namespace kiln::chat
+
+namespace kiln::chat {
+namespace {
+
+// One feed() holding many blocks: the consumed prefix is not erased per block, so this is
+// linear too (an erase per block would move the remaining megabytes 20,000 times).
+TEST(OutputParserLongCalls, ManyCallsInOneFeedAreLinear) {
+  std::string text;
+  const int num_calls = 20000;
+  for (int i = 0; i < num_calls; ++i) {
+    text += "x<tool_call>{\"name\": \"f\", \"arguments\": {\"i\": " + std::to_string(i) +
+            "}}</tool_call>";
+  }
+  const ParsedMessage m = parse_all(config(ToolFormat::kHermes), text);
+  ASSERT_EQ(m.tool_calls.size(), static_cast<size_t>(num_calls));
+  EXPECT_EQ(m.tool_calls.back().arguments_json, "{\"i\":" + std::to_string(num_calls - 1) + "}");
+  EXPECT_EQ(m.content, std::string(num_calls, 'x'));
+}
+
+}  // namespace
+}  // namespace kiln::chat
