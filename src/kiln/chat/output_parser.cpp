@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "kiln/chat/parsers/tool_formats.h"
+#include "kiln/util/status.h"
 
 namespace kiln::chat {
 
@@ -82,6 +83,14 @@ std::string_view tool_format_name(ToolFormat format) {
   return "unknown";
 }
 
+std::optional<ToolFormat> tool_format_from_name(std::string_view name) {
+  for (ToolFormat f : {ToolFormat::kNone, ToolFormat::kHermes, ToolFormat::kLlama3,
+                       ToolFormat::kMistral, ToolFormat::kDeepSeek}) {
+    if (tool_format_name(f) == name) return f;
+  }
+  return std::nullopt;
+}
+
 std::string make_tool_call_id(ToolFormat format, uint64_t seed, int index) {
   static constexpr char kAlphabet[] =
       "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
@@ -139,7 +148,7 @@ OutputParser::OutputParser(ParserConfig config) : config_(std::move(config)) {
 
 std::vector<Event> OutputParser::feed(std::string_view text) {
   if (finished_) return {};
-  buf_.append(text);
+  text_.append(text);
   run(/*eof=*/false);
   return std::exchange(out_, {});
 }
@@ -152,7 +161,19 @@ std::vector<Event> OutputParser::finish() {
 }
 
 void OutputParser::run(bool eof) {
-  while (!buf_.empty() && step(eof)) {
+  while (!buf().empty() && step(eof)) {
+  }
+}
+
+void OutputParser::consume(size_t num_bytes) {
+  start_ += num_bytes;
+  KILN_ASSERT(start_ <= text_.size());
+  if (start_ == text_.size()) {
+    text_.clear();
+    start_ = 0;
+  } else if (start_ >= 4096 && start_ * 2 >= text_.size()) {
+    text_.erase(0, start_);
+    start_ = 0;
   }
 }
 
@@ -189,7 +210,7 @@ bool OutputParser::step(bool eof) {
     case State::kReasoning:
       return step_reasoning(eof);
     case State::kContentStart:
-      return step_content_start(eof);
+      return step_content_start();
     case State::kContent:
       return step_content(eof);
     case State::kToolBlock:
@@ -202,10 +223,10 @@ bool OutputParser::step(bool eof) {
 
 // Leading whitespace of the output is dropped whatever follows, so it goes at once.
 bool OutputParser::step_start(bool eof) {
-  consume(detail::skip_space(buf_, 0));
-  if (buf_.empty()) return false;
+  consume(detail::skip_space(buf(), 0));
+  if (buf().empty()) return false;
   if (config_.reasoning) {
-    switch (match_at(buf_, 0, config_.think_open)) {
+    switch (match_at(buf(), 0, config_.think_open)) {
       case Match::kFull:
         consume(config_.think_open.size());
         state_ = State::kReasoningStart;
@@ -224,10 +245,10 @@ bool OutputParser::step_start(bool eof) {
 // Reasoning's leading whitespace is dropped; when the prompt opened the block, a repeated
 // open tag here is dropped too.
 bool OutputParser::step_reasoning_start(bool eof) {
-  consume(detail::skip_space(buf_, 0));
-  if (buf_.empty()) return false;
+  consume(detail::skip_space(buf(), 0));
+  if (buf().empty()) return false;
   if (config_.reasoning_open_at_start && !open_tag_checked_) {
-    switch (match_at(buf_, 0, config_.think_open)) {
+    switch (match_at(buf(), 0, config_.think_open)) {
       case Match::kFull:
         consume(config_.think_open.size());
         open_tag_checked_ = true;
@@ -246,19 +267,17 @@ bool OutputParser::step_reasoning_start(bool eof) {
 // Reasoning runs to think_close; its trailing whitespace is dropped, so whitespace is held
 // until something follows it.
 bool OutputParser::step_reasoning(bool eof) {
-  const size_t close = buf_.find(config_.think_close);
+  const size_t close = buf().find(config_.think_close);
   if (close != std::string::npos) {
-    emit_text(Event::Kind::kReasoning,
-              std::string_view(buf_).substr(
-                  0, held_space_start(std::string_view(buf_).substr(0, close))));
+    emit_text(Event::Kind::kReasoning, buf().substr(0, held_space_start(buf().substr(0, close))));
     consume(close + config_.think_close.size());
     state_ = State::kContentStart;
     return true;
   }
-  std::string_view view(buf_);
+  std::string_view view = buf();
   if (eof) {
     emit_text(Event::Kind::kReasoning, view.substr(0, held_space_start(view)));
-    buf_.clear();
+    consume(buf().size());
     return false;
   }
   view.remove_suffix(partial_suffix(view, config_.think_close));
@@ -270,17 +289,16 @@ bool OutputParser::step_reasoning(bool eof) {
 }
 
 // After reasoning or a call: whitespace is dropped; for Llama 3 a '{' may start a call.
-bool OutputParser::step_content_start(bool eof) {
+bool OutputParser::step_content_start() {
   size_t pos = 0;
-  while (pos < buf_.size() &&
-         (detail::is_json_space(buf_[pos]) ||
-          (after_call_ && buf_[pos] == ';' && config_.format == ToolFormat::kLlama3))) {
+  while (pos < buf().size() &&
+         (detail::is_json_space(buf()[pos]) ||
+          (after_call_ && buf()[pos] == ';' && config_.format == ToolFormat::kLlama3))) {
     ++pos;
   }
   consume(pos);
-  if (buf_.empty()) return false;
-  (void)eof;
-  if (config_.format == ToolFormat::kLlama3 && buf_[0] == '{') {
+  if (buf().empty()) return false;
+  if (config_.format == ToolFormat::kLlama3 && buf()[0] == '{') {
     state_ = State::kLlamaStart;
   } else {
     state_ = State::kContent;
@@ -293,8 +311,8 @@ bool OutputParser::step_content_start(bool eof) {
 // sequence.
 bool OutputParser::step_content(bool eof) {
   const std::string_view marker = detail::tool_marker(config_.format);
-  std::string_view view(buf_);
-  const size_t found = marker.empty() ? std::string::npos : buf_.find(marker);
+  std::string_view view = buf();
+  const size_t found = marker.empty() ? std::string::npos : buf().find(marker);
   if (found != std::string::npos) {
     // Whitespace before the marker stays in the buffer: the block takes it (dropped if
     // the block is a call, content if it is not).
@@ -306,7 +324,7 @@ bool OutputParser::step_content(bool eof) {
   }
   if (eof) {
     emit_text(Event::Kind::kContent, view);
-    buf_.clear();
+    consume(buf().size());
     return false;
   }
   if (!marker.empty()) view.remove_suffix(partial_suffix(view, marker));
@@ -319,30 +337,30 @@ bool OutputParser::step_content(bool eof) {
 
 bool OutputParser::step_tool(bool eof) {
   BlockResult r;
-  if (state_ == State::kDeepSeekInside && detail::skip_space(buf_, 0) > 0) {
+  if (state_ == State::kDeepSeekInside && detail::skip_space(buf(), 0) > 0) {
     // Whitespace between calls is a separator whatever follows: drop it now, so a long run
     // is not rescanned. (Nothing is cached yet: the buffer starts a fresh attempt.)
-    consume(detail::skip_space(buf_, 0));
+    consume(detail::skip_space(buf(), 0));
     scan_cache_ = {};
-    return !buf_.empty();
+    return !buf().empty();
   }
   if (state_ == State::kDeepSeekInside) {
-    r = detail::parse_deepseek_inside(buf_, eof, scan_cache_);
+    r = detail::parse_deepseek_inside(buf(), eof, scan_cache_);
   } else if (state_ == State::kLlamaStart) {
-    r = detail::parse_llama_block(buf_, eof, scan_cache_);
+    r = detail::parse_llama_block(buf(), eof, scan_cache_);
   } else {
     switch (config_.format) {
       case ToolFormat::kHermes:
-        r = detail::parse_hermes_block(buf_, eof, scan_cache_);
+        r = detail::parse_hermes_block(buf(), eof, scan_cache_);
         break;
       case ToolFormat::kLlama3:
-        r = detail::parse_llama_block(buf_, eof, scan_cache_);
+        r = detail::parse_llama_block(buf(), eof, scan_cache_);
         break;
       case ToolFormat::kMistral:
-        r = detail::parse_mistral_block(buf_, eof, scan_cache_);
+        r = detail::parse_mistral_block(buf(), eof, scan_cache_);
         break;
       case ToolFormat::kDeepSeek:
-        r = detail::parse_deepseek_block(buf_, eof, scan_cache_);
+        r = detail::parse_deepseek_block(buf(), eof, scan_cache_);
         break;
       case ToolFormat::kNone:
         r = {BlockStatus::kNotACall};
@@ -360,7 +378,7 @@ bool OutputParser::step_tool(bool eof) {
       state_ = r.stay_in_block ? State::kDeepSeekInside : State::kContentStart;
       return true;
     case BlockStatus::kText:
-      emit_text(Event::Kind::kContent, std::string_view(buf_).substr(0, r.num_consumed_bytes));
+      emit_text(Event::Kind::kContent, buf().substr(0, r.num_consumed_bytes));
       consume(r.num_consumed_bytes);
       after_call_ = false;
       state_ = State::kContent;

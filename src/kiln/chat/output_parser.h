@@ -15,27 +15,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace kiln::chat {
-namespace detail {
-inline constexpr int kMaxJsonDepth = 128;
+#include "kiln/chat/parsers/scan_cache.h"
 
-// Lets a block that keeps needing more text resume its scans where the last attempt
-// stopped, instead of rescanning the block on every feed (quadratic in its length). Valid
-// only while the buffer is only appended to: the parser resets it whenever it consumes.
-struct ScanCache {
-  size_t find_from = 0;  // no match of the searched literal starts before this
-  size_t json_start = static_cast<size_t>(-1);  // the scan below belongs to this start
-  size_t json_pos = 0;                          // next byte to scan
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  char stack[kMaxJsonDepth] = {};
-};
-}  // namespace detail
+namespace kiln::chat {
 
 // Tool-call syntax of a model family.
 enum class ToolFormat {
@@ -52,6 +39,9 @@ enum class ToolFormat {
 };
 
 std::string_view tool_format_name(ToolFormat format);
+// The inverse of tool_format_name ("none", "hermes", "llama3", "mistral", "deepseek"), for
+// flags that override detection; nullopt for any other name.
+std::optional<ToolFormat> tool_format_from_name(std::string_view name);
 
 struct ParserConfig {
   ToolFormat format = ToolFormat::kNone;
@@ -133,18 +123,22 @@ class OutputParser {
   bool step_start(bool eof);
   bool step_reasoning_start(bool eof);
   bool step_reasoning(bool eof);
-  bool step_content_start(bool eof);
+  bool step_content_start();
   bool step_content(bool eof);
   bool step_tool(bool eof);
   void run(bool eof);
 
   void emit_text(Event::Kind kind, std::string_view text);
   void emit_call(const std::string& name, const std::string& arguments_json);
-  void consume(size_t num_bytes) { buf_.erase(0, num_bytes); }
+  // The undecided text: text_ from start_. Consuming moves start_; the consumed prefix is
+  // erased only once it is most of text_, so one large feed() stays linear.
+  std::string_view buf() const { return std::string_view(text_).substr(start_); }
+  void consume(size_t num_bytes);
 
   ParserConfig config_;
   State state_ = State::kStart;
-  std::string buf_;  // text received but not yet decided
+  std::string text_;  // text received; text_[0, start_) is decided
+  size_t start_ = 0;
   std::vector<Event> out_;
   int num_calls_ = 0;
   bool after_call_ = false;  // Llama: ';' between calls is a separator

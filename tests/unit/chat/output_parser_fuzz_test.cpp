@@ -1,6 +1,7 @@
 // Property tests on generated outputs: random mixes of every family's tags, partial tags,
 // JSON pieces, whitespace and multi-byte characters. For each, any chunking must give the
 // non-streamed result, and when no call was recognized no text may be lost.
+#include <algorithm>
 #include <iostream>
 #include <random>
 #include <string>
@@ -83,7 +84,7 @@ int check_config(const ParserConfig& cfg, uint32_t seed_base, int num_texts) {
     const ParsedMessage whole = parse_all(cfg, text);
     num_with_calls += whole.tool_calls.empty() ? 0 : 1;
     EXPECT_EQ(test::stream_in_chunks(cfg, text, nullptr, 1), whole) << "text: " << text;
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < 2; ++k) {
       EXPECT_EQ(test::stream_in_chunks(cfg, text, &rng, 1 + rng() % 9), whole) << "text: " << text;
     }
     // Without reasoning and without recognized calls, the content is the text itself
@@ -99,20 +100,20 @@ class Fuzz : public testing::TestWithParam<ToolFormat> {};
 
 TEST_P(Fuzz, ChunkingNeverChangesTheResult) {
   const ToolFormat format = GetParam();
-  const int num_with_calls = check_config(config(format), 1000, 300);
+  const int num_with_calls = check_config(config(format), 1000, 200);
   // The generator must exercise the format's calls, not only its failure paths.
   if (format == ToolFormat::kNone) {
     EXPECT_EQ(num_with_calls, 0);
   } else {
-    EXPECT_GT(num_with_calls, 60);
+    EXPECT_GT(num_with_calls, 40);
   }
-  std::cout << tool_format_name(format) << ": " << num_with_calls << "/300 texts with calls\n";
-  check_config(config(format, /*reasoning=*/true), 2000, 150);
-  check_config(config(format, true, /*open_at_start=*/true), 3000, 150);
+  std::cout << tool_format_name(format) << ": " << num_with_calls << "/200 texts with calls\n";
+  check_config(config(format, /*reasoning=*/true), 2000, 100);
+  check_config(config(format, true, /*open_at_start=*/true), 3000, 100);
   ParserConfig bracket = config(format, true);
   bracket.think_open = "[THINK]";
   bracket.think_close = "[/THINK]";
-  check_config(bracket, 4000, 100);
+  check_config(bracket, 4000, 60);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, Fuzz,
@@ -123,10 +124,55 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, Fuzz,
                            return std::string(tool_format_name(info.param));
                          });
 
+// Mutations of well-formed calls: fragments inserted and ranges deleted at character
+// boundaries, so the text stays valid UTF-8 and every delta must too. This reaches the
+// half-broken calls (a key cut, a quote lost, a tag inside JSON) that random mixes rarely do.
+bool is_char_boundary(const std::string& s, size_t i) {
+  return i >= s.size() || (static_cast<unsigned char>(s[i]) & 0xC0) != 0x80;
+}
+
+std::string mutate(std::string text, std::mt19937& rng) {
+  const auto& frags = fragments();
+  const int num_mutations = 1 + static_cast<int>(rng() % 3);
+  for (int m = 0; m < num_mutations; ++m) {
+    size_t at = rng() % (text.size() + 1);
+    while (!is_char_boundary(text, at)) ++at;
+    if (rng() % 2 == 0) {
+      std::string frag = frags[rng() % frags.size()];
+      if (!test::valid_utf8(frag)) frag = "\"";
+      text.insert(at, frag);
+    } else {
+      size_t end = std::min(text.size(), at + 1 + rng() % 6);
+      while (!is_char_boundary(text, end)) ++end;
+      text.erase(at, end - at);
+    }
+  }
+  return text;
+}
+
+TEST_P(Fuzz, MutatedCallsKeepChunkIndependenceAndUtf8) {
+  const ToolFormat format = GetParam();
+  const auto& calls = whole_calls();
+  for (uint32_t t = 0; t < 400; ++t) {
+    std::mt19937 rng(5000 + t);
+    std::string text = "Ok. " + calls[rng() % calls.size()] + " " + calls[rng() % calls.size()];
+    if (t % 2 == 0) text = calls[rng() % calls.size()] + "\nDone 😀";
+    text = mutate(std::move(text), rng);
+    ASSERT_TRUE(test::valid_utf8(text));
+    const ParserConfig cfg = config(format, /*reasoning=*/t % 3 == 0);
+    const ParsedMessage whole = parse_all(cfg, text);
+    EXPECT_EQ(test::stream_in_chunks(cfg, text, nullptr, 1), whole) << "text: " << text;
+    EXPECT_EQ(test::stream_in_chunks(cfg, text, &rng, 1 + rng() % 7), whole) << "text: " << text;
+    for (const ToolCall& call : whole.tool_calls) {
+      EXPECT_TRUE(test::valid_utf8(call.arguments_json)) << call.arguments_json;
+    }
+  }
+}
+
 // A long call streamed in small pieces: the waiting block is scanned incrementally, so this
 // stays linear in the output's length (a rescan per feed would take minutes here).
 TEST(OutputParserLongCalls, LargeArgumentsStreamInLinearTime) {
-  const std::string big(400000, 'x');
+  const std::string big(150000, 'x');
   struct Row {
     ToolFormat format;
     std::string text;
@@ -163,7 +209,7 @@ namespace {
 
 // A model stuck emitting newlines: held whitespace is bounded, so this stays linear too.
 TEST(OutputParserLongCalls, LongWhitespaceRunsStreamInLinearTime) {
-  const std::string run(400000, '\n');
+  const std::string run(150000, '\n');
   struct Row {
     ParserConfig config;
     std::string text;
@@ -176,6 +222,9 @@ TEST(OutputParserLongCalls, LongWhitespaceRunsStreamInLinearTime) {
        {"b", "a" + run.substr(64), {}}},
       {config(ToolFormat::kMistral), "[TOOL_CALLS]" + run, {"[TOOL_CALLS]" + run, "", {}}},
       {config(ToolFormat::kLlama3), "{" + run + "}", {"{" + run + "}", "", {}}},
+      {config(ToolFormat::kMistral),
+       "[TOOL_CALLS]" + std::string(run.size(), 'a'),
+       {"[TOOL_CALLS]" + std::string(run.size(), 'a'), "", {}}},
       {config(ToolFormat::kDeepSeek),
        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>a<｜tool▁sep｜>{}<｜tool▁call▁end｜>" + run +
            "<｜tool▁calls▁end｜>",
@@ -190,6 +239,27 @@ TEST(OutputParserLongCalls, LongWhitespaceRunsStreamInLinearTime) {
     accumulate(m, p.finish());
     EXPECT_EQ(m, row.expected) << tool_format_name(row.config.format);
   }
+}
+
+}  // namespace
+}  // namespace kiln::chat
+
+namespace kiln::chat {
+namespace {
+
+// One feed() holding many blocks: the consumed prefix is not erased per block, so this is
+// linear too (an erase per block would move the remaining megabytes 20,000 times).
+TEST(OutputParserLongCalls, ManyCallsInOneFeedAreLinear) {
+  std::string text;
+  const int num_calls = 20000;
+  for (int i = 0; i < num_calls; ++i) {
+    text += "x<tool_call>{\"name\": \"f\", \"arguments\": {\"i\": " + std::to_string(i) +
+            "}}</tool_call>";
+  }
+  const ParsedMessage m = parse_all(config(ToolFormat::kHermes), text);
+  ASSERT_EQ(m.tool_calls.size(), static_cast<size_t>(num_calls));
+  EXPECT_EQ(m.tool_calls.back().arguments_json, "{\"i\":" + std::to_string(num_calls - 1) + "}");
+  EXPECT_EQ(m.content, std::string(num_calls, 'x'));
 }
 
 }  // namespace

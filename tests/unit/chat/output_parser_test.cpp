@@ -108,6 +108,15 @@ TEST(OutputParserConfig, AdjustForPrompt) {
   EXPECT_TRUE(plain.reasoning_open_at_start);
 }
 
+TEST(OutputParserConfig, FormatNamesRoundTrip) {
+  for (ToolFormat f : {ToolFormat::kNone, ToolFormat::kHermes, ToolFormat::kLlama3,
+                       ToolFormat::kMistral, ToolFormat::kDeepSeek}) {
+    EXPECT_EQ(tool_format_from_name(tool_format_name(f)), f);
+  }
+  EXPECT_EQ(tool_format_from_name("qwen"), std::nullopt);
+  EXPECT_EQ(tool_format_from_name(""), std::nullopt);
+}
+
 TEST(OutputParserIds, DeterministicAndWellFormed) {
   const std::string a = make_tool_call_id(ToolFormat::kHermes, 1, 0);
   EXPECT_EQ(a, make_tool_call_id(ToolFormat::kHermes, 1, 0));

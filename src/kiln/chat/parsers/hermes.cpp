@@ -81,14 +81,57 @@ std::optional<RawCall> parse_body(std::string_view body) {
 
 }  // namespace
 
+namespace {
+
+BlockResult need_more_or_text(std::string_view buf, bool eof) {
+  return eof ? BlockResult{BlockStatus::kText, buf.size()} : BlockResult{BlockStatus::kNeedMore};
+}
+
+// A JSON body is delimited by its own brackets, then </tool_call>: an argument string may
+// itself contain "</tool_call>". nullopt: not that shape, fall back to the first close tag.
+std::optional<BlockResult> parse_json_block(std::string_view buf, size_t json_start, bool eof,
+                                            ScanCache& cache) {
+  const JsonScan scan = scan_json_container(buf, json_start, &cache);
+  if (scan.status == JsonScan::kNeedMore) return need_more_or_text(buf, eof);
+  if (scan.status == JsonScan::kInvalid) return std::nullopt;
+  const std::string_view json = buf.substr(json_start, scan.end - json_start);
+  const size_t after = skip_space_bounded(buf, scan.end);
+  if (after == buf.size()) {
+    if (!eof) return BlockResult{BlockStatus::kNeedMore};
+    // The output ended without the closing tag: accept a complete call anyway (small
+    // models often stop right after the JSON).
+    if (auto call = parse_body(json)) return BlockResult{BlockStatus::kCalls, buf.size(), {*call}};
+    return BlockResult{BlockStatus::kText, buf.size()};
+  }
+  if (after == std::string_view::npos) return std::nullopt;
+  switch (match_at(buf, after, kHermesClose)) {
+    case Match::kFull: {
+      const size_t end = after + kHermesClose.size();
+      if (auto call = parse_body(json)) return BlockResult{BlockStatus::kCalls, end, {*call}};
+      return BlockResult{BlockStatus::kText, end};
+    }
+    case Match::kPartial:
+      return need_more_or_text(buf, eof);
+    case Match::kNo:
+      break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 BlockResult parse_hermes_block(std::string_view buf, bool eof, ScanCache& cache) {
   const size_t open = skip_space(buf, 0);
   const size_t body_start = open + kHermesOpen.size();
+  const size_t json_start = skip_space_bounded(buf, body_start);
+  if (json_start == buf.size()) return need_more_or_text(buf, eof);
+  if (json_start != std::string_view::npos && buf[json_start] == '{') {
+    if (auto r = parse_json_block(buf, json_start, eof, cache)) return std::move(*r);
+  }
+  // Other bodies (Qwen3-Coder XML) and malformed JSON end at the first close tag.
   const size_t close = find_resumable(buf, kHermesClose, body_start, &cache);
   if (close == std::string_view::npos) {
     if (!eof) return {BlockStatus::kNeedMore};
-    // The output ended without the closing tag: accept a complete call anyway (small
-    // models often stop right after the JSON), otherwise it is text.
     if (auto call = parse_body(buf.substr(body_start))) {
       return {BlockStatus::kCalls, buf.size(), {std::move(*call)}};
     }

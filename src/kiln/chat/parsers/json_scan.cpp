@@ -41,6 +41,34 @@ size_t find_resumable(std::string_view s, std::string_view lit, size_t from, Sca
   return found;
 }
 
+namespace {
+
+// Outside strings JSON has only structure, numbers and true/false/null.
+bool can_appear_outside_strings(char c) {
+  switch (c) {
+    case ',':
+    case ':':
+    case '-':
+    case '+':
+    case '.':
+    case 't':
+    case 'r':
+    case 'u':
+    case 'e':
+    case 'f':
+    case 'a':
+    case 'l':
+    case 's':
+    case 'n':
+    case 'E':
+      return true;
+    default:
+      return (c >= '0' && c <= '9') || is_json_space(c);
+  }
+}
+
+}  // namespace
+
 JsonScan scan_json_container(std::string_view s, size_t pos, ScanCache* cache) {
   ScanCache local;
   ScanCache& st = cache ? *cache : local;
@@ -50,9 +78,14 @@ JsonScan scan_json_container(std::string_view s, size_t pos, ScanCache* cache) {
     st.depth = 0;
     st.in_string = false;
     st.escaped = false;
+    st.json_done = false;
   }
+  // A finished scan keeps its answer: the buffer is only appended to while cached.
+  if (st.json_done) return {static_cast<JsonScan::Status>(st.json_status), st.json_end};
   auto done = [&st](JsonScan::Status status, size_t end) {
-    st.json_start = static_cast<size_t>(-1);  // the scan state is spent
+    st.json_done = true;
+    st.json_status = status;
+    st.json_end = end;
     return JsonScan{status, end};
   };
   for (size_t i = st.json_pos; i < s.size(); ++i) {
@@ -77,8 +110,10 @@ JsonScan scan_json_container(std::string_view s, size_t pos, ScanCache* cache) {
         return done(JsonScan::kInvalid, i);
       }
       if (--st.depth == 0) return done(JsonScan::kEnd, i + 1);
-    } else if (st.depth == 0) {
-      return done(JsonScan::kInvalid, i);  // s[pos] was not a bracket
+    } else if (st.depth == 0 || !can_appear_outside_strings(c)) {
+      // s[pos] was not a bracket, or this cannot be JSON: stop at once rather than wait
+      // for brackets to balance (a '<' of a close tag after a missing '}', say).
+      return done(JsonScan::kInvalid, i);
     }
   }
   st.json_pos = s.size();

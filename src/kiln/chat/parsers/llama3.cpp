@@ -59,7 +59,9 @@ BlockResult parse_llama_block(std::string_view buf, bool eof, ScanCache& cache) 
   if (scan.status == JsonScan::kNeedMore) {
     return eof ? BlockResult{BlockStatus::kText, buf.size()} : BlockResult{BlockStatus::kNeedMore};
   }
-  if (scan.status == JsonScan::kInvalid) return {BlockStatus::kText, scan.end + 1};
+  // Not JSON: the text up to the offending byte is content, and the rest is parsed as
+  // content (the byte may start a UTF-8 sequence, so it is not cut off here).
+  if (scan.status == JsonScan::kInvalid) return {BlockStatus::kText, scan.end};
   if (auto call = call_from_json(buf.substr(pos, scan.end - pos), {"parameters", "arguments"},
                                  /*args_required=*/true)) {
     return {BlockStatus::kCalls, scan.end, {std::move(*call)}};

@@ -31,7 +31,7 @@ BlockResult parse_named(std::string_view buf, size_t pos, size_t after_marker, b
                         ScanCache& cache) {
   const BlockResult text{BlockStatus::kText, after_marker};
   const size_t name_start = pos;
-  while (pos < buf.size() && is_name_char(buf[pos])) ++pos;
+  while (pos < buf.size() && is_name_char(buf[pos]) && pos - name_start <= kMaxNameBytes) ++pos;
   if (pos - name_start > kMaxNameBytes) return text;
   if (pos == buf.size()) return need_more_or_text(buf, eof);
   if (buf[pos] != '[' || pos == name_start) return text;

@@ -55,15 +55,16 @@ struct JsonScan {
   enum Status { kNeedMore, kEnd, kInvalid } status = kNeedMore;
   size_t end = 0;  // one past the closing bracket when kEnd
 };
-// ScanCache and kMaxJsonDepth: in output_parser.h (the parser holds one).
+// ScanCache and kMaxJsonDepth: in scan_cache.h.
 
 // s.find(lit, from), skipping what an earlier call with the same cache already searched.
 // One literal per cache.
 size_t find_resumable(std::string_view s, std::string_view lit, size_t from, ScanCache* cache);
 
 // Finds the end of the JSON object or array starting at s[pos] ('{' or '['), by bracket
-// balance outside strings. Deeper than kMaxJsonDepth or mismatched brackets: kInvalid
-// (end is the offending byte). With a cache, resumes an earlier scan from the same pos.
+// balance outside strings. Deeper than kMaxJsonDepth, mismatched brackets, or a byte that
+// JSON never has outside strings: kInvalid (end is the offending byte). With a cache, resumes an
+// earlier scan from the same pos.
 JsonScan scan_json_container(std::string_view s, size_t pos, ScanCache* cache = nullptr);
 
 // Longest tool name (and Mistral call id) accepted; longer is not a call.
