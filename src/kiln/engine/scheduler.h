@@ -10,7 +10,7 @@
 // When a running sequence needs a block and none is free, the newest running sequence is
 // preempted by recompute: its blocks go back (into the prefix cache, so it gets most of them
 // back cheaply), num_computed_tokens = 0, and it is queued at the front of the waiting queue.
-// See docs/scheduler.md for the picture.
+// See docs/scheduler.md for the picture. Not thread-safe: the engine thread owns it.
 #pragma once
 
 #include <cstdint>

@@ -93,6 +93,11 @@ class FakeEngine {
 
   // schedule -> fake forward -> update, with checks on the plan; returns the plan.
   StepPlan step() {
+    running_before_.clear();
+    for (const auto& [id, r] : requests_) {
+      const Sequence* seq = s_->find(id);
+      if (seq != nullptr && seq->status == SeqStatus::kRunning) running_before_.insert(id);
+    }
     StepPlan plan = s_->schedule();
     check_plan(plan);
     std::vector<SeqOutput> outputs;
@@ -145,7 +150,7 @@ class FakeEngine {
     ASSERT_EQ(plan.kv_indptr.size(), plan.seqs.size() + 1);
     ASSERT_EQ(plan.kv_len.size(), plan.seqs.size());
     EXPECT_EQ(plan.positions.size(), plan.token_ids.size());
-    // Decodes of sequences that ran last step come before any prompt chunk of them.
+    // Decodes of running sequences come before any prompt chunk of them.
     bool seen_chunk = false;
     std::set<SeqId> seen;
     int32_t num_logits = 0;
@@ -162,7 +167,7 @@ class FakeEngine {
       if (sc.needs_logits) {
         EXPECT_EQ(plan.logits_rows[num_logits++], plan.qo_indptr[i + 1] - 1);
       }
-      if (ran_last_step_.count(sc.id) != 0) {
+      if (running_before_.count(sc.id) != 0) {
         const bool decode = seq->num_tokens() - sc.first_token == 1;
         EXPECT_FALSE(decode && seen_chunk) << "decode after a prompt chunk";
         seen_chunk = seen_chunk || !decode;
@@ -173,7 +178,13 @@ class FakeEngine {
       }
     }
     EXPECT_EQ(num_logits, static_cast<int32_t>(plan.logits_rows.size()));
-    ran_last_step_ = seen;
+    // A sequence preempted or cancelled in this step is not in it; a step that preempted
+    // admits nobody new.
+    for (SeqId id : plan.preempted) EXPECT_EQ(seen.count(id), 0u);
+    for (SeqId id : plan.cancelled) EXPECT_EQ(seen.count(id), 0u);
+    if (!plan.preempted.empty()) {
+      for (SeqId id : seen) EXPECT_EQ(running_before_.count(id), 1u) << "admitted " << id;
+    }
   }
 
   uint64_t& slot(const StepPlan& plan, int32_t i, int32_t pos) {
@@ -207,7 +218,7 @@ class FakeEngine {
   std::map<SeqId, std::vector<int32_t>> generated_;
   std::map<SeqId, FinishedSeq> finished_;
   std::set<SeqId> cancelled_;
-  std::set<SeqId> ran_last_step_;
+  std::set<SeqId> running_before_;  // running when schedule() was called
   StopFn stop_;
 };
 
