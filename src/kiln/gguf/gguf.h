@@ -34,6 +34,12 @@ inline constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endia
 inline constexpr uint64_t kDefaultAlignment = 32;
 inline constexpr int kMaxDims = 4;
 inline constexpr int kMaxArrayDepth = 8;  // arrays nested deeper than this are rejected
+// Bounds on what one file may ask the reader to hold, far above any real model (the largest
+// vocabularies are ~260k tokens; the largest models ~50k tensors). They keep a hostile header
+// in a large file from costing memory out of proportion: each metadata value is one Value
+// (~48 bytes) however small its encoding (1 byte for a uint8 array element).
+inline constexpr uint64_t kMaxMetadataValues = uint64_t{1} << 23;  // keys + all array elements
+inline constexpr uint64_t kMaxTensors = uint64_t{1} << 20;
 inline constexpr const char* kKeyAlignment = "general.alignment";
 
 // Metadata value type ids as written on disk (append-only).

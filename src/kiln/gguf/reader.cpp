@@ -2,6 +2,7 @@
 // bytes that remain before it is used to allocate or index; errors name the field and the byte
 // offset where it was read.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -12,6 +13,9 @@
 
 namespace kiln::gguf {
 namespace {
+
+// Fields are copied with memcpy: GGUF here is little-endian and so must the host be.
+static_assert(std::endian::native == std::endian::little, "kiln's GGUF code assumes little-endian");
 
 // Smallest encoding of one element of a type (strings: the u64 length; arrays: type + count).
 // Used to bound counts by the bytes remaining before anything is reserved.
@@ -140,6 +144,15 @@ class File::Parser {
     file_.version_ = version;
     KILN_TRY_STATUS(read(num_tensors, "n_tensors"));
     KILN_TRY_STATUS(read(num_kv, "n_kv"));
+    if (num_kv > kMaxMetadataValues) {
+      return err("gguf: n_kv {} at offset 16 exceeds kiln's limit of {} metadata values", num_kv,
+                 kMaxMetadataValues);
+    }
+    if (num_tensors > kMaxTensors) {
+      return err("gguf: n_tensors {} at offset 8 exceeds kiln's limit of {} tensors", num_tensors,
+                 kMaxTensors);
+    }
+    num_values_ = num_kv;
     // Bound both counts by the bytes left, so reserve() can never be huge.
     if (num_kv > remaining() / kMinKvBytes) {
       return err(
@@ -261,6 +274,13 @@ class File::Parser {
           "offset {} exceeds remaining {} bytes",
           count, value_type_name(elem_type), min_bytes, where_, count_at, remaining());
     }
+    if (count > kMaxMetadataValues - num_values_) {
+      return err(
+          "gguf: array count {} for {} at offset {} takes the metadata past kiln's limit "
+          "of {} values",
+          count, where_, count_at, kMaxMetadataValues);
+    }
+    num_values_ += count;
     Array arr;
     arr.elem_type = elem_type;
     arr.items.reserve(count);
@@ -412,7 +432,8 @@ class File::Parser {
   const uint8_t* base_;
   uint64_t size_;
   uint64_t pos_ = 0;
-  std::string where_;  // what is being read, for messages: "key #3 'general.name'"
+  uint64_t num_values_ = 0;  // keys + array elements so far (bounded by kMaxMetadataValues)
+  std::string where_;        // what is being read, for messages: "key #3 'general.name'"
 };
 
 Expected<std::unique_ptr<File>> File::parse(std::span<const uint8_t> bytes) {

@@ -1,5 +1,6 @@
 #include "kiln/gguf/writer.h"
 
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -8,6 +9,9 @@
 
 namespace kiln::gguf {
 namespace {
+
+// Fields are copied with memcpy: GGUF here is little-endian and so must the host be.
+static_assert(std::endian::native == std::endian::little, "kiln's GGUF code assumes little-endian");
 
 constexpr size_t kMaxTensorNameBytes = 63;  // ggml: names are < GGML_MAX_NAME (64)
 
@@ -263,30 +267,43 @@ Expected<std::vector<uint8_t>> Writer::to_bytes() const {
   return out;
 }
 
+// Writes to `path`.tmp and renames it over `path`, so a failed write never leaves a truncated
+// model under the real name.
 Status Writer::write_file(const std::string& path) const {
   KILN_TRY(Layout lay, layout());
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!f) return err("gguf writer: cannot create '{}': {}", path, std::strerror(errno));
-  auto write = [&](const uint8_t* p, size_t n) -> Status {
-    if (n > 0 && std::fwrite(p, 1, n, f.get()) != n) {
-      return err("gguf writer: cannot write '{}': {}", path, std::strerror(errno));
-    }
-    return {};
+  const std::string tmp_path = path + ".tmp";
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(tmp_path.c_str(), "wb"), &std::fclose);
+  if (!f) return err("gguf writer: cannot create '{}': {}", tmp_path, std::strerror(errno));
+  auto fail = [&](const char* what) -> Error {
+    Error e = err("gguf writer: cannot {} '{}': {}", what, tmp_path, std::strerror(errno));
+    f.reset();
+    std::remove(tmp_path.c_str());
+    return e;
   };
-  KILN_TRY_STATUS(write(lay.header.data(), lay.header.size()));
+  auto write = [&](const uint8_t* p, size_t n) {
+    return n == 0 || std::fwrite(p, 1, n, f.get()) == n;
+  };
+  if (!write(lay.header.data(), lay.header.size())) return fail("write");
   const std::vector<uint8_t> zeros(lay.alignment, 0);
   uint64_t written = 0;  // bytes of the data section so far
   for (size_t i = 0; i < tensors_.size(); ++i) {
-    KILN_TRY_STATUS(write(zeros.data(), lay.tensor_offsets[i] - written));
-    KILN_TRY_STATUS(write(tensors_[i].data.data(), tensors_[i].data.size()));
+    if (!write(zeros.data(), lay.tensor_offsets[i] - written) ||
+        !write(tensors_[i].data.data(), tensors_[i].data.size())) {
+      return fail("write");
+    }
     written = lay.tensor_offsets[i] + tensors_[i].data.size();
   }
-  if (std::fflush(f.get()) != 0) {
-    return err("gguf writer: cannot write '{}': {}", path, std::strerror(errno));
+  if (std::fflush(f.get()) != 0) return fail("write");
+  if (std::fclose(f.release()) != 0) {
+    const Error e = err("gguf writer: cannot close '{}': {}", tmp_path, std::strerror(errno));
+    std::remove(tmp_path.c_str());
+    return e;
   }
-  FILE* raw = f.release();
-  if (std::fclose(raw) != 0) {
-    return err("gguf writer: cannot close '{}': {}", path, std::strerror(errno));
+  if (std::rename(tmp_path.c_str(), path.c_str()) != 0) {
+    const Error e =
+        err("gguf writer: cannot rename '{}' to '{}': {}", tmp_path, path, std::strerror(errno));
+    std::remove(tmp_path.c_str());
+    return e;
   }
   return {};
 }

@@ -54,6 +54,7 @@ class Writer {
                     std::span<const uint8_t> data);
 
   Expected<std::vector<uint8_t>> to_bytes() const;
+  // Writes `path`.tmp, then renames it to `path` (no half-written file under the real name).
   Status write_file(const std::string& path) const;
 
  private:

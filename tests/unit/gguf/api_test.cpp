@@ -167,7 +167,7 @@ TEST(GgufWriter, RejectsBadValuesAndAlignment) {
 TEST(GgufWriter, WriteFileFailureNamesPath) {
   Writer w;
   auto s = w.write_file("/nonexistent-dir/x.gguf");
-  EXPECT_THAT(message(s), HasSubstr("'/nonexistent-dir/x.gguf'"));
+  EXPECT_THAT(message(s), HasSubstr("'/nonexistent-dir/x.gguf.tmp'"));
   EXPECT_THAT(message(s), HasSubstr("No such file or directory"));
 }
 

@@ -244,6 +244,34 @@ TEST(GgufHostile, HugeCountsAndLengths) {
   }
 }
 
+// Counts that the bytes could hold but that would cost memory out of proportion (one Value per
+// 1-byte element) stop at kiln's limits.
+TEST(GgufHostile, MetadataAndTensorCountLimits) {
+  {
+    Bytes b;  // a uint8 array of kMaxMetadataValues elements, all bytes present
+    b.u32(kMagic);
+    b.u32(3);
+    b.u64(0);
+    b.u64(1);
+    b.str("blob");
+    b.u32(static_cast<uint32_t>(ValueType::kArray));
+    b.u32(static_cast<uint32_t>(ValueType::kUint8));
+    b.u64(kMaxMetadataValues);
+    b.fill(kMaxMetadataValues, 0);
+    expect_error(b.data(), {"values limit", {"array count 8388608", "'blob'", "limit"}});
+  }
+  {
+    Base x;
+    x.b.patch_u64(x.n_kv_at, kMaxMetadataValues + 1);
+    expect_error(x.b.data(), {"n_kv limit", {"n_kv 8388609", "limit"}});
+  }
+  {
+    Base x;
+    x.b.patch_u64(x.n_tensors_at, kMaxTensors + 1);
+    expect_error(x.b.data(), {"n_tensors limit", {"n_tensors 1048577", "limit"}});
+  }
+}
+
 TEST(GgufHostile, BadAlignment) {
   for (uint32_t a : {0u, 3u, 48u}) {
     Base x;

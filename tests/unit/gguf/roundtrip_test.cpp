@@ -40,11 +40,12 @@ TEST(GgufRoundTrip, EveryScalarType) {
   w.set_bool("no", false);
   w.set_string("s", "héllo\nworld");
   w.set_string("empty", "");
+  w.set_string("not utf8", std::string("\xff\xfe\0z", 4));  // kept as bytes
   auto f = parse_ok(*w.to_bytes());
   ASSERT_TRUE(f);
   EXPECT_EQ(f->version(), 3u);
   EXPECT_EQ(f->alignment(), 32u);
-  ASSERT_EQ(f->metadata().size(), 14u);
+  ASSERT_EQ(f->metadata().size(), 15u);
   EXPECT_EQ(f->metadata()[0].key, "u8");
   EXPECT_EQ(f->metadata()[13].key, "empty");
 
@@ -73,6 +74,7 @@ TEST(GgufRoundTrip, EveryScalarType) {
   EXPECT_FALSE(*f->get_bool("no"));
   EXPECT_EQ(*f->get_string("s"), "héllo\nworld");
   EXPECT_EQ(*f->get_string("empty"), "");
+  EXPECT_EQ(*f->get_string("not utf8"), std::string("\xff\xfe\0z", 4));
   EXPECT_TRUE(f->tensors().empty());
 }
 
@@ -164,6 +166,24 @@ TEST(GgufRoundTrip, TensorViewsPointAtTheirBytes) {
     EXPECT_EQ(c_info->ne, (std::vector<int64_t>{256, 2, 3, 1}));
     EXPECT_EQ(c_info->num_elements(), 256 * 2 * 3);
     EXPECT_EQ(f->find_tensor("missing"), nullptr);
+    // The gaps between tensors are zeros.
+    std::vector<std::pair<uint64_t, uint64_t>> used;  // file ranges of tensor data
+    for (const TensorInfo& t : f->tensors()) {
+      const auto begin = static_cast<uint64_t>(t.data - bytes.data());
+      used.emplace_back(begin, begin + t.size_bytes);
+    }
+    uint64_t num_padding = 0;
+    for (uint64_t i = f->data_offset(); i < bytes.size(); ++i) {
+      bool in_tensor = false;
+      for (auto [b, e] : used) in_tensor |= (i >= b && i < e);
+      if (in_tensor) continue;
+      EXPECT_EQ(bytes[i], 0) << "padding byte at " << i;
+      ++num_padding;
+    }
+    if (alignment == 4096) {
+      // Gaps after a (60 bytes), b (36) and c (864) up to the next 4096 boundary.
+      EXPECT_EQ(num_padding, (4096u - 60) + (4096u - 36) + (4096u - 864));
+    }
     // The last tensor ends the file: nothing padded after it.
     const TensorInfo& last = f->tensors().back();
     EXPECT_EQ(last.data + last.size_bytes, bytes.data() + bytes.size());
@@ -178,6 +198,7 @@ TEST(GgufRoundTrip, WriteFileAndOpenWithMmap) {
   const auto a = pattern(64 * 34 / 32, 9);  // q8_0 [64] -> 2 blocks
   ASSERT_TRUE(w.add_tensor("t", quant::Type::Q8_0, {64}, a).ok());
   ASSERT_TRUE(w.write_file(path).ok());
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   auto f = File::open(path);
   ASSERT_TRUE(f.ok()) << f.error().message;
   EXPECT_EQ((*f)->path(), path);
