@@ -200,8 +200,8 @@ void template_specials(const json& pp, std::optional<std::string>& first,
   }
 }
 
-Expected<VocabData> convert(const json& tok, const json& cfg, std::optional<size_t> vocab_size) {
-  VocabData v;
+// model, pre and add_space_prefix; returns whether the vocabulary is byte-level.
+Expected<bool> convert_kind(const json& tok, VocabData& v) {
   const json& model = tok.at("model");
   if (model.value("type", "BPE") != "BPE") {
     return err("tokenizer.json model type '{}' is not supported (kiln supports BPE)",
@@ -227,11 +227,16 @@ Expected<VocabData> convert(const json& tok, const json& cfg, std::optional<size
     v.add_space_prefix = prefix;
   }
   if (!model.value("dropout", json()).is_null()) return err("BPE dropout is not supported");
+  return byte_level;
+}
 
-  // Token text by id: the model vocabulary, then added tokens (which may extend it).
+// Token text and type by id: the model vocabulary, then added tokens (which may extend
+// it), padded to vocab_size with unused "[PAD<id>]" tokens as the converter does.
+Status convert_tokens(const json& tok, bool byte_level, std::optional<size_t> vocab_size,
+                      VocabData& v, std::vector<AddedToken>& added) {
+  const json& model = tok.at("model");
   std::map<int64_t, std::string> by_id;
   for (const auto& [text, id] : model.at("vocab").items()) by_id[id.get<int64_t>()] = text;
-  std::vector<AddedToken> added;
   for (const json& a : tok.value("added_tokens", json::array())) {
     added.push_back(
         {a.at("id").get<int64_t>(), a.at("content").get<std::string>(), a.value("special", false)});
@@ -274,7 +279,10 @@ Expected<VocabData> convert(const json& tok, const json& cfg, std::optional<size
     v.tokens[i] = std::move(text);
     v.token_type[i] = static_cast<int32_t>(type);
   }
+  return {};
+}
 
+Status convert_merges(const json& model, VocabData& v) {
   // Merges: "a b" strings, or [a, b] pairs (transformers >= 4.45), whose spaces llama.cpp
   // writes as U+0120 so the "a b" form stays unambiguous.
   for (const json& m : model.value("merges", json::array())) {
@@ -287,23 +295,33 @@ Expected<VocabData> convert(const json& tok, const json& cfg, std::optional<size
       return err("tokenizer.json merge entry {} has an unknown form", m.dump());
     }
   }
-  if (!byte_level) {
-    // Scores that reproduce the merge order for llama.cpp's score-based merging.
-    std::unordered_map<std::string, int32_t> text_to_id;
-    for (size_t i = 0; i < n; ++i) text_to_id.emplace(v.tokens[i], static_cast<int32_t>(i));
-    v.scores.assign(n, 0.0f);
-    std::vector<bool> seen(n, false);
-    for (size_t r = 0; r < v.merges.size(); ++r) {
-      const std::string& m = v.merges[r];
-      const size_t sp = m.find(' ', 1);
-      if (sp == std::string::npos) continue;
-      auto it = text_to_id.find(m.substr(0, sp) + m.substr(sp + 1));
-      if (it == text_to_id.end() || seen[it->second]) continue;
-      seen[it->second] = true;
-      v.scores[it->second] = -static_cast<float>(r) - 1.0f;
-    }
-  }
+  return {};
+}
 
+// SentencePiece scores that reproduce the merge order for llama.cpp's score-based merging:
+// -(1 + rank of the first merge producing the token), 0 for the rest.
+void derive_scores(VocabData& v) {
+  const size_t n = v.tokens.size();
+  std::unordered_map<std::string, int32_t> text_to_id;
+  for (size_t i = 0; i < n; ++i) text_to_id.emplace(v.tokens[i], static_cast<int32_t>(i));
+  v.scores.assign(n, 0.0f);
+  std::vector<bool> seen(n, false);
+  for (size_t r = 0; r < v.merges.size(); ++r) {
+    const std::string& m = v.merges[r];
+    const size_t sp = m.find(' ', 1);
+    if (sp == std::string::npos) continue;
+    auto it = text_to_id.find(m.substr(0, sp) + m.substr(sp + 1));
+    if (it == text_to_id.end() || seen[it->second]) continue;
+    seen[it->second] = true;
+    v.scores[it->second] = -static_cast<float>(r) - 1.0f;
+  }
+}
+
+void convert_specials(const json& tok, const json& cfg, const std::vector<AddedToken>& added,
+                      VocabData& v) {
+  const json& model = tok.at("model");
+  const std::optional<std::string> unk_text =
+      model.contains("unk_token") ? token_content(model["unk_token"]) : std::nullopt;
   // Special ids: tokenizer_config names them; the ids are those of the added tokens.
   auto find_added = [&](const std::string& content) -> std::optional<int32_t> {
     for (const AddedToken& a : added) {
@@ -335,7 +353,9 @@ Expected<VocabData> convert(const json& tok, const json& cfg, std::optional<size
   if (cfg.contains("add_eos_token") && cfg["add_eos_token"].is_boolean()) {
     v.add_eos_token = cfg["add_eos_token"].get<bool>();
   }
+}
 
+void convert_chat_template(const json& cfg, VocabData& v) {
   if (cfg.contains("chat_template")) {
     const json& t = cfg["chat_template"];
     if (t.is_string()) {
@@ -346,6 +366,17 @@ Expected<VocabData> convert(const json& tok, const json& cfg, std::optional<size
       }
     }
   }
+}
+
+Expected<VocabData> convert(const json& tok, const json& cfg, std::optional<size_t> vocab_size) {
+  VocabData v;
+  KILN_TRY(const bool byte_level, convert_kind(tok, v));
+  std::vector<AddedToken> added;
+  KILN_TRY_STATUS(convert_tokens(tok, byte_level, vocab_size, v, added));
+  KILN_TRY_STATUS(convert_merges(tok.at("model"), v));
+  if (!byte_level) derive_scores(v);
+  convert_specials(tok, cfg, added, v);
+  convert_chat_template(cfg, v);
   return v;
 }
 

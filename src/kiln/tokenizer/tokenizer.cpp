@@ -122,6 +122,10 @@ struct Tokenizer::Impl {
   bool spm_segmentable = false;
 
   Status init();
+  Status configure_model();
+  void index_byte_tokens();
+  bool check_spm_segmentable() const;
+  void index_specials();
   Status build_pairs();
   void build_pieces();
 
@@ -170,7 +174,16 @@ Status Tokenizer::Impl::init() {
   }
   text_to_id.reserve(n);
   for (size_t i = 0; i < n; ++i) text_to_id.emplace(vocab.tokens[i], static_cast<int32_t>(i));
+  KILN_TRY_STATUS(configure_model());
+  index_byte_tokens();
+  build_pieces();
+  KILN_TRY_STATUS(build_pairs());
+  if (!byte_level) spm_segmentable = check_spm_segmentable();
+  index_specials();
+  return {};
+}
 
+Status Tokenizer::Impl::configure_model() {
   if (vocab.model == "gpt2") {
     byte_level = true;
     const PreTokenizerSpec* spec = find_pre_tokenizer(vocab.pre.empty() ? "default" : vocab.pre);
@@ -208,7 +221,10 @@ Status Tokenizer::Impl::init() {
     auto it = text_to_id.find("<unk>");
     if (it != text_to_id.end() && types[it->second] == TokenType::kUnknown) unk_id = it->second;
   }
+  return {};
+}
 
+void Tokenizer::Impl::index_byte_tokens() {
   byte_token.fill(-1);
   for (int b = 0; b < 256; ++b) {
     std::string key;
@@ -220,20 +236,20 @@ Status Tokenizer::Impl::init() {
     auto it = text_to_id.find(key);
     if (it != text_to_id.end()) byte_token[b] = it->second;
   }
+}
 
-  build_pieces();
-  KILN_TRY_STATUS(build_pairs());
-  if (!byte_level) {
-    spm_segmentable = true;
-    for (size_t i = 0; i < n && spm_segmentable; ++i) {
-      if (types[i] != TokenType::kNormal && types[i] != TokenType::kUserDefined) continue;
-      std::string_view t = vocab.tokens[i];
-      while (t.starts_with(kSpaceMark)) t.remove_prefix(kSpaceMark.size());
-      spm_segmentable = t.find(kSpaceMark) == std::string_view::npos;
-    }
+bool Tokenizer::Impl::check_spm_segmentable() const {
+  for (size_t i = 0; i < vocab.tokens.size(); ++i) {
+    if (types[i] != TokenType::kNormal && types[i] != TokenType::kUserDefined) continue;
+    std::string_view t = vocab.tokens[i];
+    while (t.starts_with(kSpaceMark)) t.remove_prefix(kSpaceMark.size());
+    if (t.find(kSpaceMark) != std::string_view::npos) return false;
   }
+  return true;
+}
 
-  for (size_t i = 0; i < n; ++i) {
+void Tokenizer::Impl::index_specials() {
+  for (size_t i = 0; i < vocab.tokens.size(); ++i) {
     const TokenType t = types[i];
     if (t != TokenType::kControl && t != TokenType::kUserDefined && t != TokenType::kUnknown) {
       continue;
@@ -248,7 +264,6 @@ Status Tokenizer::Impl::init() {
       return a.text.size() > b.text.size();
     });
   }
-  return {};
 }
 
 void Tokenizer::Impl::build_pieces() {

@@ -86,19 +86,86 @@ function randomCases(count, seed) {
   return out;
 }
 
+
+// ---- pre-tokenizer variants ----
+// kiln knows more pre-tokenizers than the three npm vocabularies use. Any byte-level
+// vocabulary works with any pre-tokenizer, so each known pipeline is also checked on a
+// cut-down Llama-3 vocabulary (ids < 8000 and the merges among them) with that pipeline's
+// tokenizer.json pre_tokenizer. The Split regexes are the models' own (as in kiln's table).
+const split = (regex) => ({ type: "Split", pattern: { Regex: regex }, behavior: "Isolated", invert: false });
+const byteLevel = (use_regex) => ({ type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex });
+const PRE_VARIANTS = [
+  { name: "pre-tekken", ignore_merges: true, pre: { type: "Sequence", pretokenizers: [
+    split(String.raw`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`),
+    byteLevel(false)] } },
+  { name: "pre-gpt-4o", ignore_merges: false, pre: { type: "Sequence", pretokenizers: [
+    split(String.raw`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`),
+    byteLevel(false)] } },
+  { name: "pre-deepseek-v3", ignore_merges: false, pre: { type: "Sequence", pretokenizers: [
+    split(String.raw`\p{N}{1,3}`), split("[一-龥぀-ゟ゠-ヿ]+"),
+    split(String.raw`[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_` + "`" + String.raw`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`),
+    byteLevel(false)] } },
+  { name: "pre-deepseek-llm", ignore_merges: false, pre: { type: "Sequence", pretokenizers: [
+    split(String.raw`[\r\n]`), split(String.raw`\s?` + "[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]++"),
+    split(String.raw`\s?[!-/:-~！-／：-～‘-‟　-。]+`), split(String.raw`\s+$`),
+    split("[一-龥ࠀ-一가-퟿]+"), split(String.raw`\p{N}+`), byteLevel(false)] } },
+  // tokenizers.js's own ByteLevel regex uses JavaScript's \s (U+FEFF yes, U+0085 no) where
+  // HF's Rust uses White_Space (kiln follows Rust): that one case is left out.
+  { name: "pre-gpt-2", ignore_merges: false, pre: byteLevel(true), skip: ["case:whitespace_unicode"] },
+  // tokenizers.js's Digits uses JavaScript's \d (ASCII) where HF's Rust uses
+  // char::is_numeric (\p{N}; kiln follows Rust): cases with other numerals are left out.
+  { name: "pre-smollm", ignore_merges: false,
+    pre: { type: "Sequence", pretokenizers: [{ type: "Digits", individual_digits: true }, byteLevel(true)] },
+    skip: ["case:whitespace_unicode"],
+    skipIf: (text) => /\p{N}/u.test(text.replace(/[0-9]/g, "")) },
+];
+
+function writeVariant(v, baseJson, outDir) {
+  const keep = 8000;
+  const vocab = {};
+  for (const [text, id] of Object.entries(baseJson.model.vocab)) if (id < keep) vocab[text] = id;
+  const merges = baseJson.model.merges
+    .map((m) => (Array.isArray(m) ? m : m.split(" ")))
+    .filter(([a, b]) => a in vocab && b in vocab && a + b in vocab);
+  const added = baseJson.added_tokens.slice(0, 12).map((t, i) => ({ ...t, id: keep + i }));
+  const tok = {
+    version: "1.0", truncation: null, padding: null, added_tokens: added, normalizer: null,
+    pre_tokenizer: v.pre, post_processor: null,
+    decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
+    model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: null,
+      end_of_word_suffix: null, fuse_unk: false, byte_fallback: false,
+      ignore_merges: v.ignore_merges, vocab, merges },
+  };
+  const dir = path.join(outDir, v.name);
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, "tokenizer.json"), JSON.stringify(tok));
+  fs.writeFileSync(path.join(dir, "tokenizer_config.json"), "{}");
+  return { dir, tok };
+}
+
 // ---- run ----
 const decode = (tok, ids, opts) =>
   ids.length === 0 ? "" : tok.decode(ids, { clean_up_tokenization_spaces: false, ...opts });
 
 const cases = corpusCases();
 const result = { generator: "@huggingface/tokenizers (tokenizers.js)", vocabs: [] };
-for (const v of VOCABS) {
+const readJson = (dir, f) => JSON.parse(fs.readFileSync(path.join(dir, f), "utf8"));
+const jobs = VOCABS.map((v) => {
   const dir = path.join(root, v.dir);
-  const tok = new Tokenizer(
-    JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8")),
-    JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8")),
-  );
-  const rows = cases.map(({ name, text }) => {
+  return { name: v.name, dir: v.dir, json: readJson(dir, "tokenizer.json"),
+           config: readJson(dir, "tokenizer_config.json"), skip: [] };
+});
+const llama3Json = jobs[0].json;
+const variantDir = path.join(path.dirname(outPath), "tokenizer_variants");
+for (const v of PRE_VARIANTS) {
+  const { dir, tok } = writeVariant(v, llama3Json, variantDir);
+  const skip = [...(v.skip ?? []),
+    ...(v.skipIf ? cases.filter(({ text }) => v.skipIf(text)).map(({ name }) => name) : [])];
+  jobs.push({ name: v.name, dir, json: tok, config: {}, skip });
+}
+for (const job of jobs) {
+  const tok = new Tokenizer(job.json, job.config);
+  const rows = cases.filter(({ name }) => !job.skip.includes(name)).map(({ name, text }) => {
     const ids = tok.encode(text, { add_special_tokens: false }).ids;
     const ids_special = tok.encode(text, { add_special_tokens: true }).ids;
     return {
@@ -108,10 +175,10 @@ for (const v of VOCABS) {
       decoded_skip: decode(tok, ids_special, { skip_special_tokens: true }),
     };
   });
-  result.vocabs.push({ name: v.name, dir: v.dir, cases: rows });
+  result.vocabs.push({ name: job.name, dir: job.dir, skipped: job.skip, cases: rows });
 }
 fs.mkdirSync(path.dirname(outPath), { recursive: true });
 const tmp = `${outPath}.${process.pid}.tmp`;
 fs.writeFileSync(tmp, JSON.stringify(result));
 fs.renameSync(tmp, outPath);
-console.log(`tokenizer oracle: ${cases.length} cases x ${VOCABS.length} vocabularies -> ${outPath}`);
+console.log(`tokenizer oracle: ${cases.length} cases x ${jobs.length} vocabularies -> ${outPath}`);
