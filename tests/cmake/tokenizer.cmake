@@ -3,16 +3,6 @@
 # kiln's ids with 100% equality. The setup step regenerates the expectations at test time,
 # so they cannot go stale.
 
-# NFC normalisation (Qwen vocabularies) uses utf8proc. The room's link line lives in the
-# top-level CMakeLists.txt (kiln_add_room(tokenizer ... EXTRA PkgConfig::PCRE2)); until
-# utf8proc is added there, add it here.
-pkg_check_modules(UTF8PROC QUIET IMPORTED_TARGET libutf8proc)
-if(UTF8PROC_FOUND)
-  target_link_libraries(kiln_tokenizer PUBLIC PkgConfig::UTF8PROC)
-else()
-  target_link_libraries(kiln_tokenizer PUBLIC utf8proc)
-endif()
-
 find_program(KILN_NODE node)
 if(KILN_NODE AND TARGET test_tokenizer)
   set(kiln_tok_oracle_json ${CMAKE_BINARY_DIR}/oracle/tokenizer_expected.json)
