@@ -39,6 +39,7 @@ class Forward {
  private:
   void attention_block(int layer, const StepInput& in, kv::KvCache& cache, int64_t n);
   void ffn_block(int layer, int64_t n);
+  void moe_block(int layer, int64_t n);
   void dump(std::string_view name, int layer, const float* data, int64_t rows, int64_t cols);
 
   const Model& model_;
@@ -46,7 +47,9 @@ class Forward {
   util::ThreadPool* pool_;
   ActivationDump dump_;
   // Activation arena, [max_tokens, width] each.
-  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, tmp2_;
+  // MoE: router logits [max_tokens, n_expert], rows gathered per expert and their outputs.
+  std::vector<float> router_, moe_in_, moe_gate_, moe_up_, moe_out_, moe_slots_;
 };
 
 }  // namespace kiln::model

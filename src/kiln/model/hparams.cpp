@@ -74,6 +74,21 @@ Expected<HParams> read_hparams(const gguf::File& f) {
   KILN_TRY(double base, f.get_float_or(key(a, "rope.freq_base"), 10000.0));
   hp.rms_eps = static_cast<float>(eps);
   hp.rope_freq_base = static_cast<float>(base);
+  // Sliding windows, soft-capping and score scale (gemma, mistral); llama.cpp's defaults
+  // where the file has no key: gemma2 slides every other layer, gemma3 five of six layers
+  // with a local rope base of 10000.
+  KILN_TRY(hp.sliding_window, get_u32(f, key(a, "attention.sliding_window"), 0));
+  const uint32_t default_pattern = a == "gemma2" ? 2 : a == "gemma3" ? 6 : 0;
+  KILN_TRY(hp.swa_pattern, get_u32(f, key(a, "attention.sliding_window_pattern"), default_pattern));
+  KILN_TRY(double base_swa, f.get_float_or(key(a, "rope.freq_base_swa"),
+                                           a == "gemma3" ? 10000.0 : base));
+  KILN_TRY(double scale, f.get_float_or(key(a, "attention.scale"), 0.0));
+  KILN_TRY(double attn_cap, f.get_float_or(key(a, "attn_logit_softcapping"), 0.0));
+  KILN_TRY(double final_cap, f.get_float_or(key(a, "final_logit_softcapping"), 0.0));
+  hp.rope_freq_base_swa = static_cast<float>(base_swa);
+  hp.attn_scale = static_cast<float>(scale);
+  hp.attn_softcap = static_cast<float>(attn_cap);
+  hp.final_softcap = static_cast<float>(final_cap);
   if (const gguf::Value* v = f.find(key(a, "vocab_size"))) {
     KILN_TRY(hp.n_vocab, get_u32(f, key(a, "vocab_size"), 0));
     (void)v;
@@ -106,6 +121,15 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
   w.set_uint32(key(a, "rope.dimension_count"), hp.n_rot);
   w.set_float32(key(a, "rope.freq_base"), hp.rope_freq_base);
   w.set_float32(key(a, "attention.layer_norm_rms_epsilon"), hp.rms_eps);
+  if (hp.sliding_window > 0) {
+    w.set_uint32(key(a, "attention.sliding_window"), hp.sliding_window);
+    w.set_uint32(key(a, "attention.sliding_window_pattern"), hp.swa_pattern);
+    if (hp.rope_freq_base_swa != hp.rope_freq_base)
+      w.set_float32(key(a, "rope.freq_base_swa"), hp.rope_freq_base_swa);
+  }
+  if (hp.attn_scale != 0) w.set_float32(key(a, "attention.scale"), hp.attn_scale);
+  if (hp.attn_softcap != 0) w.set_float32(key(a, "attn_logit_softcapping"), hp.attn_softcap);
+  if (hp.final_softcap != 0) w.set_float32(key(a, "final_logit_softcapping"), hp.final_softcap);
   if (hp.n_expert > 0) {
     w.set_uint32(key(a, "expert_count"), hp.n_expert);
     w.set_uint32(key(a, "expert_used_count"), hp.n_expert_used);

@@ -5,6 +5,12 @@
 
 namespace kiln::model {
 
+backend::Weight expert(const backend::Weight& stacked, int64_t e) {
+  backend::Weight w = stacked;
+  w.data = stacked.data + static_cast<uint64_t>(e) * stacked.n_out * stacked.row_bytes;
+  return w;
+}
+
 Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
   KILN_TRY(std::unique_ptr<gguf::File> file, gguf::File::open(path));
   return from_file(std::move(file));
@@ -41,9 +47,6 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<gguf::File> fi
   KILN_TRY(m->hp_, read_hparams(*m->file_));
   m->arch_ = find_arch(m->hp_.arch);
   KILN_TRY_STATUS(check_manifest(*m->file_, *m->arch_, m->hp_));
-  if (m->arch_->features.moe)
-    return err("model: architecture '{}' loads but cannot run yet (MoE forward pending)",
-               m->hp_.arch);
   const ArchFeatures& f = m->arch_->features;
   KILN_TRY(m->tok_embd_, m->weight("token_embd.weight"));
   if (m->hp_.tied_embeddings) {
@@ -57,9 +60,15 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<gguf::File> fi
   for (uint32_t i = 0; i < m->hp_.n_layer; ++i) {
     LayerWeights& l = m->layers_[i];
     KILN_TRY(l.attn_norm, m->vector(blk(i, "attn_norm.weight"), true));
-    KILN_TRY(l.wq, m->weight(blk(i, "attn_q.weight")));
-    KILN_TRY(l.wk, m->weight(blk(i, "attn_k.weight")));
-    KILN_TRY(l.wv, m->weight(blk(i, "attn_v.weight")));
+    if (f.fused_qkv) {
+      KILN_TRY(l.wqkv, m->weight(blk(i, "attn_qkv.weight")));
+    } else {
+      KILN_TRY(l.wq, m->weight(blk(i, "attn_q.weight")));
+      KILN_TRY(l.wk, m->weight(blk(i, "attn_k.weight")));
+      KILN_TRY(l.wv, m->weight(blk(i, "attn_v.weight")));
+    }
+    KILN_TRY(l.attn_post_norm, m->vector(blk(i, "post_attention_norm.weight"), f.sandwich_norm));
+    KILN_TRY(l.ffn_post_norm, m->vector(blk(i, "post_ffw_norm.weight"), f.sandwich_norm));
     KILN_TRY(l.wo, m->weight(blk(i, "attn_output.weight")));
     KILN_TRY(l.bq, m->vector(blk(i, "attn_q.bias"), f.qkv_bias));
     KILN_TRY(l.bk, m->vector(blk(i, "attn_k.bias"), f.qkv_bias));
@@ -67,7 +76,16 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<gguf::File> fi
     KILN_TRY(l.q_norm, m->vector(blk(i, "attn_q_norm.weight"), f.qk_norm));
     KILN_TRY(l.k_norm, m->vector(blk(i, "attn_k_norm.weight"), f.qk_norm));
     KILN_TRY(l.ffn_norm, m->vector(blk(i, "ffn_norm.weight"), true));
-    KILN_TRY(l.w_gate, m->weight(blk(i, "ffn_gate.weight")));
+    if (f.moe) {
+      KILN_TRY(l.w_gate_inp, m->weight(blk(i, "ffn_gate_inp.weight")));
+      KILN_TRY(l.w_gate_exps, m->weight(blk(i, "ffn_gate_exps.weight")));
+      KILN_TRY(l.w_up_exps, m->weight(blk(i, "ffn_up_exps.weight")));
+      KILN_TRY(l.w_down_exps, m->weight(blk(i, "ffn_down_exps.weight")));
+      continue;
+    }
+    if (!f.fused_gate_up) {
+      KILN_TRY(l.w_gate, m->weight(blk(i, "ffn_gate.weight")));
+    }
     KILN_TRY(l.w_up, m->weight(blk(i, "ffn_up.weight")));
     KILN_TRY(l.w_down, m->weight(blk(i, "ffn_down.weight")));
   }
@@ -78,6 +96,11 @@ uint64_t Model::weight_bytes_per_token() const {
   uint64_t total = 0;
   for (const gguf::TensorInfo& t : file_->tensors()) {
     if (t.name == "token_embd.weight" && !hp_.tied_embeddings) continue;
+    // A token reads only the experts it is routed to.
+    if (t.name.find("_exps.") != std::string::npos && hp_.n_expert > 0) {
+      total += t.size_bytes / hp_.n_expert * hp_.n_expert_used;
+      continue;
+    }
     total += t.size_bytes;
   }
   return total;

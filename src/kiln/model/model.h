@@ -16,14 +16,23 @@ namespace kiln::model {
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [n_embd]
   backend::Weight wq, wk, wv, wo;
+  backend::Weight wqkv;  // phi3: fused [q | k | v] rows (then wq/wk/wv are empty)
   const float* bq = nullptr;  // qkv biases (qwen2)
   const float* bk = nullptr;
   const float* bv = nullptr;
   const float* q_norm = nullptr;  // [head_dim] (qwen3)
   const float* k_norm = nullptr;
+  const float* attn_post_norm = nullptr;  // gemma: after attention, before the residual add
   const float* ffn_norm = nullptr;
+  const float* ffn_post_norm = nullptr;   // gemma: after the FFN, before the residual add
   backend::Weight w_gate, w_up, w_down;
+  // MoE (qwen3moe): router [n_embd -> n_expert] and the stacked experts; expert e of a stacked
+  // weight is expert(w, e).
+  backend::Weight w_gate_inp, w_gate_exps, w_up_exps, w_down_exps;
 };
+
+// Expert e of a stacked [n_in, n_out, n_expert] weight, as a plain matrix view.
+backend::Weight expert(const backend::Weight& stacked, int64_t e);
 
 class Model {
  public:

@@ -14,15 +14,6 @@
 namespace kiln::quant::detail {
 namespace {
 
-// xs = x / max|x| over n values; returns max|x| (0 for all zeros).
-float normalize(const float* x, int n, float* xs) {
-  float amax = 0;
-  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-  if (!(amax > 0)) return 0;
-  for (int i = 0; i < n; ++i) xs[i] = x[i] / amax;
-  return amax;
-}
-
 // Fit one group of 32 normalized values; returns its (normalized) scale.
 float fit_group(const float* xs, uint8_t* idx) {
   float w[32];
@@ -49,7 +40,7 @@ void quantize_iq4_nl(const float* x, void* dst, int64_t num_blocks) {
     BlockIQ4_NL b{};
     float xs[32];
     uint8_t idx[32];
-    const float amax = normalize(x, 32, xs);
+    const float amax = normalize_by_absmax(x, 32, xs);
     if (amax > 0) b.d = scale_to_fp16(fit_group(xs, idx) * amax);
     pack_group(x, fp16_to_fp32(b.d), b.qs);
     store_block(dst, ib, b);
@@ -61,7 +52,7 @@ void quantize_iq4_xs(const float* x, void* dst, int64_t num_blocks) {
     BlockIQ4_XS b{};
     float xs[kQK_K], scales[8];
     uint8_t idx[32];
-    const float amax = normalize(x, kQK_K, xs);
+    const float amax = normalize_by_absmax(x, kQK_K, xs);
     float vmax = 0;  // the sub-scale of largest magnitude, signed
     for (int j = 0; j < 8; ++j) {
       scales[j] = amax > 0 ? fit_group(xs + 32 * j, idx) : 0.0f;

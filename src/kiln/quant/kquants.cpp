@@ -22,27 +22,6 @@
 namespace kiln::quant::detail {
 namespace {
 
-// xs = x / max|x| over the super-block; returns max|x| (0 for an all-zero block).
-float normalize(const float* x, float* xs) {
-  float amax = 0;
-  for (int i = 0; i < kQK_K; ++i) amax = std::max(amax, std::fabs(x[i]));
-  if (!(amax > 0)) return 0;
-  for (int i = 0; i < kQK_K; ++i) xs[i] = x[i] / amax;
-  return amax;
-}
-
-// Of a group, the value of largest magnitude with its sign.
-float signed_absmax(const float* v, int n) {
-  float amax = 0, vmax = 0;
-  for (int i = 0; i < n; ++i) {
-    if (std::fabs(v[i]) > amax) {
-      amax = std::fabs(v[i]);
-      vmax = v[i];
-    }
-  }
-  return vmax;
-}
-
 // The affine K-quants (Q2_K: 16 x 16, nmax 3, 4-bit sub-scales; Q4_K/Q5_K: 8 x 32, nmax 15/31,
 // 6-bit sub-scales). Output: the two f16 super-scales, per-sub-block integer scale and min,
 // and the final levels L[256] in 0..nmax.
@@ -63,7 +42,7 @@ struct AffineFormat {
 AffineSuperBlock quantize_affine(const float* x, const AffineFormat& f) {
   AffineSuperBlock out;
   float xs[kQK_K];
-  const float amax = normalize(x, xs);
+  const float amax = normalize_by_absmax(x, kQK_K, xs);
   if (amax == 0) return out;
 
   const int num_sub = kQK_K / f.sub_elems;
@@ -117,7 +96,7 @@ SymmetricSuperBlock quantize_symmetric(const float* x, int nmax, int sub_scale_m
                                        int sub_scale_max) {
   SymmetricSuperBlock out;
   float xs[kQK_K];
-  const float amax = normalize(x, xs);
+  const float amax = normalize_by_absmax(x, kQK_K, xs);
   if (amax == 0) return out;
 
   float scales[16], w[16];

@@ -23,11 +23,32 @@ uint16_t scale_to_fp16(float d) {
   constexpr float kMaxHalf = 65504.0f;
   return fp32_to_fp16(std::clamp(d, -kMaxHalf, kMaxHalf));
 }
+
+float signed_absmax(const float* x, int n) {
+  float amax = 0, vmax = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      vmax = x[i];
+    }
+  }
+  return vmax;
+}
+
+float normalize_by_absmax(const float* x, int n, float* xs) {
+  float amax = 0;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  if (!(amax > 0)) return 0;
+  for (int i = 0; i < n; ++i) xs[i] = x[i] / amax;
+  return amax;
+}
+
 }  // namespace detail
 
 namespace {
 
 using detail::scale_to_fp16;
+using detail::signed_absmax;
 using Fn = void (*)(const float* src, void* dst, int64_t num_blocks);
 
 // 1/d for a stored scale, or 0 when the scale is 0 (then every level is 0).
@@ -45,18 +66,6 @@ void quant_f16(const float* x, void* dst, int64_t n) {
 
 void quant_bf16(const float* x, void* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) store_block<uint16_t>(dst, i, fp32_to_bf16(x[i]));
-}
-
-// The value of largest magnitude, with its sign (0 for an all-zero group).
-float signed_absmax(const float* x, int n) {
-  float amax = 0, vmax = 0;
-  for (int i = 0; i < n; ++i) {
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      vmax = x[i];
-    }
-  }
-  return vmax;
 }
 
 float absmax(const float* x, int n) {

@@ -11,6 +11,14 @@ namespace kiln::quant::detail {
 // non-finite block.
 uint16_t scale_to_fp16(float d);
 
+// The value of largest magnitude, with its sign (0 for an all-zero group).
+float signed_absmax(const float* x, int n);
+
+// xs[i] = x[i] / max|x| (so the scale fits' sums of squares can neither overflow nor
+// underflow whatever the input's magnitude); returns max|x|, 0 for an all-zero group (xs
+// then untouched).
+float normalize_by_absmax(const float* x, int n, float* xs);
+
 void quantize_q2_k(const float* x, void* dst, int64_t num_blocks);
 void quantize_q3_k(const float* x, void* dst, int64_t num_blocks);
 void quantize_q4_k(const float* x, void* dst, int64_t num_blocks);

@@ -121,7 +121,9 @@ TEST_P(HfGoldens, LogitsAndGreedyMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, HfGoldens,
-                         ::testing::Values("llama", "llama_tied", "llama3_rope", "qwen2", "qwen3"));
+                         ::testing::Values("llama", "llama_tied", "llama3_rope", "qwen2", "qwen3",
+                                           "qwen3moe", "mistral_swa", "gemma2", "gemma3",
+                                           "phi3"));
 
 // Quantized paths: the Q8_0 / Q4_K / Q6_K model's logits equal, within 1e-3 relative, those of
 // the same quantized values dequantized to F32 (so only kernel arithmetic differs).

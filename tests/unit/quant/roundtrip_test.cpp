@@ -236,6 +236,22 @@ TEST(QuantRoundTrip, ExtremeMagnitudesStayFinite) {
   }
 }
 
+// NaN and inf inputs are garbage in, but must not crash or hit undefined conversions; the
+// finite blocks of the same row still quantize normally.
+TEST(QuantRoundTrip, NonFiniteInputIsContained) {
+  auto x = make_data(Dist::kGaussian, 3);
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  x[40] = std::numeric_limits<float>::infinity();
+  x[41] = -std::numeric_limits<float>::infinity();
+  for (Type t : quantizable_types()) {
+    const auto y = dequantize(t, quantize(t, x), x.size());
+    // Elements 256.. lie in blocks without non-finite values.
+    const std::vector<float> x_tail(x.begin() + 256, x.end()), y_tail(y.begin() + 256, y.end());
+    EXPECT_TRUE(all_finite(y_tail)) << type_name(t);
+    EXPECT_LT(rel_rmse(x_tail, y_tail), 0.35) << type_name(t);
+  }
+}
+
 // Inputs that lie exactly on a format's grid come back exactly.
 TEST(QuantRoundTrip, GridValuesAreExact) {
   std::vector<float> x(64);

@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/tokenizer/hf_import.h"
+#include "kiln/tokenizer/stream_decoder.h"
 #include "kiln/tokenizer/tokenizer.h"
+#include "kiln/util/utf8.h"
 
 namespace kiln::tokenizer {
 namespace {
@@ -105,6 +107,23 @@ void check_vocab(const std::string& name) {
     check(
         tok->decode(ids_special, /*skip_special=*/true) == c.at("decoded_skip").get<std::string>(),
         "decode(ids_special, skip_special)");
+    // Streaming one id at a time gives the same text, in valid UTF-8 pieces, with U+FFFD
+    // only where the full decode has one.
+    for (bool skip : {false, true}) {
+      StreamDecoder stream(*tok, skip);
+      const std::string full = tok->decode(ids_special, skip);
+      const bool full_has_fffd = full.find("\xEF\xBF\xBD") != std::string::npos;
+      std::string streamed;
+      bool pieces_ok = true;
+      for (int32_t id : ids_special) {
+        const std::string delta = stream.push(id);
+        pieces_ok = pieces_ok && utf8::is_valid(delta) &&
+                    (full_has_fffd || delta.find("\xEF\xBF\xBD") == std::string::npos);
+        streamed += delta;
+      }
+      streamed += stream.flush();
+      check(streamed == full && pieces_ok, skip ? "stream (skip_special)" : "stream");
+    }
     if (c.at("decoded") == text) {
       check(tok->decode(*got) == text, "round trip");
       ++num_round_trips;

@@ -1,5 +1,6 @@
 #include "kiln/backend/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -72,6 +73,22 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+void scale(float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void softcap(float* x, float cap, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 namespace {
 
 // The sequence that owns flat row t (qo_indptr is sorted).
@@ -102,7 +119,8 @@ void kv_write(const KvLayerView& kv, const AttnBatch& b, const float* k, const f
 }
 
 void attention(const KvLayerView& kv, const AttnBatch& b, const float* q, float* out,
-               int32_t n_heads, float scale, util::ThreadPool* pool) {
+               const AttnParams& params, util::ThreadPool* pool) {
+  const int32_t n_heads = params.n_heads;
   const int32_t group = n_heads / kv.n_kv_heads;
   const int64_t k_row = int64_t{kv.n_kv_heads} * kv.head_dim_k;
   const int64_t v_row = int64_t{kv.n_kv_heads} * kv.head_dim_v;
@@ -120,14 +138,18 @@ void attention(const KvLayerView& kv, const AttnBatch& b, const float* q, float*
       // Online softmax (Milakov & Gimelshein 2018): running max m and normaliser l.
       float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int32_t p = 0; p <= pos; ++p) {
+      const int32_t first = params.sliding_window > 0
+                                ? std::max(0, pos - params.sliding_window + 1)
+                                : 0;
+      for (int32_t p = first; p <= pos; ++p) {
         const int64_t block = b.kv_indices[b.kv_indptr[s] + p / kv.block_tokens];
         const int32_t in_block = p % kv.block_tokens;
         const float* kp = kv.k + block * kv.k_block_elems + in_block * k_row + kvh * kv.head_dim_k;
         const float* vp = kv.v + block * kv.v_block_elems + in_block * v_row + kvh * kv.head_dim_v;
         float dot = 0.0f;
         for (int32_t i = 0; i < kv.head_dim_k; ++i) dot += qh[i] * kp[i];
-        const float score = dot * scale;
+        float score = dot * params.scale;
+        if (params.softcap > 0) score = params.softcap * std::tanh(score / params.softcap);
         const float m_new = std::max(m, score);
         const float corr = std::exp(m - m_new);
         const float w = std::exp(score - m_new);

@@ -38,6 +38,13 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
 
 // out = silu(gate) * up, n elements.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// out = gelu_tanh(gate) * up (GELU with the tanh approximation, as gelu_pytorch_tanh).
+void geglu(const float* gate, const float* up, float* out, int64_t n);
+
+// x *= s, n elements.
+void scale(float* x, float s, int64_t n);
+// x = cap * tanh(x / cap), n elements (logit soft-capping, Gemma 2).
+void softcap(float* x, float cap, int64_t n);
 
 // One layer's paged KV memory: block b holds K as [kBlockTokens][n_kv_heads][head_dim_k] at
 // k + b * k_block_elems (V likewise).
@@ -56,11 +63,19 @@ struct KvLayerView {
 // its position.
 void kv_write(const KvLayerView& kv, const AttnBatch& b, const float* k, const float* v);
 
+struct AttnParams {
+  int32_t n_heads = 0;
+  float scale = 1.0f;          // applied to q.k
+  float softcap = 0.0f;        // score = softcap * tanh(score / softcap); 0 = off
+  int32_t sliding_window = 0;  // a query at p sees keys > p - window; 0 = whole context
+};
+
 // Causal attention over the paged cache. q: [n_tokens, n_heads, head_dim_k], out: [n_tokens,
-// n_heads, head_dim_v]. Query row at position p sees cache positions 0..p of its sequence.
-// GQA: head h reads kv head h / (n_heads / n_kv_heads). Online softmax, scale 1/sqrt(d).
+// n_heads, head_dim_v]. Query row at position p sees cache positions 0..p of its sequence
+// (the last sliding_window of them when set). GQA: head h reads kv head
+// h / (n_heads / n_kv_heads). Online softmax.
 void attention(const KvLayerView& kv, const AttnBatch& b, const float* q, float* out,
-               int32_t n_heads, float scale, util::ThreadPool* pool);
+               const AttnParams& params, util::ThreadPool* pool);
 
 // Index of the largest value (first on ties).
 int32_t argmax(const float* x, int64_t n);

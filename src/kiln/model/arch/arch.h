@@ -30,6 +30,21 @@ struct HParams {
   float rms_eps = 1e-5f;
   float rope_freq_base = 10000.0f;
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
+  // Sliding-window attention: a query at position p sees keys p - sliding_window + 1 .. p on
+  // the layers where swa_layer(il) holds. 0 = every layer attends to the whole context.
+  uint32_t sliding_window = 0;
+  // attention.sliding_window_pattern n: layer il slides when il % n < n - 1 (gemma: every
+  // n-th layer is global). 0 with a window: every layer slides (Mistral).
+  uint32_t swa_pattern = 0;
+  float rope_freq_base_swa = 10000.0f;  // rope base of sliding layers (gemma3's local base)
+  float attn_scale = 0.0f;      // attention.scale: score scale; 0 = 1 / sqrt(head_dim_k)
+  float attn_softcap = 0.0f;    // attn_logit_softcapping: s = c * tanh(s / c); 0 = off
+  float final_softcap = 0.0f;   // final_logit_softcapping on the logits; 0 = off
+
+  bool swa_layer(uint32_t il) const {
+    if (sliding_window == 0) return false;
+    return swa_pattern == 0 || il % swa_pattern < swa_pattern - 1;
+  }
 };
 
 // What a tensor of the manifest may be.
@@ -51,6 +66,11 @@ struct ArchFeatures {
   bool qk_norm = false;        // qwen3: RMSNorm on q and k per head
   bool moe = false;            // qwen3moe: routed experts instead of a dense FFN
   bool rope_neox = false;      // rotate-half pairs (i, i+d/2) instead of adjacent pairs
+  bool fused_qkv = false;      // phi3: one attn_qkv projection, [q | k | v] rows
+  bool fused_gate_up = false;  // phi3: ffn_up holds [gate | up] rows
+  bool gelu = false;           // gemma: GELU (tanh approximation) gate instead of SiLU
+  bool embed_scale = false;    // gemma: embeddings times sqrt(n_embd)
+  bool sandwich_norm = false;  // gemma2/3: RMSNorm after attention and after the FFN too
 };
 
 struct ArchDef {
@@ -68,8 +88,11 @@ std::vector<std::string_view> arch_names();
 void add_embeddings(std::vector<TensorSpec>& out, const HParams& hp);
 void add_attention(std::vector<TensorSpec>& out, const HParams& hp, uint32_t layer,
                    const ArchFeatures& f);
-void add_dense_ffn(std::vector<TensorSpec>& out, const HParams& hp, uint32_t layer);
+void add_dense_ffn(std::vector<TensorSpec>& out, const HParams& hp, uint32_t layer,
+                   const ArchFeatures& f);
 void add_moe_ffn(std::vector<TensorSpec>& out, const HParams& hp, uint32_t layer);
+// The whole llama-family manifest for `f`: embeddings, then attention and FFN per layer.
+std::vector<TensorSpec> standard_manifest(const HParams& hp, const ArchFeatures& f);
 std::string blk(uint32_t layer, std::string_view suffix);
 
 }  // namespace kiln::model

@@ -23,11 +23,17 @@ void add_attention(std::vector<TensorSpec>& out, const HParams& hp, uint32_t i,
   const int64_t k = int64_t{hp.n_head_kv} * hp.head_dim_k;
   const int64_t v = int64_t{hp.n_head_kv} * hp.head_dim_v;
   out.push_back({blk(i, "attn_norm.weight"), {d}, TensorKind::kNorm, true});
-  out.push_back({blk(i, "attn_q.weight"), {d, q}, TensorKind::kWeight, true});
-  out.push_back({blk(i, "attn_k.weight"), {d, k}, TensorKind::kWeight, true});
-  out.push_back({blk(i, "attn_v.weight"), {d, v}, TensorKind::kWeight, true});
+  if (f.fused_qkv) {
+    out.push_back({blk(i, "attn_qkv.weight"), {d, q + k + v}, TensorKind::kWeight, true});
+  } else {
+    out.push_back({blk(i, "attn_q.weight"), {d, q}, TensorKind::kWeight, true});
+    out.push_back({blk(i, "attn_k.weight"), {d, k}, TensorKind::kWeight, true});
+    out.push_back({blk(i, "attn_v.weight"), {d, v}, TensorKind::kWeight, true});
+  }
   out.push_back({blk(i, "attn_output.weight"), {int64_t{hp.n_head} * hp.head_dim_v, d},
                  TensorKind::kWeight, true});
+  if (f.sandwich_norm)
+    out.push_back({blk(i, "post_attention_norm.weight"), {d}, TensorKind::kNorm, true});
   if (f.qkv_bias) {
     out.push_back({blk(i, "attn_q.bias"), {q}, TensorKind::kNorm, true});
     out.push_back({blk(i, "attn_k.bias"), {k}, TensorKind::kNorm, true});
@@ -39,12 +45,33 @@ void add_attention(std::vector<TensorSpec>& out, const HParams& hp, uint32_t i,
   }
 }
 
-void add_dense_ffn(std::vector<TensorSpec>& out, const HParams& hp, uint32_t i) {
+void add_dense_ffn(std::vector<TensorSpec>& out, const HParams& hp, uint32_t i,
+                   const ArchFeatures& f) {
   const int64_t d = hp.n_embd, ff = hp.n_ff;
   out.push_back({blk(i, "ffn_norm.weight"), {d}, TensorKind::kNorm, true});
-  out.push_back({blk(i, "ffn_gate.weight"), {d, ff}, TensorKind::kWeight, true});
-  out.push_back({blk(i, "ffn_up.weight"), {d, ff}, TensorKind::kWeight, true});
+  if (f.fused_gate_up) {
+    out.push_back({blk(i, "ffn_up.weight"), {d, 2 * ff}, TensorKind::kWeight, true});
+  } else {
+    out.push_back({blk(i, "ffn_gate.weight"), {d, ff}, TensorKind::kWeight, true});
+    out.push_back({blk(i, "ffn_up.weight"), {d, ff}, TensorKind::kWeight, true});
+  }
   out.push_back({blk(i, "ffn_down.weight"), {ff, d}, TensorKind::kWeight, true});
+  if (f.sandwich_norm)
+    out.push_back({blk(i, "post_ffw_norm.weight"), {d}, TensorKind::kNorm, true});
+}
+
+std::vector<TensorSpec> standard_manifest(const HParams& hp, const ArchFeatures& f) {
+  std::vector<TensorSpec> out;
+  add_embeddings(out, hp);
+  for (uint32_t i = 0; i < hp.n_layer; ++i) {
+    add_attention(out, hp, i, f);
+    if (f.moe) {
+      add_moe_ffn(out, hp, i);
+    } else {
+      add_dense_ffn(out, hp, i, f);
+    }
+  }
+  return out;
 }
 
 void add_moe_ffn(std::vector<TensorSpec>& out, const HParams& hp, uint32_t i) {

@@ -16,7 +16,7 @@ std::vector<TensorSpec> manifest(const HParams& hp) {
   out.push_back({"rope_freqs.weight", {hp.n_rot / 2}, TensorKind::kNorm, false});
   for (uint32_t i = 0; i < hp.n_layer; ++i) {
     add_attention(out, hp, i, kFeatures);
-    add_dense_ffn(out, hp, i);
+    add_dense_ffn(out, hp, i, kFeatures);
   }
   return out;
 }

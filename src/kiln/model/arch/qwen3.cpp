@@ -7,15 +7,7 @@ namespace {
 
 constexpr ArchFeatures kFeatures{.qk_norm = true, .rope_neox = true};
 
-std::vector<TensorSpec> manifest(const HParams& hp) {
-  std::vector<TensorSpec> out;
-  add_embeddings(out, hp);
-  for (uint32_t i = 0; i < hp.n_layer; ++i) {
-    add_attention(out, hp, i, kFeatures);
-    add_dense_ffn(out, hp, i);
-  }
-  return out;
-}
+std::vector<TensorSpec> manifest(const HParams& hp) { return standard_manifest(hp, kFeatures); }
 
 }  // namespace
 

@@ -9,5 +9,8 @@ extern const ArchDef kArchLlama;
 extern const ArchDef kArchQwen2;
 extern const ArchDef kArchQwen3;
 extern const ArchDef kArchQwen3Moe;
+extern const ArchDef kArchGemma2;
+extern const ArchDef kArchGemma3;
+extern const ArchDef kArchPhi3;
 
 }  // namespace kiln::model

@@ -29,7 +29,37 @@ Expected<std::string> arch_for(const nlohmann::json& config) {
   if (a == "Qwen2ForCausalLM") return std::string("qwen2");
   if (a == "Qwen3ForCausalLM") return std::string("qwen3");
   if (a == "Qwen3MoeForCausalLM") return std::string("qwen3moe");
+  if (a == "Gemma2ForCausalLM") return std::string("gemma2");
+  if (a == "Gemma3ForCausalLM") return std::string("gemma3");
+  if (a == "Phi3ForCausalLM") return std::string("phi3");
   return err("convert: unsupported architecture '{}'", a);
+}
+
+// sliding_window and, from layer_types, which layers slide: every one (Mistral) or all but
+// every n-th (Gemma), written as attention.sliding_window_pattern n.
+Status sliding_window_from_config(const nlohmann::json& c, HParams& hp) {
+  if (!c.contains("sliding_window") || !c["sliding_window"].is_number()) return {};
+  if (c.contains("use_sliding_window") && c["use_sliding_window"].is_boolean() &&
+      !c["use_sliding_window"].get<bool>())
+    return {};
+  hp.sliding_window = c["sliding_window"].get<uint32_t>();
+  hp.swa_pattern = 0;
+  if (!c.contains("layer_types") || !c["layer_types"].is_array()) return {};
+  const auto& types = c["layer_types"];
+  uint32_t pattern = 0;
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] == "full_attention") {
+      pattern = static_cast<uint32_t>(i + 1);
+      break;
+    }
+  }
+  if (pattern == 0) return {};
+  hp.swa_pattern = pattern;
+  for (uint32_t i = 0; i < types.size(); ++i) {
+    if ((types[i] == "sliding_attention") != hp.swa_layer(i))
+      return err("convert: layer_types does not follow a sliding pattern of {}", pattern);
+  }
+  return {};
 }
 
 nlohmann::json rope_settings(const nlohmann::json& c) {
@@ -64,7 +94,7 @@ Expected<HParams> hparams_from_config(const nlohmann::json& c) {
   if (hp.n_head == 0) return err("convert: num_attention_heads missing");
   hp.head_dim_k = hp.head_dim_v = cfg<uint32_t>(c, "head_dim", hp.n_embd / hp.n_head);
   hp.n_rot = hp.head_dim_k;
-  hp.n_expert = cfg<uint32_t>(c, "num_experts", 0);
+  hp.n_expert = cfg<uint32_t>(c, "num_experts", cfg<uint32_t>(c, "num_local_experts", 0));
   hp.n_expert_used = cfg<uint32_t>(c, "num_experts_per_tok", 0);
   hp.n_ff_expert = cfg<uint32_t>(c, "moe_intermediate_size", hp.n_ff);
   hp.rms_eps = cfg<float>(c, "rms_norm_eps", 1e-6f);
@@ -72,6 +102,17 @@ Expected<HParams> hparams_from_config(const nlohmann::json& c) {
   // and rope_scaling.
   const nlohmann::json rope = rope_settings(c);
   hp.rope_freq_base = cfg<float>(c, "rope_theta", cfg<float>(rope, "rope_theta", 10000.0f));
+  // Per-layer-type rope (gemma3 in transformers >= 5): full and sliding bases.
+  if (rope.contains("full_attention"))
+    hp.rope_freq_base = cfg<float>(rope["full_attention"], "rope_theta", hp.rope_freq_base);
+  hp.rope_freq_base_swa = cfg<float>(c, "rope_local_base_freq", hp.rope_freq_base);
+  if (rope.contains("sliding_attention"))
+    hp.rope_freq_base_swa = cfg<float>(rope["sliding_attention"], "rope_theta", hp.rope_freq_base_swa);
+  KILN_TRY_STATUS(sliding_window_from_config(c, hp));
+  if (c.contains("query_pre_attn_scalar") && c["query_pre_attn_scalar"].is_number())
+    hp.attn_scale = 1.0f / std::sqrt(c["query_pre_attn_scalar"].get<float>());
+  hp.attn_softcap = cfg<float>(c, "attn_logit_softcapping", 0.0f);
+  hp.final_softcap = cfg<float>(c, "final_logit_softcapping", 0.0f);
   hp.tied_embeddings = cfg<bool>(c, "tie_word_embeddings", false);
   const std::string rope_type = rope_type_of(rope);
   if (rope_type != "default" && rope_type != "llama3")
@@ -137,7 +178,7 @@ Expected<Checkpoint> open_checkpoint(const std::string& dir) {
 }
 
 // The HF name of a GGUF tensor of the llama family ("" when it is built another way).
-std::string hf_name(const std::string& gguf) {
+std::string hf_name(const std::string& gguf, const ArchFeatures& f) {
   static const std::pair<const char*, const char*> kGlobal[] = {
       {"token_embd.weight", "model.embed_tokens.weight"},
       {"output_norm.weight", "model.norm.weight"},
@@ -162,9 +203,25 @@ std::string hf_name(const std::string& gguf) {
       {"ffn_down.weight", "mlp.down_proj.weight"},
       {"ffn_gate_inp.weight", "mlp.gate.weight"},
   };
+  // Gemma's four norms per layer; phi3's fused projections.
+  static const std::pair<const char*, const char*> kSandwich[] = {
+      {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+      {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+      {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
+  };
+  static const std::pair<const char*, const char*> kFused[] = {
+      {"attn_qkv.weight", "self_attn.qkv_proj.weight"},
+      {"ffn_up.weight", "mlp.gate_up_proj.weight"},
+  };
   if (!gguf.starts_with("blk.")) return "";
   const size_t dot = gguf.find('.', 4);
   const std::string layer = gguf.substr(4, dot - 4), suffix = gguf.substr(dot + 1);
+  if (f.sandwich_norm)
+    for (auto [g, h] : kSandwich)
+      if (suffix == g) return "model.layers." + layer + "." + h;
+  if (f.fused_qkv || f.fused_gate_up)
+    for (auto [g, h] : kFused)
+      if (suffix == g) return "model.layers." + layer + "." + h;
   for (auto [g, h] : kLayer)
     if (suffix == g) return "model.layers." + layer + "." + h;
   return "";
@@ -235,7 +292,7 @@ Expected<gguf::Writer> convert_hf(const ConvertOptions& o) {
     if (spec.name.find("_exps.") != std::string::npos) {
       KILN_TRY(values, read_experts(ck, spec.name, hp.n_expert));
     } else {
-      const std::string src = hf_name(spec.name);
+      const std::string src = hf_name(spec.name, arch->features);
       if (src.empty()) return err("convert: no Hugging Face name for '{}'", spec.name);
       KILN_TRY(values, ck.read(src));
     }
@@ -248,6 +305,9 @@ Expected<gguf::Writer> convert_hf(const ConvertOptions& o) {
       values = permute_qk_rows(values, hp.n_head, spec.ne[0]);
     if (!arch->features.rope_neox && spec.name.ends_with("attn_k.weight"))
       values = permute_qk_rows(values, hp.n_head_kv, spec.ne[0]);
+    // Gemma's RMSNorm scales by (1 + w); GGUF files store 1 + w (llama.cpp's converter).
+    if (arch->features.embed_scale && spec.name.ends_with("norm.weight"))
+      for (float& x : values) x += 1.0f;
     KILN_TRY_STATUS(add_tensor_f32(w, spec, tensor_type(ft, spec, hp), values));
   }
   return w;
