@@ -1,6 +1,7 @@
 #include "kiln/backend/cpu/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "kiln/backend/cpu/kernels.h"
@@ -92,8 +93,23 @@ void matmul_on_path(const Weight& w, const float* x, float* y, int64_t n_tokens,
   }
 }
 
+namespace {
+std::atomic<MatmulMode> g_mode{MatmulMode::Fast};
+}  // namespace
+
+void set_matmul_mode(MatmulMode mode) {
+  g_mode.store(mode, std::memory_order_relaxed);
+}
+MatmulMode matmul_mode() {
+  return g_mode.load(std::memory_order_relaxed);
+}
+
 void matmul_fast(const Weight& w, const float* x, float* y, int64_t n_tokens,
                  util::ThreadPool* pool) {
+  if (matmul_mode() == MatmulMode::Reference) {
+    matmul_reference(w, x, y, n_tokens, pool);
+    return;
+  }
   matmul_on_path(w, x, y, n_tokens, pool, best_kernel_path());
 }
 

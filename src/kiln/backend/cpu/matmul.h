@@ -35,6 +35,12 @@ void matmul_fast(const Weight& w, const float* x, float* y, int64_t n_tokens,
 void matmul_on_path(const Weight& w, const float* x, float* y, int64_t n_tokens,
                     util::ThreadPool* pool, KernelPath path);
 
+// Process-wide switch for tests and debugging: Reference makes matmul (ops.h) and
+// matmul_fast run matmul_reference, i.e. fp32 activations against dequantized weights.
+enum class MatmulMode { Fast, Reference };
+void set_matmul_mode(MatmulMode mode);
+MatmulMode matmul_mode();
+
 // The reference: dequantize each weight row (quant::dequantize_row), sequential fp32 dot.
 void matmul_reference(const Weight& w, const float* x, float* y, int64_t n_tokens,
                       util::ThreadPool* pool);

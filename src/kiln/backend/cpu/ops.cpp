@@ -138,9 +138,8 @@ void attention(const KvLayerView& kv, const AttnBatch& b, const float* q, float*
       // Online softmax (Milakov & Gimelshein 2018): running max m and normaliser l.
       float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
       std::fill(acc.begin(), acc.end(), 0.0f);
-      const int32_t first = params.sliding_window > 0
-                                ? std::max(0, pos - params.sliding_window + 1)
-                                : 0;
+      const int32_t first =
+          params.sliding_window > 0 ? std::max(0, pos - params.sliding_window + 1) : 0;
       for (int32_t p = first; p <= pos; ++p) {
         const int64_t block = b.kv_indices[b.kv_indptr[s] + p / kv.block_tokens];
         const int32_t in_block = p % kv.block_tokens;
