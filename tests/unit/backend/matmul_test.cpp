@@ -362,5 +362,22 @@ TEST(Matmul, BatchAndThreadInvariant) {
   }
 }
 
+// The AVX-512 path runs the AVX2 kernel bodies with VNNI instructions that compute the same
+// integers, so the two paths agree bit for bit (skipped where the CPU lacks AVX-512 VNNI).
+TEST(Matmul, Avx512EqualsAvx2Bitwise) {
+  if (!path_available(KernelPath::Avx512) || !path_available(KernelPath::Avx2)) {
+    GTEST_SKIP() << "needs AVX-512 VNNI";
+  }
+  for (Type type : kTypes) {
+    const int64_t blk = block_of(type) == 1 ? 16 : block_of(type);
+    const int64_t n_in = blk * 5 + (blk == 16 ? 9 : 0), n_out = 19, n_tokens = 9;
+    TestWeight tw = make_weight(type, n_in, n_out, 21);
+    const std::vector<float> x = make_acts(n_tokens, n_in, 22);
+    const std::vector<float> a = run_kernel(KernelPath::Avx2, tw.w, x, n_tokens);
+    const std::vector<float> b = run_kernel(KernelPath::Avx512, tw.w, x, n_tokens);
+    EXPECT_TRUE(same_bits(a.data(), b.data(), a.size())) << quant::type_name(type);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::backend::cpu
