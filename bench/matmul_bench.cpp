@@ -2,7 +2,7 @@
 // GB/s against the machine's copy bandwidth (BM_memcpy), and GEMM (prefill, 512 tokens) in
 // GFLOP/s, per weight type and kernel path, on util::default_num_threads() threads.
 //
-//   ./build/bench_matmul_bench --benchmark_min_time=1s
+//   ./build/bench_matmul_bench --benchmark_min_time=1
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -89,7 +89,7 @@ void bm_matmul(benchmark::State& state, Type type, KernelPath path, int64_t n_to
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(bw.bytes.size()));
   state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * kDim * kDim * static_cast<double>(n_tokens) * 1e-9, benchmark::Counter::kIsRate);
+      2.0 * kDim * kDim * static_cast<double>(n_tokens) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void register_all() {

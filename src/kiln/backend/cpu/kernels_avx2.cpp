@@ -3,6 +3,7 @@
 // The kernel bodies are in kernels_x86.inc.
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kiln/backend/cpu/kernels.h"
 #include "kiln/quant/blocks.h"

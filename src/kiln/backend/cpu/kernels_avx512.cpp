@@ -4,6 +4,7 @@
 // util::cpu_features() reports AVX-512 F/BW/VL/VNNI.
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kiln/backend/cpu/kernels.h"
 #include "kiln/quant/blocks.h"
