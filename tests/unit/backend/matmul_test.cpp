@@ -20,6 +20,7 @@
 #include "kiln/quant/convert.h"
 #include "kiln/quant/types.h"
 #include "kiln/util/thread_pool.h"
+#include "unit/quant/random_blocks.h"
 
 namespace kiln::backend::cpu {
 namespace {
@@ -221,6 +222,47 @@ TEST(Kernels, SimdMatchesScalarDots) {
             ASSERT_LE(std::fabs(y[static_cast<size_t>(t * n_out + o)] - ref), bound)
                 << quant::type_name(type) << " " << path_name(p) << " n_in " << n_in;
           }
+        }
+      }
+    }
+  }
+}
+
+// Random block bytes with random finite f16 scales over the whole f16 range (subnormals up
+// to 65504): every path within 1e-5 * sum |w x^| of the scalar dots (both may be inf only
+// together, for rows whose true value overflows fp32).
+TEST(Kernels, SimdMatchesScalarOnRandomBlocksWithExtremeScales) {
+  struct Case {
+    Type type;
+    quant::testing::RandomLayout layout;
+  };
+  const Case cases[] = {{Type::Q8_0, {34, {0, -1}, -1}},
+                        {Type::Q4_0, {18, {0, -1}, -1}},
+                        {Type::Q4_K, {144, {0, 2}, -1}},
+                        {Type::Q5_K, {176, {0, 2}, -1}},
+                        {Type::Q6_K, {210, {208, -1}, -1}}};
+  for (const Case& c : cases) {
+    const int64_t blk = block_of(c.type);
+    const int64_t n_in = 3 * (blk == 256 ? 256 : 96), n_out = 11, n_tokens = 3;
+    const int num_blocks = static_cast<int>(n_in / blk * n_out);
+    std::vector<uint8_t> bytes = quant::testing::random_blocks(c.layout, num_blocks, 99);
+    const Weight w{c.type, n_in, n_out, bytes.data(), *quant::row_bytes(c.type, n_in)};
+    const std::vector<float> x = make_acts(n_tokens, n_in, 5);
+    QuantizedActs a;
+    quantize_acts(act_format(c.type), x.data(), n_tokens, n_in, &a, nullptr);
+    for (KernelPath p : available_paths()) {
+      const std::vector<float> y = run_kernel(p, w, x, n_tokens);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t o = 0; o < n_out; ++o) {
+          const float ref = scalar_dot(c.type, w.row(o), a, x.data(), t, n_in);
+          const float got = y[static_cast<size_t>(t * n_out + o)];
+          const double bound = 1e-5 * abs_dot(w, o, &a, x.data(), t);
+          if (!std::isfinite(ref) || !std::isfinite(bound)) {
+            EXPECT_FALSE(std::isfinite(got)) << quant::type_name(c.type) << " " << path_name(p);
+            continue;
+          }
+          ASSERT_LE(std::fabs(got - ref), bound)
+              << quant::type_name(c.type) << " " << path_name(p) << " t " << t << " o " << o;
         }
       }
     }
