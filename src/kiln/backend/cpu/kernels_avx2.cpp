@@ -1,6 +1,8 @@
 // AVX2 + FMA + F16C kernels (Haswell and later, Zen). Compiled with a target pragma so the
 // build needs no -march flag; matmul.cpp calls them only when util::cpu_features() says so.
-// The kernel bodies are in kernels_x86.inc.
+// The kernel bodies are in kernels_x86.inc. Everything in the target region has internal
+// linkage, and it calls no out-of-line std:: template whose AVX2-compiled copy the linker
+// could hand to other callers (`nm -C` on the object shows no weak symbols).
 #include <cstdint>
 #include <cstring>
 #include <vector>
