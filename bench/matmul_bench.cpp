@@ -74,6 +74,21 @@ void bm_memcpy(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 2 * static_cast<int64_t>(n));
 }
 
+// The same copy split over the pool's threads (the ceiling for multithreaded GEMV).
+void bm_memcpy_threads(benchmark::State& state) {
+  const int64_t n = int64_t{256} << 20;
+  std::vector<uint8_t> a(static_cast<size_t>(n), 1), b(static_cast<size_t>(n), 2);
+  for (auto _ : state) {
+    pool().parallel_for(n >> 20, [&](int64_t begin, int64_t end, int) {
+      std::memcpy(b.data() + (begin << 20), a.data() + (begin << 20),
+                  static_cast<size_t>((end - begin) << 20));
+    });
+    benchmark::DoNotOptimize(b.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 2 * n);
+}
+
 void bm_matmul(benchmark::State& state, Type type, KernelPath path, int64_t n_tokens) {
   if (!kiln::backend::cpu::path_available(path)) {
     state.SkipWithError("path not available on this CPU");
@@ -88,12 +103,14 @@ void bm_matmul(benchmark::State& state, Type type, KernelPath path, int64_t n_to
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(bw.bytes.size()));
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * kDim * kDim * static_cast<double>(n_tokens) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * kDim * kDim * static_cast<double>(n_tokens) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void register_all() {
   benchmark::RegisterBenchmark("memcpy_256MiB", bm_memcpy)->UseRealTime();
+  benchmark::RegisterBenchmark("memcpy_256MiB_pool", bm_memcpy_threads)->UseRealTime();
   const Type types[] = {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::Q5_K,
                         Type::Q4_0, Type::F16,  Type::BF16, Type::F32};
   const KernelPath paths[] = {KernelPath::Scalar, KernelPath::Avx2, KernelPath::Avx512};

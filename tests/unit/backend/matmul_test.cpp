@@ -16,6 +16,7 @@
 
 #include "kiln/backend/cpu/kernels.h"
 #include "kiln/backend/cpu/matmul.h"
+#include "kiln/backend/cpu/ops.h"
 #include "kiln/backend/cpu/quantize_act.h"
 #include "kiln/quant/convert.h"
 #include "kiln/quant/types.h"
@@ -356,6 +357,23 @@ TEST(Matmul, MatchesReferenceOnRaggedShapes) {
       }
     }
   }
+}
+
+// ops.h's matmul (what the model forward calls) is the fast path; MatmulMode::Reference
+// turns it into matmul_reference.
+TEST(Matmul, OpsMatmulDispatchAndReferenceMode) {
+  TestWeight tw = make_weight(Type::Q4_K, 512, 9, 3);
+  const std::vector<float> x = make_acts(4, 512, 4);
+  std::vector<float> fast(36), op(36), ref(36), op_ref(36);
+  matmul_fast(tw.w, x.data(), fast.data(), 4, nullptr);
+  matmul_reference(tw.w, x.data(), ref.data(), 4, nullptr);
+  matmul(tw.w, x.data(), op.data(), 4, nullptr);
+  EXPECT_EQ(0, std::memcmp(fast.data(), op.data(), 36 * 4));
+  EXPECT_NE(0, std::memcmp(fast.data(), ref.data(), 36 * 4));  // Q8 activations differ
+  set_matmul_mode(MatmulMode::Reference);
+  matmul(tw.w, x.data(), op_ref.data(), 4, nullptr);
+  set_matmul_mode(MatmulMode::Fast);
+  EXPECT_EQ(0, std::memcmp(ref.data(), op_ref.data(), 36 * 4));
 }
 
 TEST(Matmul, UnsupportedTypeFallsBackToReference) {
