@@ -1,6 +1,7 @@
 // CPU matmul kernels: GEMV (decode, one token) over a 4096 x 4096 weight, reported as weight
 // GB/s against the machine's copy bandwidth (BM_memcpy), and GEMM (prefill, 512 tokens) in
-// GFLOP/s, per weight type and kernel path, on util::default_num_threads() threads.
+// GFLOP/s, per weight type and kernel path, on util::default_num_threads() threads; plus
+// llama.cpp's test-backend-ops MUL_MAT perf shape (4096 x 14336) on the best path.
 //
 //   ./build/bench_matmul_bench --benchmark_min_time=1
 #include <benchmark/benchmark.h>
@@ -35,29 +36,29 @@ struct BenchWeight {
   Weight w;
 };
 
-const BenchWeight& weight(Type type) {
-  static std::vector<std::pair<Type, BenchWeight>> cache;
-  for (auto& [t, bw] : cache)
-    if (t == type) return bw;
+const BenchWeight& weight(Type type, int64_t n_in) {
+  static std::vector<std::pair<std::pair<Type, int64_t>, BenchWeight>> cache;
+  for (auto& [key, bw] : cache)
+    if (key.first == type && key.second == n_in) return bw;
   std::mt19937 rng(1);
   std::normal_distribution<float> g(0.0f, 1.0f);
   BenchWeight bw;
-  const uint64_t rb = *kiln::quant::row_bytes(type, kDim);
+  const uint64_t rb = *kiln::quant::row_bytes(type, static_cast<uint64_t>(n_in));
   bw.bytes.resize(rb * kDim);
-  std::vector<float> row(kDim);
+  std::vector<float> row(static_cast<size_t>(n_in));
   for (int64_t o = 0; o < kDim; ++o) {
     for (float& v : row) v = g(rng);
-    (void)kiln::quant::quantize_row(type, row.data(), bw.bytes.data() + o * rb, kDim);
+    (void)kiln::quant::quantize_row(type, row.data(), bw.bytes.data() + o * rb, n_in);
   }
-  bw.w = Weight{type, kDim, kDim, bw.bytes.data(), rb};
-  cache.emplace_back(type, std::move(bw));
+  bw.w = Weight{type, n_in, kDim, bw.bytes.data(), rb};
+  cache.emplace_back(std::make_pair(type, n_in), std::move(bw));
   return cache.back().second;
 }
 
-std::vector<float> acts(int64_t n_tokens) {
+std::vector<float> acts(int64_t n_tokens, int64_t n_in) {
   std::mt19937 rng(2);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(n_tokens * kDim));
+  std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
   for (float& v : x) v = g(rng);
   return x;
 }
@@ -89,13 +90,14 @@ void bm_memcpy_threads(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 2 * n);
 }
 
-void bm_matmul(benchmark::State& state, Type type, KernelPath path, int64_t n_tokens) {
+void bm_matmul(benchmark::State& state, Type type, KernelPath path, int64_t n_tokens,
+               int64_t n_in) {
   if (!kiln::backend::cpu::path_available(path)) {
     state.SkipWithError("path not available on this CPU");
     return;
   }
-  const BenchWeight& bw = weight(type);
-  const std::vector<float> x = acts(n_tokens);
+  const BenchWeight& bw = weight(type, n_in);
+  const std::vector<float> x = acts(n_tokens, n_in);
   std::vector<float> y(static_cast<size_t>(n_tokens * kDim));
   for (auto _ : state) {
     kiln::backend::cpu::matmul_on_path(bw.w, x.data(), y.data(), n_tokens, &pool(), path);
@@ -103,9 +105,9 @@ void bm_matmul(benchmark::State& state, Type type, KernelPath path, int64_t n_to
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(bw.bytes.size()));
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * kDim * kDim * static_cast<double>(n_tokens) * 1e-9,
-                         benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * kDim * static_cast<double>(n_in) * static_cast<double>(n_tokens) * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void register_all() {
@@ -119,10 +121,11 @@ void register_all() {
       if (!kiln::backend::cpu::path_available(p)) continue;
       const std::string name =
           std::string(kiln::quant::type_name(t)) + "/" + kiln::backend::cpu::path_name(p);
-      benchmark::RegisterBenchmark(("gemv/" + name).c_str(), bm_matmul, t, p, int64_t{1})
+      benchmark::RegisterBenchmark(("gemv/" + name).c_str(), bm_matmul, t, p, int64_t{1}, kDim)
           ->UseRealTime();
       if (p != KernelPath::Scalar) {  // scalar prefill takes minutes per iteration
-        benchmark::RegisterBenchmark(("gemm512/" + name).c_str(), bm_matmul, t, p, kPrefillTokens)
+        benchmark::RegisterBenchmark(("gemm512/" + name).c_str(), bm_matmul, t, p, kPrefillTokens,
+                                     kDim)
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
       }
@@ -130,10 +133,27 @@ void register_all() {
   }
 }
 
+// llama.cpp's test-backend-ops perf shape (MUL_MAT m=4096, k=14336, n=1 and 512), for a
+// side-by-side with `test-backend-ops perf -o MUL_MAT -b CPU`.
+void register_ggml_shape() {
+  constexpr int64_t kFfn = 14336;
+  for (Type t : {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::Q4_0, Type::F16}) {
+    const KernelPath p = kiln::backend::cpu::best_kernel_path();
+    const std::string name =
+        std::string(kiln::quant::type_name(t)) + "/" + kiln::backend::cpu::path_name(p) + "/k14336";
+    benchmark::RegisterBenchmark(("gemv/" + name).c_str(), bm_matmul, t, p, int64_t{1}, kFfn)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("gemm512/" + name).c_str(), bm_matmul, t, p, kPrefillTokens, kFfn)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   register_all();
+  register_ggml_shape();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
