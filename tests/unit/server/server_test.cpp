@@ -222,6 +222,37 @@ TEST_F(HttpTest, MalformedHttpDoesNotCrash) {
   EXPECT_EQ(get("/health").status, 200);
 }
 
+TEST_F(HttpTest, HeaderAndIdleTimeoutsClose) {
+  ServerOptions opts;
+  opts.header_timeout = milliseconds(200);
+  opts.idle_timeout = milliseconds(200);
+  start(opts);
+  const auto t0 = std::chrono::steady_clock::now();
+  // A header that never ends: closed after header_timeout, without a response.
+  EXPECT_EQ(raw_exchange(port_, "GET /health HTTP/1.1\r\nHost: x\r\n", false), "");
+  // An idle keep-alive connection: closed after idle_timeout.
+  EXPECT_EQ(raw_exchange(port_, "", false), "");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(get("/health").status, 200);
+}
+
+TEST_F(HttpTest, CorsAndRequestTimeout) {
+  ServerOptions opts;
+  opts.cors = true;
+  opts.request_timeout = std::chrono::seconds(30);
+  start(opts);
+  Reply r = Client(port_).request("OPTIONS", "/v1/chat/completions");
+  EXPECT_EQ(r.status, 204);
+  EXPECT_EQ(r.header("access-control-allow-origin"), "*");
+  EXPECT_EQ(get("/v1/models").header("access-control-allow-origin"), "*");
+  const auto before = std::chrono::steady_clock::now();
+  ASSERT_EQ(post("/v1/chat/completions", chat_body()).status, 200);
+  auto deadline = engine_.requests().at(0).deadline;
+  ASSERT_TRUE(deadline.has_value());
+  EXPECT_GE(*deadline, before + std::chrono::seconds(29));
+  EXPECT_LE(*deadline, std::chrono::steady_clock::now() + std::chrono::seconds(30));
+}
+
 TEST_F(HttpTest, ClientDisconnectCancelsGeneration) {
   engine_.set_default_script(
       Script{std::vector<std::string>(2000, "tok "), FinishReason::kStop, "", 0, milliseconds(2)});
