@@ -135,6 +135,7 @@ struct CompletionJob {
   bool top = false;
   bool include_usage = false;
   int32_t num_prompt_tokens = 0;             // all prompts
+  int32_t n = 1;                             // choices per prompt
   std::vector<const Prompt*> choice_prompt;  // per choice
 
   Json base() const {
@@ -201,7 +202,7 @@ HandlerResult respond_whole(CompletionJob& job, MultiRun& run, HttpExchange& ex)
     c["finish_reason"] = finish_reason_name(s.finish.reason);
     choices.push_back(std::move(c));
     num_completion += s.finish.usage.completion_tokens;
-    num_cached += s.finish.usage.cached_tokens;
+    if (i % static_cast<size_t>(job.n) == 0) num_cached += s.finish.usage.cached_tokens;
   }
   Json body = job.base();
   body["choices"] = std::move(choices);
@@ -251,7 +252,8 @@ HandlerResult respond_stream(CompletionJob& job, MultiRun& run, HttpExchange& ex
     send(index, f.text, job.logprobs ? s.logprobs.take() : Json(nullptr),
          finish_reason_name(f.reason));
     num_completion += f.usage.completion_tokens;
-    num_cached += f.usage.cached_tokens;
+    // Like prompt_tokens, a prompt's cached tokens count once however many choices it has.
+    if (index % static_cast<size_t>(job.n) == 0) num_cached += f.usage.cached_tokens;
   }
   if (run.abort_reason() == AbortReason::kServerShutdown) {
     ex.write_chunk(sse_data(error_body(unavailable("The server is shutting down"))));
@@ -297,6 +299,7 @@ HandlerResult handle_completions(ServerContext& ctx, const HttpRequest& req, Htt
   job.logprobs = params.legacy_logprobs >= 0;
   job.top = params.legacy_logprobs > 0;
   job.include_usage = params.include_usage;
+  job.n = params.n;
   std::vector<engine::GenerationRequest> requests;
   const std::optional<int32_t> asked_max = params.max_tokens;
   for (size_t p = 0; p < prompts.size(); ++p) {

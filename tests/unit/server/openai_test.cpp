@@ -1,5 +1,7 @@
 // /v1/chat/completions and /v1/completions over a FakeEngine: response shapes, SSE framing,
 // finish reasons, tool calls, reasoning, logprobs, n, and what reaches the engine.
+#include <thread>
+
 #include "kiln/chat/template.h"
 #include "kiln/engine/sampler.h"
 #include "unit/server/test_util.h"
@@ -305,6 +307,40 @@ TEST_F(OpenAiTest, ChatNChoicesUseChoiceSeeds) {
                                 engine::choice_seed(77, 2)};
   std::sort(want.begin(), want.end());
   EXPECT_EQ(seeds, want);
+}
+
+TEST_F(OpenAiTest, ChatStreamWithNChoicesAndConcurrentClients) {
+  engine_.set_default_script(
+      Script{{"a", "b", "c"}, FinishReason::kStop, "", 0, std::chrono::milliseconds(1)});
+  start();
+  json body = chat_body();
+  body["stream"] = true;
+  body["n"] = 2;
+  std::vector<Reply> replies(8);
+  std::vector<std::thread> clients;
+  for (auto& reply : replies)
+    clients.emplace_back([&] { reply = post("/v1/chat/completions", body); });
+  for (auto& t : clients) t.join();
+  for (const Reply& r : replies) {
+    ASSERT_EQ(r.status, 200);
+    auto events = sse_events(r.body);
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events.back(), "[DONE]");
+    std::string content[2];
+    int num_finished = 0;
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+      json c = json::parse(events[i])["choices"][0];
+      const int index = c["index"].get<int>();
+      ASSERT_TRUE(index == 0 || index == 1);
+      if (c["delta"].contains("content"))
+        content[index] += c["delta"]["content"].get<std::string>();
+      num_finished += c["finish_reason"].is_string();
+    }
+    EXPECT_EQ(content[0], "abc");
+    EXPECT_EQ(content[1], "abc");
+    EXPECT_EQ(num_finished, 2);
+  }
+  EXPECT_EQ(engine_.requests().size(), 16u);
 }
 
 TEST_F(OpenAiTest, ErrorAfterStreamStartedIsAnErrorFrame) {

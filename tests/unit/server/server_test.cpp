@@ -1,6 +1,7 @@
 // The transport and the cross-cutting parts: health, models, errors and their envelope,
 // auth, X-Request-Id, keep-alive, body limit, malformed HTTP, client disconnect, graceful
 // shutdown, metrics, tokenize.
+#include <random>
 #include <thread>
 
 #include "kiln/server/router.h"
@@ -219,6 +220,30 @@ TEST_F(HttpTest, MalformedHttpDoesNotCrash) {
                      "5\r\n{\"con\r\n10\r\ntent\": \"hello\"} \r\n0\r\n\r\n",
                      false);
   EXPECT_EQ(out.rfind("HTTP/1.1 200", 0), 0u) << out;
+  EXPECT_EQ(get("/health").status, 200);
+}
+
+TEST_F(HttpTest, RandomGarbageDoesNotCrash) {
+  start();
+  std::mt19937 rng(7);
+  for (int i = 0; i < 40; ++i) {
+    std::string bytes;
+    if (i % 2 == 0) bytes = "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 40\r\n";
+    const size_t n = 1 + rng() % 300;
+    for (size_t k = 0; k < n; ++k) bytes.push_back(static_cast<char>(rng() % 256));
+    const std::string out = raw_exchange(port_, bytes, true);
+    EXPECT_TRUE(out.empty() || out.rfind("HTTP/1.1 ", 0) == 0) << out.substr(0, 60);
+  }
+  // Valid HTTP carrying hostile JSON.
+  for (const char* body : {"null", "[]", "{\"messages\": 5}", "{\"messages\": [{}]}",
+                           "{\"messages\": [{\"role\": \"user\", \"content\": {}}]}",
+                           "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}",
+                           "{\"prompt\": [[1, 2], 3]}", "\xff\xfe"}) {
+    Reply r = post_raw("/v1/chat/completions", body);
+    EXPECT_EQ(r.status, 400) << body << " -> " << r.body;
+    r = post_raw("/v1/completions", body);
+    EXPECT_EQ(r.status, 400) << body << " -> " << r.body;
+  }
   EXPECT_EQ(get("/health").status, 200);
 }
 
