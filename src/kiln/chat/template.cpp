@@ -20,6 +20,12 @@ const char* const kChatMLTemplate =
 
 Expected<std::string> render_chat(const std::string& tmpl, const nlohmann::ordered_json& messages,
                                   const ChatOptions& opts) {
+  KILN_TRY(auto parsed, jinja::Template::parse(tmpl));
+  return render_chat(parsed, messages, opts);
+}
+
+Expected<std::string> render_chat(const jinja::Template& tmpl,
+                                  const nlohmann::ordered_json& messages, const ChatOptions& opts) {
   using jinja::Value;
   if (!messages.is_array()) return err("chat messages must be a JSON array");
   if (!opts.chat_template_kwargs.is_null() && !opts.chat_template_kwargs.is_object()) {
@@ -48,7 +54,7 @@ Expected<std::string> render_chat(const std::string& tmpl, const nlohmann::order
     std::time_t t = std::time(nullptr);
     localtime_r(&t, &ctx.now);
   }
-  return jinja::render(tmpl, ctx);
+  return tmpl.render(ctx);
 }
 
 }  // namespace kiln::chat

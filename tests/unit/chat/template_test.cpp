@@ -99,3 +99,20 @@ TEST(ChatTemplate, Errors) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(ChatTemplate, ParsedOnceRenderedTwice) {
+  auto parsed = kiln::chat::jinja::Template::parse(kiln::chat::kChatMLTemplate);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  kiln::chat::ChatOptions opts;
+  auto a = kiln::chat::render_chat(*parsed,
+                                   ordered_json::parse(R"([{"role":"user","content":"a"}])"), opts);
+  auto b = kiln::chat::render_chat(*parsed,
+                                   ordered_json::parse(R"([{"role":"user","content":"b"}])"), opts);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(*b, "<|im_start|>user\nb<|im_end|>\n<|im_start|>assistant\n");
+}
+
+}  // namespace
