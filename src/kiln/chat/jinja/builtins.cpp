@@ -548,6 +548,11 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& a) {
       {"sum", do_sum},
       {"batch", do_batch},
       {"dictsort", do_dictsort},
+      {"format",
+       [](const Value& v, CallArgs& x) {
+         if (!x.kw.empty()) fail("format filter: keyword arguments are not supported");
+         return Value(percent_format(v.to_str(), x.pos));
+       }},
       {"attr", [](const Value& v, CallArgs& x) { return get_attr(v, str_arg(x, 0, "name", "")); }},
   };
   for (const auto& [n, fn] : kFilters) {

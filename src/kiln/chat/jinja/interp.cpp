@@ -9,6 +9,7 @@
 #include "kiln/chat/jinja/builtins.h"
 #include "kiln/chat/jinja/jinja.h"
 #include "kiln/chat/jinja/lexer.h"
+#include "kiln/chat/jinja/methods.h"
 #include "kiln/chat/jinja/parser.h"
 
 namespace kiln::chat::jinja {
@@ -483,8 +484,10 @@ class Interp {
       return bad();
     }
     if (!nums) {
-      if (op == "%" && l.is_string())
-        fail("unsupported construct: printf-style '%' string formatting");
+      if (op == "%" && l.is_string()) {
+        ValueList args = r.is_tuple() ? r.items() : ValueList{r};
+        return Value(percent_format(l.str(), args));
+      }
       return bad();
     }
     if (op == "/") {
