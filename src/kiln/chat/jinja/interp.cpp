@@ -1,5 +1,6 @@
 // The tree-walking evaluator. Errors are JinjaError exceptions inside this file and the
 // builtins; Template::render catches them and returns a kiln::Error, so nothing escapes.
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
@@ -208,28 +209,38 @@ class Interp {
     if (++depth_ > kMaxDepth) fail(fmt::format("macro '{}' nested too deeply", name));
     auto f = std::make_shared<Frame>();
     f->parent = def_frame;
-    if (a.pos.size() > s.params.size()) {
+    if (a.pos.size() > s.params.size() && !s.uses_varargs) {
       fail(fmt::format("macro '{}' takes not more than {} argument(s)", name, s.params.size()));
     }
     std::vector<bool> bound(s.params.size(), false);
+    ValueList varargs;
     for (size_t i = 0; i < a.pos.size(); ++i) {
+      if (i >= s.params.size()) {
+        varargs.push_back(a.pos[i]);
+        continue;
+      }
       f->vars[s.params[i]] = a.pos[i];
       bound[i] = true;
     }
+    Value kwargs = Value::dict();
     for (auto& [k, v] : a.kw) {
-      bool found = false;
-      for (size_t i = 0; i < s.params.size(); ++i) {
-        if (s.params[i] == k) {
-          f->vars[k] = v;
-          bound[i] = found = true;
-        }
-      }
-      if (!found && k == "caller") {
+      auto it = std::find(s.params.begin(), s.params.end(), k);
+      if (it != s.params.end()) {
+        size_t i = static_cast<size_t>(it - s.params.begin());
+        if (bound[i])
+          fail(fmt::format("macro '{}' got multiple values for argument '{}'", name, k));
         f->vars[k] = v;
-        found = true;
+        bound[i] = true;
+      } else if (k == "caller") {
+        f->vars[k] = v;
+      } else if (s.uses_kwargs) {
+        kwargs.dict_ref().set(Value(k), v);
+      } else {
+        fail(fmt::format("macro '{}' takes no keyword argument '{}'", name, k));
       }
-      if (!found) fail(fmt::format("macro '{}' takes no keyword argument '{}'", name, k));
     }
+    if (s.uses_varargs) f->vars["varargs"] = Value::list(std::move(varargs), true);
+    if (s.uses_kwargs) f->vars["kwargs"] = kwargs;
     std::shared_ptr<Frame> saved = frame_;
     frame_ = f;
     for (size_t i = 0; i < s.params.size(); ++i) {
