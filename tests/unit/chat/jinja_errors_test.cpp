@@ -166,3 +166,25 @@ TEST(JinjaErrors, DamagedTemplatesNeverCrash) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(JinjaErrors, ArithmeticEdgesNeverOverflow) {
+  EXPECT_ERROR_HAS(render_error("{{ [1, 2, 3][2::9223372036854775807] }}"), "(rendered: [3])");
+  EXPECT_ERROR_HAS(render_error("{{ range(9223372036854775806, 9223372036854775807, 5)|list }}"),
+                   "(rendered: [9223372036854775806])");
+  EXPECT_ERROR_HAS(render_error("{{ (-1) ** 5 }} {{ 2 ** 62 }} {{ 0 ** 0 }}"),
+                   "(rendered: -1 4611686018427387904 1)");
+  EXPECT_ERROR_HAS(render_error("{{ 3 ** 40 }}"), "overflow");
+  EXPECT_ERROR_HAS(render_error("{{ 'ab' * 9223372036854775807 }}"), "too large");
+  EXPECT_ERROR_HAS(render_error("{{ 'x'|center(1000000000000) }}"), "too large");
+  EXPECT_ERROR_HAS(render_error("{{ '%999999999s'|format('x') }}"), "too long");
+}
+
+TEST(JinjaErrors, DeeplyNestedValuesFailCleanly) {
+  EXPECT_ERROR_HAS(render_error("{% set ns = namespace(x=[]) %}{% for i in range(2000) %}"
+                                "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}"),
+                   "nested too deeply");
+}
+
+}  // namespace

@@ -116,3 +116,16 @@ TEST(ChatTemplate, ParsedOnceRenderedTwice) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(ChatTemplate, DeeplyNestedRequestJsonRefused) {
+  ordered_json deep = "leaf";
+  for (int i = 0; i < 1000; ++i) deep = ordered_json::array({deep});
+  ordered_json messages = ordered_json::array({{{"role", "user"}, {"content", deep}}});
+  auto out = kiln::chat::render_chat("{{ messages|length }}", messages, ChatOptions{});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.error().message.find("nested deeper"), std::string::npos);
+}
+
+}  // namespace

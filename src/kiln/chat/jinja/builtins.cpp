@@ -418,6 +418,7 @@ static Value do_string_filter(const std::string& name, const Value& input, CallA
   }
   if (name == "center") {
     int64_t width = int_arg(a, 0, "width", 80);
+    if (width > (1 << 20)) fail("center width too large");
     int64_t len = static_cast<int64_t>(utf8_length(s));
     if (width <= len) return Value(s);
     int64_t total = width - len;
@@ -662,9 +663,10 @@ static Value make_range(CallArgs& a) {
   }
   if (step == 0) fail("range() arg 3 must not be zero");
   ValueList out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
     if (out.size() >= 100000) fail("range too big, maximum size for range is 100000");
     out.emplace_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;
   }
   return Value::list(std::move(out));
 }

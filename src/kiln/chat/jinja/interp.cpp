@@ -386,12 +386,13 @@ class Interp {
     int64_t stop = clamp(bounds[1], given[1], step > 0 ? n : -1);
     std::string s;
     ValueList items;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
       if (is_str) {
         s += chars[static_cast<size_t>(i)];
       } else {
         items.push_back(obj.items()[static_cast<size_t>(i)]);
       }
+      if (__builtin_add_overflow(i, step, &i)) break;
     }
     if (is_str) return Value(std::move(s));
     return Value::list(std::move(items), obj.is_tuple());
@@ -431,7 +432,10 @@ class Interp {
   static Value repeat(const Value& seq, int64_t n) {
     if (n < 0) n = 0;
     size_t unit = seq.is_string() ? seq.str().size() : seq.items().size();
-    if (unit * static_cast<size_t>(n) > (64u << 20)) fail("repetition result too large");
+    size_t total = 0;
+    if (__builtin_mul_overflow(unit, static_cast<size_t>(n), &total) || total > (64u << 20)) {
+      fail("repetition result too large");
+    }
     if (seq.is_string()) {
       std::string s;
       for (int64_t i = 0; i < n; ++i) s += seq.str();
@@ -540,10 +544,12 @@ class Interp {
     }
     if (op == "**") {
       if (ints && as_i(r) >= 0) {
-        int64_t base = as_i(l), out = 1;
-        for (int64_t i = 0; i < as_i(r); ++i) {
-          if (__builtin_mul_overflow(out, base, &out)) fail("integer overflow");
-          if (out == 0 || out == 1) break;
+        // Exponentiation by squaring; Python ints are unbounded, ours fail on overflow.
+        int64_t base = as_i(l), exp = as_i(r), out = 1;
+        while (exp > 0) {
+          if ((exp & 1) && __builtin_mul_overflow(out, base, &out)) fail("integer overflow");
+          exp >>= 1;
+          if (exp > 0 && __builtin_mul_overflow(base, base, &base)) fail("integer overflow");
         }
         return Value(out);
       }

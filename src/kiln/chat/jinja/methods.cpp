@@ -461,7 +461,7 @@ std::string percent_format(const std::string& f, const ValueList& args) {
     if (j >= f.size()) fail("incomplete format");
     char conv = f[j];
     i = j;
-    if (spec.size() > 12) fail("format spec too long");
+    if (spec.size() > 8) fail("format spec too long");  // width/precision < 10^6
     char buf[512];
     if (conv == '%') {
       out += '%';
