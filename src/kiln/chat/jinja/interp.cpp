@@ -2,6 +2,7 @@
 // builtins; Template::render catches them and returns a kiln::Error, so nothing escapes.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -136,11 +137,13 @@ class Interp {
       items = std::move(kept);
     }
     size_t n = items.size();
+    // loop.changed(...) compares with the arguments of its previous call in this loop.
+    auto changed_state = std::make_shared<std::optional<Value>>();
     for (size_t i = 0; i < n; ++i) {
       frame_ = std::make_shared<Frame>();
       frame_->parent = outer;
       bind(*frame_, items[i]);
-      frame_->vars["loop"] = make_loop(items, i);
+      frame_->vars["loop"] = make_loop(items, i, changed_state);
       Flow f = exec(s.body);
       frame_ = outer;
       if (f == Flow::Break) break;
@@ -149,7 +152,8 @@ class Interp {
     if (n == 0) exec(s.else_body);
   }
 
-  static Value make_loop(const ValueList& items, size_t i) {
+  static Value make_loop(const ValueList& items, size_t i,
+                         const std::shared_ptr<std::optional<Value>>& changed_state) {
     int64_t n = static_cast<int64_t>(items.size());
     int64_t k = static_cast<int64_t>(i);
     Value loop = Value::dict();
@@ -165,6 +169,12 @@ class Interp {
     d.set("depth0", Value(0));
     d.set("previtem", k > 0 ? items[i - 1] : Value::undefined("there is no previous item"));
     d.set("nextitem", k + 1 < n ? items[i + 1] : Value::undefined("there is no next item"));
+    d.set("changed", Value::func("loop.changed", [changed_state](CallArgs& a) -> Value {
+            Value args = Value::list(a.pos, true);
+            if (*changed_state && py_equal(**changed_state, args)) return Value(false);
+            *changed_state = args;
+            return Value(true);
+          }));
     d.set("cycle", Value::func("loop.cycle", [k](CallArgs& a) -> Value {
             if (a.pos.empty()) fail("no items for cycling given");
             return a.pos[static_cast<size_t>(k) % a.pos.size()];
