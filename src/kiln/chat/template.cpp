@@ -3,6 +3,21 @@
 #include "kiln/chat/jinja/jinja.h"
 
 namespace kiln::chat {
+namespace {
+
+// Request JSON nested deeper than this is refused (the conversion and templates recurse).
+constexpr int kMaxJsonDepth = 128;
+
+bool too_deep(const nlohmann::ordered_json& j, int depth) {
+  if (depth > kMaxJsonDepth) return true;
+  if (!j.is_structured()) return false;
+  for (const auto& e : j) {
+    if (too_deep(e, depth + 1)) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 const char* const kChatMLTemplate =
     "{%- for message in messages -%}\n"
@@ -20,10 +35,20 @@ const char* const kChatMLTemplate =
 
 Expected<std::string> render_chat(const std::string& tmpl, const nlohmann::ordered_json& messages,
                                   const ChatOptions& opts) {
+  KILN_TRY(auto parsed, jinja::Template::parse(tmpl));
+  return render_chat(parsed, messages, opts);
+}
+
+Expected<std::string> render_chat(const jinja::Template& tmpl,
+                                  const nlohmann::ordered_json& messages, const ChatOptions& opts) {
   using jinja::Value;
   if (!messages.is_array()) return err("chat messages must be a JSON array");
   if (!opts.chat_template_kwargs.is_null() && !opts.chat_template_kwargs.is_object()) {
     return err("chat_template_kwargs must be a JSON object");
+  }
+  if (too_deep(messages, 0) || too_deep(opts.tools, 0) || too_deep(opts.chat_template_kwargs, 0) ||
+      too_deep(opts.extra_context, 0)) {
+    return err("chat messages, tools or kwargs nested deeper than {} levels", kMaxJsonDepth);
   }
   jinja::RenderContext ctx;
   ctx.vars.emplace_back("messages", Value::from_json(messages));
@@ -48,7 +73,7 @@ Expected<std::string> render_chat(const std::string& tmpl, const nlohmann::order
     std::time_t t = std::time(nullptr);
     localtime_r(&t, &ctx.now);
   }
-  return jinja::render(tmpl, ctx);
+  return tmpl.render(ctx);
 }
 
 }  // namespace kiln::chat

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/chat/jinja/jinja.h"
 #include "kiln/util/status.h"
 
 namespace kiln::chat {
@@ -34,6 +35,9 @@ struct ChatOptions {
 // raise_exception("...") surfaces its message.
 Expected<std::string> render_chat(const std::string& tmpl, const nlohmann::ordered_json& messages,
                                   const ChatOptions& opts);
+// The same with a template parsed once (jinja::Template::parse) and rendered per request.
+Expected<std::string> render_chat(const jinja::Template& tmpl,
+                                  const nlohmann::ordered_json& messages, const ChatOptions& opts);
 
 // The template used when a GGUF has no tokenizer.chat_template: ChatML
 // (<|im_start|>role\ncontent<|im_end|>\n per message, then <|im_start|>assistant\n when a

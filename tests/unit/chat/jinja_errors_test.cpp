@@ -1,5 +1,8 @@
 // Errors of kiln's Jinja: anything unsupported or wrong fails naming the construct and the
 // template line, never renders silently; a template's raise_exception message surfaces.
+#include <fstream>
+#include <random>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -106,6 +109,82 @@ TEST(JinjaErrors, PrintingCallableOrIteratorIsAnError) {
   // Python would print an object address; kiln refuses rather than print something else.
   EXPECT_ERROR_HAS(render_error("{{ [1, 2]|select('odd') }}"), "iterator");
   EXPECT_ERROR_HAS(render_error("{{ range }}"), "callable");
+}
+
+}  // namespace
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Randomly damaged templates (bytes deleted, duplicated or replaced by Jinja punctuation)
+// must give a rendering or an error, never a crash, hang or sanitizer report.
+TEST(JinjaErrors, DamagedTemplatesNeverCrash) {
+  const char* files[] = {"statements", "collections_and_filters", "strings_and_slices",
+                         "values_and_repr", "realistic_mix"};
+  auto conv = nlohmann::ordered_json::parse(read_file(
+      std::string(KILN_SOURCE_DIR) + "/tests/oracle/jinja/conversations/tool_call_answered.json"));
+  ASSERT_TRUE(conv.is_object());
+  RenderContext ctx;
+  ctx.vars.emplace_back("messages", Value::from_json(conv["messages"]));
+  ctx.vars.emplace_back("tools", Value::from_json(conv["tools"]));
+  std::mt19937 rng(1234);
+  const std::string punct = "{}%#-+()[]'\"|.,:~=!<>*/ \n\\x0";
+  int num_ok = 0, num_err = 0;
+  for (const char* f : files) {
+    std::string src =
+        read_file(std::string(KILN_SOURCE_DIR) + "/tests/oracle/jinja/features/" + f + ".jinja");
+    ASSERT_FALSE(src.empty()) << f;
+    for (int iter = 0; iter < 150; ++iter) {
+      std::string s = src;
+      int num_edits = 1 + static_cast<int>(rng() % 4);
+      for (int e = 0; e < num_edits && !s.empty(); ++e) {
+        size_t pos = rng() % s.size();
+        switch (rng() % 3) {
+          case 0:
+            s.erase(pos, 1 + rng() % 8);
+            break;
+          case 1:
+            s.insert(pos, s.substr(rng() % s.size(), 1 + rng() % 16));
+            break;
+          default:
+            s[pos] = punct[rng() % punct.size()];
+        }
+      }
+      auto out = kiln::chat::jinja::render(s, ctx);
+      (out.ok() ? num_ok : num_err)++;
+    }
+  }
+  // Both outcomes occur: damage is not all caught by the lexer, nor all harmless.
+  EXPECT_GT(num_ok, 0);
+  EXPECT_GT(num_err, 0);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(JinjaErrors, ArithmeticEdgesNeverOverflow) {
+  EXPECT_ERROR_HAS(render_error("{{ [1, 2, 3][2::9223372036854775807] }}"), "(rendered: [3])");
+  EXPECT_ERROR_HAS(render_error("{{ range(9223372036854775806, 9223372036854775807, 5)|list }}"),
+                   "(rendered: [9223372036854775806])");
+  EXPECT_ERROR_HAS(render_error("{{ (-1) ** 5 }} {{ 2 ** 62 }} {{ 0 ** 0 }}"),
+                   "(rendered: -1 4611686018427387904 1)");
+  EXPECT_ERROR_HAS(render_error("{{ 3 ** 40 }}"), "overflow");
+  EXPECT_ERROR_HAS(render_error("{{ 'ab' * 9223372036854775807 }}"), "too large");
+  EXPECT_ERROR_HAS(render_error("{{ 'x'|center(1000000000000) }}"), "too large");
+  EXPECT_ERROR_HAS(render_error("{{ '%999999999s'|format('x') }}"), "too long");
+}
+
+TEST(JinjaErrors, DeeplyNestedValuesFailCleanly) {
+  EXPECT_ERROR_HAS(render_error("{% set ns = namespace(x=[]) %}{% for i in range(2000) %}"
+                                "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}"),
+                   "nested too deeply");
 }
 
 }  // namespace

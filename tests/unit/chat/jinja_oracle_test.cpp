@@ -81,6 +81,10 @@ TEST(JinjaOracle, RealTemplatesMatchPythonJinja2) {
     std::string diff;
     if (c.contains("error")) {
       std::string want = c["error"];
+      if (std::getenv("KILN_JINJA_ORACLE_VERBOSE") && !got.ok()) {
+        std::printf("both raise: %s x %s\n  python: %s\n  kiln:   %s\n", tname.c_str(),
+                    cname.c_str(), want.c_str(), got.error().message.c_str());
+      }
       if (got.ok()) {
         diff = "python raised (" + want + ") but kiln rendered";
       } else if (want.rfind("TemplateError: ", 0) == 0 &&

@@ -99,3 +99,33 @@ TEST(ChatTemplate, Errors) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(ChatTemplate, ParsedOnceRenderedTwice) {
+  auto parsed = kiln::chat::jinja::Template::parse(kiln::chat::kChatMLTemplate);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  kiln::chat::ChatOptions opts;
+  auto a = kiln::chat::render_chat(*parsed,
+                                   ordered_json::parse(R"([{"role":"user","content":"a"}])"), opts);
+  auto b = kiln::chat::render_chat(*parsed,
+                                   ordered_json::parse(R"([{"role":"user","content":"b"}])"), opts);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(*b, "<|im_start|>user\nb<|im_end|>\n<|im_start|>assistant\n");
+}
+
+}  // namespace
+
+namespace {
+
+TEST(ChatTemplate, DeeplyNestedRequestJsonRefused) {
+  ordered_json deep = "leaf";
+  for (int i = 0; i < 1000; ++i) deep = ordered_json::array({deep});
+  ordered_json messages = ordered_json::array({{{"role", "user"}, {"content", deep}}});
+  auto out = kiln::chat::render_chat("{{ messages|length }}", messages, ChatOptions{});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.error().message.find("nested deeper"), std::string::npos);
+}
+
+}  // namespace

@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <numeric>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/backend/cpu/matmul.h"
 #include "kiln/backend/cpu/ops.h"
 #include "kiln/model/convert/hf_to_gguf.h"
 #include "kiln/model/forward.h"
@@ -116,17 +119,19 @@ TEST_P(HfGoldens, LogitsAndGreedyMatchTransformers) {
     row0 += seq.size();
   }
   ASSERT_EQ(row0 * v, want.size());
-  EXPECT_EQ(greedy(*l.model, g["greedy_prompt"], 64),
-            g["greedy_ids"].get<std::vector<int32_t>>());
+  EXPECT_EQ(greedy(*l.model, g["greedy_prompt"], 64), g["greedy_ids"].get<std::vector<int32_t>>());
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, HfGoldens,
                          ::testing::Values("llama", "llama_tied", "llama3_rope", "qwen2", "qwen3",
-                                           "qwen3moe", "mistral_swa", "gemma2", "gemma3",
-                                           "phi3"));
+                                           "qwen3moe", "mistral_swa", "gemma2", "gemma3", "phi3"));
 
 // Quantized paths: the Q8_0 / Q4_K / Q6_K model's logits equal, within 1e-3 relative, those of
-// the same quantized values dequantized to F32 (so only kernel arithmetic differs).
+// the same quantized values dequantized to F32, when the matmuls run the reference kernel
+// (fp32 activations: only the weight decoding is tested). With the fast kernels the
+// activations are quantized to Q8 on the fly (as llama.cpp does), which on this tiny random
+// model moves logits by up to ~2% of the largest: bound 5e-2 there, and F16/BF16/F32 (no
+// activation quantization) keep 1e-3.
 TEST(HfGoldensQuant, QuantizedEqualsDequantizedF32) {
   for (const char* type : {"q8_0", "q4_0", "q6_k", "q4_k_m", "f16", "bf16"}) {
     Loaded q = convert_and_load("llama", type);
@@ -150,13 +155,21 @@ TEST(HfGoldensQuant, QuantizedEqualsDequantizedF32) {
     auto deq = Model::from_file(std::move(*file));
     ASSERT_TRUE(deq.ok()) << deq.error().message;
     const std::vector<int32_t> seq = {1, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110};
+    backend::cpu::set_matmul_mode(backend::cpu::MatmulMode::Reference);
+    const std::vector<float> a_ref = all_logits(*q.model, seq);
+    backend::cpu::set_matmul_mode(backend::cpu::MatmulMode::Fast);
     const std::vector<float> a = all_logits(*q.model, seq), b = all_logits(**deq, seq);
-    float max_diff = 0, max_ref = 0;
+    const bool float_weights = std::string(type)[0] == 'f' || std::string(type)[0] == 'b';
+    float max_diff = 0, max_diff_ref = 0, max_ref = 0;
     for (size_t i = 0; i < a.size(); ++i) {
       max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
+      max_diff_ref = std::max(max_diff_ref, std::fabs(a_ref[i] - b[i]));
       max_ref = std::max(max_ref, std::fabs(b[i]));
     }
-    EXPECT_LE(max_diff, 1e-3f * max_ref) << type;
+    EXPECT_LE(max_diff_ref, 1e-3f * max_ref) << type << " (reference kernels)";
+    EXPECT_LE(max_diff, (float_weights ? 1e-3f : 5e-2f) * max_ref) << type << " (fast kernels)";
+    std::printf("%s: fast %g, reference %g of max |logit| %g\n", type, max_diff / max_ref,
+                max_diff_ref / max_ref, max_ref);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "kiln/backend/cpu/matmul.h"
 #include "kiln/quant/convert.h"
 #include "kiln/util/status.h"
 
@@ -13,8 +14,8 @@ namespace kiln::backend::cpu {
 void embed(const Weight& table, const int32_t* tokens, int64_t n_tokens, float* out) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     KILN_ASSERT(tokens[t] >= 0 && tokens[t] < table.n_out);
-    Status st = quant::dequantize_row(table.type, table.row(tokens[t]), out + t * table.n_in,
-                                      table.n_in);
+    Status st =
+        quant::dequantize_row(table.type, table.row(tokens[t]), out + t * table.n_in, table.n_in);
     KILN_ASSERT(st.ok());
   }
 }
@@ -31,24 +32,7 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n
 }
 
 void matmul(const Weight& w, const float* x, float* y, int64_t n_tokens, util::ThreadPool* pool) {
-  auto rows = [&](int64_t begin, int64_t end, int) {
-    std::vector<float> wrow(static_cast<size_t>(w.n_in));
-    for (int64_t o = begin; o < end; ++o) {
-      Status st = quant::dequantize_row(w.type, w.row(o), wrow.data(), w.n_in);
-      KILN_ASSERT(st.ok());
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        const float* xt = x + t * w.n_in;
-        float sum = 0.0f;
-        for (int64_t i = 0; i < w.n_in; ++i) sum += wrow[static_cast<size_t>(i)] * xt[i];
-        y[t * w.n_out + o] = sum;
-      }
-    }
-  };
-  if (pool != nullptr) {
-    pool->parallel_for(w.n_out, rows);
-  } else {
-    rows(0, w.n_out, 0);
-  }
+  matmul_fast(w, x, y, n_tokens, pool);
 }
 
 void add_bias(float* x, const float* b, int64_t n_tokens, int64_t n) {
@@ -60,9 +44,8 @@ void add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
-void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
-          int32_t head_dim, int32_t n_rot, float freq_base, bool neox,
-          const float* freq_factors) {
+void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
+          int32_t n_rot, float freq_base, bool neox, const float* freq_factors) {
   const int32_t half = n_rot / 2;
   for (int64_t t = 0; t < n_tokens; ++t) {
     const double pos = positions[t];
@@ -155,9 +138,8 @@ void attention(const KvLayerView& kv, const AttnBatch& b, const float* q, float*
       // Online softmax (Milakov & Gimelshein 2018): running max m and normaliser l.
       float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
       std::fill(acc.begin(), acc.end(), 0.0f);
-      const int32_t first = params.sliding_window > 0
-                                ? std::max(0, pos - params.sliding_window + 1)
-                                : 0;
+      const int32_t first =
+          params.sliding_window > 0 ? std::max(0, pos - params.sliding_window + 1) : 0;
       for (int32_t p = first; p <= pos; ++p) {
         const int64_t block = b.kv_indices[b.kv_indptr[s] + p / kv.block_tokens];
         const int32_t in_block = p % kv.block_tokens;

@@ -19,7 +19,8 @@ void embed(const Weight& table, const int32_t* tokens, int64_t n_tokens, float* 
 // y = x / sqrt(mean(x^2) + eps) * w, per row of n.  x, y: [n_rows, n]; w: [n] (may be null)
 void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps);
 
-// y[t][o] = sum_i W[o][i] * x[t][i].  x: [n_tokens, w.n_in], y: [n_tokens, w.n_out]
+// y[t][o] = sum_i W[o][i] * x[t][i].  x: [n_tokens, w.n_in], y: [n_tokens, w.n_out]. Runs the
+// fast kernels (matmul.h); matmul_reference there is the plain dequantize-and-dot version.
 void matmul(const Weight& w, const float* x, float* y, int64_t n_tokens, util::ThreadPool* pool);
 
 // x[t][i] += b[i].  x: [n_tokens, n]
@@ -32,9 +33,8 @@ void add(float* x, const float* y, int64_t n);
 // head_dim]. neox: rotate pairs (i, i + n_rot/2); otherwise adjacent pairs (2i, 2i+1) (GGUF
 // llama files, whose Q/K rows the converter permuted). theta = pos * base^(-2i/n_rot) / f[i]
 // with freq_factors f ([n_rot / 2], llama3 rope scaling) or f = 1 when null.
-void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
-          int32_t head_dim, int32_t n_rot, float freq_base, bool neox,
-          const float* freq_factors = nullptr);
+void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
+          int32_t n_rot, float freq_base, bool neox, const float* freq_factors = nullptr);
 
 // out = silu(gate) * up, n elements.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);

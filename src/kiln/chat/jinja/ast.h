@@ -76,6 +76,8 @@ struct Stmt {
   std::vector<std::string> params;
   std::vector<ExprPtr> defaults;  // per param, null where none
   std::vector<ExprPtr> filters;   // Filter exprs with a null target
+  bool uses_varargs = false;      // macro body names `varargs`: extra positionals go there
+  bool uses_kwargs = false;       // macro body names `kwargs`: extra keywords go there
 };
 
 }  // namespace kiln::chat::jinja

@@ -418,6 +418,7 @@ static Value do_string_filter(const std::string& name, const Value& input, CallA
   }
   if (name == "center") {
     int64_t width = int_arg(a, 0, "width", 80);
+    if (width > (1 << 20)) fail("center width too large");
     int64_t len = static_cast<int64_t>(utf8_length(s));
     if (width <= len) return Value(s);
     int64_t total = width - len;
@@ -442,83 +443,122 @@ static Value do_string_filter(const std::string& name, const Value& input, CallA
   fail(fmt::format("no filter named '{}'", name));
 }
 
-Value apply_filter(const std::string& name, const Value& input, CallArgs& a) {
-  if (name == "tojson") return do_tojson(input, a);
-  if (name == "default" || name == "d") {
-    const Value* def = find_arg(a, 0, "default_value");
-    bool boolean = bool_arg(a, 1, "boolean", false);
-    if (input.is_undefined() || (boolean && !input.truthy())) return def ? *def : Value("");
-    return input;
+static Value do_items(const Value& input) {
+  if (input.is_undefined()) return Value::iterator({});
+  if (!input.is_dict()) fail("Can only get item pairs from a mapping.");
+  ValueList pairs;
+  for (const auto& [k, v] : input.dict_ref().entries) pairs.push_back(Value::list({k, v}, true));
+  return Value::iterator(std::move(pairs));
+}
+
+static Value do_join(const Value& input, CallArgs& a) {
+  std::string sep = str_arg(a, 0, "d", "");
+  const Value* attribute = find_arg(a, 1, "attribute");
+  std::string out;
+  bool first = true;
+  for (const auto& item : iterate(input)) {
+    if (!first) out += sep;
+    first = false;
+    out += (attribute ? attr_path(item, attribute->to_str()) : item).to_str();
   }
-  if (name == "length" || name == "count") return do_length(input);
-  if (name == "string") return Value(input.to_str());
-  if (name == "safe") return input.is_markup() ? input : Value::markup(input.to_str());
-  if (name == "list") return Value::list(iterate(input));
-  if (name == "items") {
-    if (input.is_undefined()) return Value::list();
-    if (!input.is_dict()) fail("items filter needs a mapping");
-    ValueList pairs;
-    for (const auto& [k, v] : input.dict_ref().entries) pairs.push_back(Value::list({k, v}, true));
-    return Value::iterator(std::move(pairs));
-  }
-  if (name == "first" || name == "last") return do_first_last(input, name == "last");
-  if (name == "join") {
-    std::string sep = str_arg(a, 0, "d", "");
-    const Value* attribute = find_arg(a, 1, "attribute");
+  return Value(std::move(out));
+}
+
+static Value do_reverse(const Value& input) {
+  if (input.is_string()) {
+    auto chars = utf8_chars(input.str());
     std::string out;
-    bool first = true;
-    for (const auto& item : iterate(input)) {
-      if (!first) out += sep;
-      first = false;
-      out += (attribute ? attr_path(item, attribute->to_str()) : item).to_str();
-    }
+    for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += *it;
     return Value(std::move(out));
   }
-  if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
-    return do_select(name, input, a);
+  ValueList items = iterate(input);
+  std::reverse(items.begin(), items.end());
+  return Value::iterator(std::move(items));
+}
+
+static Value do_abs(const Value& input) {
+  if (input.is_float()) return Value(std::fabs(input.as_float()));
+  if (input.is_number()) {
+    int64_t i = input.is_bool() ? input.as_bool() : input.as_int();
+    if (i == INT64_MIN) fail("integer overflow");
+    return Value(i < 0 ? -i : i);
   }
-  if (name == "map") return do_map(input, a);
-  if (name == "sort") return do_sort(input, a);
-  if (name == "unique") return do_unique(input, a);
-  if (name == "reverse") {
-    if (input.is_string()) {
-      auto chars = utf8_chars(input.str());
-      std::string out;
-      for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += *it;
-      return Value(std::move(out));
+  fail(fmt::format("bad operand type for abs(): '{}'", input.type_name()));
+}
+
+static Value do_sum(const Value& input, CallArgs& a) {
+  std::string attribute = str_arg(a, 0, "attribute", "");
+  const Value* start = find_arg(a, 1, "start");
+  Value total = start ? *start : Value(0);
+  for (const auto& item : iterate(input)) {
+    Value v = attribute.empty() ? item : attr_path(item, attribute);
+    if (!total.is_number() || !v.is_number()) {
+      fail(fmt::format("unsupported operand type(s) for +: '{}' and '{}'", total.type_name(),
+                       v.type_name()));
     }
-    ValueList items = iterate(input);
-    std::reverse(items.begin(), items.end());
-    return Value::iterator(std::move(items));
-  }
-  if (name == "int") return do_int(input, a);
-  if (name == "float") return do_float(input, a);
-  if (name == "abs") {
-    if (input.is_float()) return Value(std::fabs(input.as_float()));
-    if (input.is_number()) {
-      int64_t i = input.is_bool() ? input.as_bool() : input.as_int();
-      if (i == INT64_MIN) fail("integer overflow");
-      return Value(i < 0 ? -i : i);
+    if (total.is_float() || v.is_float()) {
+      total = Value(total.to_double() + v.to_double());
+    } else {
+      int64_t x = total.is_bool() ? total.as_bool() : total.as_int();
+      int64_t y = v.is_bool() ? v.as_bool() : v.as_int();
+      int64_t out;
+      if (__builtin_add_overflow(x, y, &out)) fail("integer overflow");
+      total = Value(out);
     }
-    fail(fmt::format("bad operand type for abs(): '{}'", input.type_name()));
   }
-  if (name == "round") return do_round(input, a);
-  if (name == "min" || name == "max") return do_minmax(input, a, name == "max");
-  if (name == "sum") {
-    std::string attribute = str_arg(a, 0, "attribute", "");
-    const Value* start = find_arg(a, 1, "start");
-    Value total = start ? *start : Value(0);
-    for (const auto& item : iterate(input)) {
-      Value v = attribute.empty() ? item : attr_path(item, attribute);
-      total = total.is_float() || v.is_float()
-                  ? Value(total.to_double() + v.to_double())
-                  : Value(total.as_int() + (v.is_bool() ? v.as_bool() : v.as_int()));
-    }
-    return total;
+  return total;
+}
+
+static Value do_default(const Value& input, CallArgs& a) {
+  const Value* def = find_arg(a, 0, "default_value");
+  bool boolean = bool_arg(a, 1, "boolean", false);
+  if (input.is_undefined() || (boolean && !input.truthy())) return def ? *def : Value("");
+  return input;
+}
+
+Value apply_filter(const std::string& name, const Value& input, CallArgs& a) {
+  using Fn = Value (*)(const Value&, CallArgs&);
+  static const std::pair<const char*, Fn> kFilters[] = {
+      {"tojson", [](const Value& v, CallArgs& x) { return do_tojson(v, x); }},
+      {"default", do_default},
+      {"d", do_default},
+      {"length", [](const Value& v, CallArgs&) { return do_length(v); }},
+      {"count", [](const Value& v, CallArgs&) { return do_length(v); }},
+      {"string", [](const Value& v, CallArgs&) { return Value(v.to_str()); }},
+      {"safe",
+       [](const Value& v, CallArgs&) { return v.is_markup() ? v : Value::markup(v.to_str()); }},
+      {"list", [](const Value& v, CallArgs&) { return Value::list(iterate(v)); }},
+      {"items", [](const Value& v, CallArgs&) { return do_items(v); }},
+      {"first", [](const Value& v, CallArgs&) { return do_first_last(v, false); }},
+      {"last", [](const Value& v, CallArgs&) { return do_first_last(v, true); }},
+      {"join", do_join},
+      {"select", [](const Value& v, CallArgs& x) { return do_select("select", v, x); }},
+      {"reject", [](const Value& v, CallArgs& x) { return do_select("reject", v, x); }},
+      {"selectattr", [](const Value& v, CallArgs& x) { return do_select("selectattr", v, x); }},
+      {"rejectattr", [](const Value& v, CallArgs& x) { return do_select("rejectattr", v, x); }},
+      {"map", do_map},
+      {"sort", do_sort},
+      {"unique", do_unique},
+      {"reverse", [](const Value& v, CallArgs&) { return do_reverse(v); }},
+      {"int", do_int},
+      {"float", do_float},
+      {"abs", [](const Value& v, CallArgs&) { return do_abs(v); }},
+      {"round", do_round},
+      {"min", [](const Value& v, CallArgs& x) { return do_minmax(v, x, false); }},
+      {"max", [](const Value& v, CallArgs& x) { return do_minmax(v, x, true); }},
+      {"sum", do_sum},
+      {"batch", do_batch},
+      {"dictsort", do_dictsort},
+      {"format",
+       [](const Value& v, CallArgs& x) {
+         if (!x.kw.empty()) fail("format filter: keyword arguments are not supported");
+         return Value(percent_format(v.to_str(), x.pos));
+       }},
+      {"attr", [](const Value& v, CallArgs& x) { return get_attr(v, str_arg(x, 0, "name", "")); }},
+  };
+  for (const auto& [n, fn] : kFilters) {
+    if (name == n) return fn(input, a);
   }
-  if (name == "batch") return do_batch(input, a);
-  if (name == "dictsort") return do_dictsort(input, a);
-  if (name == "attr") return get_attr(input, str_arg(a, 0, "name", ""));
   static const char* kStringFilters[] = {"upper",     "lower",   "capitalize", "title",
                                          "trim",      "replace", "indent",     "center",
                                          "wordcount", "e",       "escape",     "forceescape"};
@@ -548,7 +588,7 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "iterable") return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
   if (name == "sequence") return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
   if (name == "callable") return v.is_func();
-  if (name == "escaped") return false;
+  if (name == "escaped") return v.is_markup();
   if (name == "sameas") {
     // Python identity: containers by reference; None/True/False and small ints are
     // singletons; other strings and numbers are taken as distinct objects.
@@ -623,9 +663,10 @@ static Value make_range(CallArgs& a) {
   }
   if (step == 0) fail("range() arg 3 must not be zero");
   ValueList out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
     if (out.size() >= 100000) fail("range too big, maximum size for range is 100000");
     out.emplace_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;
   }
   return Value::list(std::move(out));
 }

@@ -1,6 +1,8 @@
 // The tree-walking evaluator. Errors are JinjaError exceptions inside this file and the
 // builtins; Template::render catches them and returns a kiln::Error, so nothing escapes.
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -9,6 +11,7 @@
 #include "kiln/chat/jinja/builtins.h"
 #include "kiln/chat/jinja/jinja.h"
 #include "kiln/chat/jinja/lexer.h"
+#include "kiln/chat/jinja/methods.h"
 #include "kiln/chat/jinja/parser.h"
 
 namespace kiln::chat::jinja {
@@ -134,11 +137,13 @@ class Interp {
       items = std::move(kept);
     }
     size_t n = items.size();
+    // loop.changed(...) compares with the arguments of its previous call in this loop.
+    auto changed_state = std::make_shared<std::optional<Value>>();
     for (size_t i = 0; i < n; ++i) {
       frame_ = std::make_shared<Frame>();
       frame_->parent = outer;
       bind(*frame_, items[i]);
-      frame_->vars["loop"] = make_loop(items, i);
+      frame_->vars["loop"] = make_loop(items, i, changed_state);
       Flow f = exec(s.body);
       frame_ = outer;
       if (f == Flow::Break) break;
@@ -147,7 +152,8 @@ class Interp {
     if (n == 0) exec(s.else_body);
   }
 
-  static Value make_loop(const ValueList& items, size_t i) {
+  static Value make_loop(const ValueList& items, size_t i,
+                         const std::shared_ptr<std::optional<Value>>& changed_state) {
     int64_t n = static_cast<int64_t>(items.size());
     int64_t k = static_cast<int64_t>(i);
     Value loop = Value::dict();
@@ -163,6 +169,12 @@ class Interp {
     d.set("depth0", Value(0));
     d.set("previtem", k > 0 ? items[i - 1] : Value::undefined("there is no previous item"));
     d.set("nextitem", k + 1 < n ? items[i + 1] : Value::undefined("there is no next item"));
+    d.set("changed", Value::func("loop.changed", [changed_state](CallArgs& a) -> Value {
+            Value args = Value::list(a.pos, true);
+            if (*changed_state && py_equal(**changed_state, args)) return Value(false);
+            *changed_state = args;
+            return Value(true);
+          }));
     d.set("cycle", Value::func("loop.cycle", [k](CallArgs& a) -> Value {
             if (a.pos.empty()) fail("no items for cycling given");
             return a.pos[static_cast<size_t>(k) % a.pos.size()];
@@ -207,28 +219,38 @@ class Interp {
     if (++depth_ > kMaxDepth) fail(fmt::format("macro '{}' nested too deeply", name));
     auto f = std::make_shared<Frame>();
     f->parent = def_frame;
-    if (a.pos.size() > s.params.size()) {
+    if (a.pos.size() > s.params.size() && !s.uses_varargs) {
       fail(fmt::format("macro '{}' takes not more than {} argument(s)", name, s.params.size()));
     }
     std::vector<bool> bound(s.params.size(), false);
+    ValueList varargs;
     for (size_t i = 0; i < a.pos.size(); ++i) {
+      if (i >= s.params.size()) {
+        varargs.push_back(a.pos[i]);
+        continue;
+      }
       f->vars[s.params[i]] = a.pos[i];
       bound[i] = true;
     }
+    Value kwargs = Value::dict();
     for (auto& [k, v] : a.kw) {
-      bool found = false;
-      for (size_t i = 0; i < s.params.size(); ++i) {
-        if (s.params[i] == k) {
-          f->vars[k] = v;
-          bound[i] = found = true;
-        }
-      }
-      if (!found && k == "caller") {
+      auto it = std::find(s.params.begin(), s.params.end(), k);
+      if (it != s.params.end()) {
+        size_t i = static_cast<size_t>(it - s.params.begin());
+        if (bound[i])
+          fail(fmt::format("macro '{}' got multiple values for argument '{}'", name, k));
         f->vars[k] = v;
-        found = true;
+        bound[i] = true;
+      } else if (k == "caller") {
+        f->vars[k] = v;
+      } else if (s.uses_kwargs) {
+        kwargs.dict_ref().set(Value(k), v);
+      } else {
+        fail(fmt::format("macro '{}' takes no keyword argument '{}'", name, k));
       }
-      if (!found) fail(fmt::format("macro '{}' takes no keyword argument '{}'", name, k));
     }
+    if (s.uses_varargs) f->vars["varargs"] = Value::list(std::move(varargs), true);
+    if (s.uses_kwargs) f->vars["kwargs"] = kwargs;
     std::shared_ptr<Frame> saved = frame_;
     frame_ = f;
     for (size_t i = 0; i < s.params.size(); ++i) {
@@ -374,12 +396,13 @@ class Interp {
     int64_t stop = clamp(bounds[1], given[1], step > 0 ? n : -1);
     std::string s;
     ValueList items;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
       if (is_str) {
         s += chars[static_cast<size_t>(i)];
       } else {
         items.push_back(obj.items()[static_cast<size_t>(i)]);
       }
+      if (__builtin_add_overflow(i, step, &i)) break;
     }
     if (is_str) return Value(std::move(s));
     return Value::list(std::move(items), obj.is_tuple());
@@ -419,7 +442,10 @@ class Interp {
   static Value repeat(const Value& seq, int64_t n) {
     if (n < 0) n = 0;
     size_t unit = seq.is_string() ? seq.str().size() : seq.items().size();
-    if (unit * static_cast<size_t>(n) > (64u << 20)) fail("repetition result too large");
+    size_t total = 0;
+    if (__builtin_mul_overflow(unit, static_cast<size_t>(n), &total) || total > (64u << 20)) {
+      fail("repetition result too large");
+    }
     if (seq.is_string()) {
       std::string s;
       for (int64_t i = 0; i < n; ++i) s += seq.str();
@@ -483,8 +509,10 @@ class Interp {
       return bad();
     }
     if (!nums) {
-      if (op == "%" && l.is_string())
-        fail("unsupported construct: printf-style '%' string formatting");
+      if (op == "%" && l.is_string()) {
+        ValueList args = r.is_tuple() ? r.items() : ValueList{r};
+        return Value(percent_format(l.str(), args));
+      }
       return bad();
     }
     if (op == "/") {
@@ -526,10 +554,12 @@ class Interp {
     }
     if (op == "**") {
       if (ints && as_i(r) >= 0) {
-        int64_t base = as_i(l), out = 1;
-        for (int64_t i = 0; i < as_i(r); ++i) {
-          if (__builtin_mul_overflow(out, base, &out)) fail("integer overflow");
-          if (out == 0 || out == 1) break;
+        // Exponentiation by squaring; Python ints are unbounded, ours fail on overflow.
+        int64_t base = as_i(l), exp = as_i(r), out = 1;
+        while (exp > 0) {
+          if ((exp & 1) && __builtin_mul_overflow(out, base, &out)) fail("integer overflow");
+          exp >>= 1;
+          if (exp > 0 && __builtin_mul_overflow(base, base, &base)) fail("integer overflow");
         }
         return Value(out);
       }

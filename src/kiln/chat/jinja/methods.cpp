@@ -1,6 +1,8 @@
 #include "kiln/chat/jinja/methods.h"
 
 #include <cctype>
+#include <cstdio>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -434,6 +436,67 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     ++n;
   }
   return out + s.substr(start);
+}
+
+std::string percent_format(const std::string& f, const ValueList& args) {
+  std::string out;
+  size_t next_arg = 0;
+  auto take = [&]() -> const Value& {
+    if (next_arg >= args.size()) fail("not enough arguments for format string");
+    return args[next_arg++];
+  };
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] != '%') {
+      out += f[i];
+      continue;
+    }
+    size_t j = i + 1;
+    std::string spec = "%";
+    while (j < f.size() && std::strchr("-+ 0#", f[j])) spec += f[j++];
+    while (j < f.size() && std::isdigit(static_cast<unsigned char>(f[j]))) spec += f[j++];
+    if (j < f.size() && f[j] == '.') {
+      spec += f[j++];
+      while (j < f.size() && std::isdigit(static_cast<unsigned char>(f[j]))) spec += f[j++];
+    }
+    if (j >= f.size()) fail("incomplete format");
+    char conv = f[j];
+    i = j;
+    if (spec.size() > 8) fail("format spec too long");  // width/precision < 10^6
+    char buf[512];
+    if (conv == '%') {
+      out += '%';
+    } else if (conv == 's' || conv == 'r') {
+      const Value& v = take();
+      std::string text = conv == 's' ? v.to_str() : v.repr();
+      std::snprintf(buf, sizeof(buf), (spec + "s").c_str(), "");  // validates flags
+      int width = std::atoi(spec.c_str() + spec.find_first_not_of("%-+ 0#"));
+      size_t len = utf8_length(text);
+      std::string pad = width > 0 && static_cast<size_t>(width) > len
+                            ? std::string(static_cast<size_t>(width) - len, ' ')
+                            : "";
+      out += spec.find('-') != std::string::npos ? text + pad : pad + text;
+    } else if (std::strchr("dixXoc", conv)) {
+      const Value& v = take();
+      if (!v.is_number())
+        fail(fmt::format("%{} format: a real number is required, not {}", conv, v.type_name()));
+      long long n = v.is_float() ? static_cast<long long>(v.as_float())
+                                 : (v.is_bool() ? v.as_bool() : v.as_int());
+      std::string cs = spec + (conv == 'i'   ? std::string("lld")
+                               : conv == 'c' ? "c"
+                                             : std::string("ll") + conv);
+      std::snprintf(buf, sizeof(buf), cs.c_str(), n);
+      out += buf;
+    } else if (std::strchr("fFeEgG", conv)) {
+      const Value& v = take();
+      if (!v.is_number()) fail(fmt::format("must be real number, not {}", v.type_name()));
+      std::snprintf(buf, sizeof(buf), (spec + conv).c_str(), v.to_double());
+      out += buf;
+    } else {
+      fail(fmt::format("unsupported format character '{}'", conv));
+    }
+  }
+  if (next_arg < args.size()) fail("not all arguments converted during string formatting");
+  return out;
 }
 
 std::vector<std::string> split_lines(const std::string& s) {

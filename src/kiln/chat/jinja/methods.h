@@ -24,5 +24,9 @@ std::string py_strip(const std::string& s, const std::string* chars, bool left =
 std::string py_replace(const std::string& s, const std::string& old, const std::string& repl,
                        int64_t count);
 std::vector<std::string> split_lines(const std::string& s);  // str.splitlines()
+// Python printf-style `fmt % args` (args: a tuple/list of values or one value), for the
+// `%` operator on strings and the |format filter: %s %r %d %i %f %F %e %g %x %X %o %c %%,
+// with flags, width and precision.
+std::string percent_format(const std::string& fmt, const ValueList& args);
 
 }  // namespace kiln::chat::jinja

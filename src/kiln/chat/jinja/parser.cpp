@@ -272,8 +272,14 @@ class Parser {
     expect_block_end();
     int saved = loop_depth_;
     loop_depth_ = 0;
+    size_t body_start = pos_;
     s->body = parse_body({"endmacro"});
     loop_depth_ = saved;
+    for (size_t i = body_start; i < pos_; ++i) {
+      if (toks_[i].type != Tok::Name) continue;
+      s->uses_varargs = s->uses_varargs || toks_[i].value == "varargs";
+      s->uses_kwargs = s->uses_kwargs || toks_[i].value == "kwargs";
+    }
     end_tag();
     return s;
   }

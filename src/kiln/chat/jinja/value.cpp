@@ -13,6 +13,24 @@ void fail(std::string message) {
   throw JinjaError{std::move(message)};
 }
 
+namespace {
+// Bounds the recursion of repr/json/equality over values nested by a template (a loop can
+// build [[[...]]] as deep as it iterates).
+constexpr int kMaxValueDepth = 512;
+thread_local int g_value_depth = 0;
+struct DepthGuard {
+  DepthGuard() {
+    if (++g_value_depth > kMaxValueDepth) {
+      --g_value_depth;
+      fail("value nested too deeply");
+    }
+  }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+  ~DepthGuard() { --g_value_depth; }
+};
+}  // namespace
+
 Value Value::undefined(std::string hint) {
   Value v;
   v.s_ = std::move(hint);
@@ -198,6 +216,7 @@ static std::string string_repr(const std::string& s) {
 }
 
 std::string Value::repr() const {
+  DepthGuard guard;
   if (is_iterator_) fail("unsupported construct: printing an iterator (Python prints its address)");
   switch (kind_) {
     case Kind::String:
@@ -334,6 +353,7 @@ bool ValueDict::erase(const Value& key) {
 }
 
 bool py_equal(const Value& a, const Value& b) {
+  DepthGuard guard;
   if (a.is_number() && b.is_number()) {
     if (!a.is_float() && !b.is_float()) {
       int64_t x = a.is_bool() ? a.as_bool() : a.as_int();
@@ -378,6 +398,7 @@ bool py_equal(const Value& a, const Value& b) {
 }
 
 bool py_less(const Value& a, const Value& b) {
+  DepthGuard guard;
   if (a.is_number() && b.is_number()) {
     if (!a.is_float() && !b.is_float()) {
       int64_t x = a.is_bool() ? a.as_bool() : a.as_int();
@@ -474,6 +495,7 @@ struct JsonStyle {
 };
 
 static void json_write(std::string& out, const Value& v, const JsonStyle& st, int depth) {
+  DepthGuard guard;
   const int indent = st.indent;
   auto newline = [&](int d) {
     out += '\n';

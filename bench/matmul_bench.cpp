@@ -1,0 +1,161 @@
+// CPU matmul kernels: GEMV (decode, one token) over a 4096 x 4096 weight, reported as weight
+// GB/s against the machine's copy bandwidth (BM_memcpy), and GEMM (prefill, 512 tokens) in
+// GFLOP/s, per weight type and kernel path, on util::default_num_threads() threads; plus
+// llama.cpp's test-backend-ops MUL_MAT perf shape (4096 x 14336) on the best path.
+//
+//   ./build/bench_matmul_bench --benchmark_min_time=1
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/backend/cpu/matmul.h"
+#include "kiln/quant/convert.h"
+#include "kiln/quant/types.h"
+#include "kiln/util/thread_pool.h"
+
+namespace {
+
+using kiln::backend::Weight;
+using kiln::backend::cpu::KernelPath;
+using kiln::quant::Type;
+
+constexpr int64_t kDim = 4096;
+constexpr int64_t kPrefillTokens = 512;
+
+kiln::util::ThreadPool& pool() {
+  static kiln::util::ThreadPool p(kiln::util::default_num_threads());
+  return p;
+}
+
+struct BenchWeight {
+  std::vector<uint8_t> bytes;
+  Weight w;
+};
+
+const BenchWeight& weight(Type type, int64_t n_in) {
+  static std::vector<std::pair<std::pair<Type, int64_t>, BenchWeight>> cache;
+  for (auto& [key, bw] : cache)
+    if (key.first == type && key.second == n_in) return bw;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  BenchWeight bw;
+  const uint64_t rb = *kiln::quant::row_bytes(type, static_cast<uint64_t>(n_in));
+  bw.bytes.resize(rb * kDim);
+  std::vector<float> row(static_cast<size_t>(n_in));
+  for (int64_t o = 0; o < kDim; ++o) {
+    for (float& v : row) v = g(rng);
+    (void)kiln::quant::quantize_row(type, row.data(), bw.bytes.data() + o * rb, n_in);
+  }
+  bw.w = Weight{type, n_in, kDim, bw.bytes.data(), rb};
+  cache.emplace_back(std::make_pair(type, n_in), std::move(bw));
+  return cache.back().second;
+}
+
+std::vector<float> acts(int64_t n_tokens, int64_t n_in) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
+  for (float& v : x) v = g(rng);
+  return x;
+}
+
+void bm_memcpy(benchmark::State& state) {
+  const size_t n = size_t{256} << 20;
+  std::vector<uint8_t> a(n, 1), b(n, 2);
+  for (auto _ : state) {
+    std::memcpy(b.data(), a.data(), n);
+    benchmark::DoNotOptimize(b.data());
+    benchmark::ClobberMemory();
+  }
+  // Copy bandwidth counts the bytes read plus the bytes written.
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 2 * static_cast<int64_t>(n));
+}
+
+// The same copy split over the pool's threads (the ceiling for multithreaded GEMV).
+void bm_memcpy_threads(benchmark::State& state) {
+  const int64_t n = int64_t{256} << 20;
+  std::vector<uint8_t> a(static_cast<size_t>(n), 1), b(static_cast<size_t>(n), 2);
+  for (auto _ : state) {
+    pool().parallel_for(n >> 20, [&](int64_t begin, int64_t end, int) {
+      std::memcpy(b.data() + (begin << 20), a.data() + (begin << 20),
+                  static_cast<size_t>((end - begin) << 20));
+    });
+    benchmark::DoNotOptimize(b.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 2 * n);
+}
+
+void bm_matmul(benchmark::State& state, Type type, KernelPath path, int64_t n_tokens,
+               int64_t n_in) {
+  if (!kiln::backend::cpu::path_available(path)) {
+    state.SkipWithError("path not available on this CPU");
+    return;
+  }
+  const BenchWeight& bw = weight(type, n_in);
+  const std::vector<float> x = acts(n_tokens, n_in);
+  std::vector<float> y(static_cast<size_t>(n_tokens * kDim));
+  for (auto _ : state) {
+    kiln::backend::cpu::matmul_on_path(bw.w, x.data(), y.data(), n_tokens, &pool(), path);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(bw.bytes.size()));
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * kDim * static_cast<double>(n_in) * static_cast<double>(n_tokens) * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void register_all() {
+  benchmark::RegisterBenchmark("memcpy_256MiB", bm_memcpy)->UseRealTime();
+  benchmark::RegisterBenchmark("memcpy_256MiB_pool", bm_memcpy_threads)->UseRealTime();
+  const Type types[] = {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::Q5_K,
+                        Type::Q4_0, Type::F16,  Type::BF16, Type::F32};
+  const KernelPath paths[] = {KernelPath::Scalar, KernelPath::Avx2, KernelPath::Avx512};
+  for (Type t : types) {
+    for (KernelPath p : paths) {
+      if (!kiln::backend::cpu::path_available(p)) continue;
+      const std::string name =
+          std::string(kiln::quant::type_name(t)) + "/" + kiln::backend::cpu::path_name(p);
+      benchmark::RegisterBenchmark(("gemv/" + name).c_str(), bm_matmul, t, p, int64_t{1}, kDim)
+          ->UseRealTime();
+      if (p != KernelPath::Scalar) {  // scalar prefill takes minutes per iteration
+        benchmark::RegisterBenchmark(("gemm512/" + name).c_str(), bm_matmul, t, p, kPrefillTokens,
+                                     kDim)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+}
+
+// llama.cpp's test-backend-ops perf shape (MUL_MAT m=4096, k=14336, n=1 and 512), for a
+// side-by-side with `test-backend-ops perf -o MUL_MAT -b CPU`.
+void register_ggml_shape() {
+  constexpr int64_t kFfn = 14336;
+  for (Type t : {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::Q4_0, Type::F16}) {
+    const KernelPath p = kiln::backend::cpu::best_kernel_path();
+    const std::string name =
+        std::string(kiln::quant::type_name(t)) + "/" + kiln::backend::cpu::path_name(p) + "/k14336";
+    benchmark::RegisterBenchmark(("gemv/" + name).c_str(), bm_matmul, t, p, int64_t{1}, kFfn)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("gemm512/" + name).c_str(), bm_matmul, t, p, kPrefillTokens, kFfn)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  register_ggml_shape();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

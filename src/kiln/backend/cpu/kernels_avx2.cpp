@@ -1,0 +1,68 @@
+// AVX2 + FMA + F16C kernels (Haswell and later, Zen). Compiled with a target pragma so the
+// build needs no -march flag; matmul.cpp calls them only when util::cpu_features() says so.
+// The kernel bodies are in kernels_x86.inc. Everything in the target region has internal
+// linkage, and it calls no out-of-line std:: template whose AVX2-compiled copy the linker
+// could hand to other callers (`nm -C` on the object shows no weak symbols).
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kiln/backend/cpu/kernels.h"
+#include "kiln/quant/blocks.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+namespace kiln::backend::cpu {
+namespace {
+
+#include "kiln/backend/cpu/kernels_tile.h"
+
+#define KILN_X86_VNNI 0
+#include "kiln/backend/cpu/kernels_x86.inc"
+#undef KILN_X86_VNNI
+
+}  // namespace
+}  // namespace kiln::backend::cpu
+
+#pragma GCC pop_options
+
+namespace kiln::backend::cpu {
+
+GemmFn gemm_avx2(quant::Type t) {
+  switch (t) {
+    case quant::Type::F32:
+      return gemm<FKernel<FType::F32>>;
+    case quant::Type::F16:
+      return gemm<FKernel<FType::F16>>;
+    case quant::Type::BF16:
+      return gemm<FKernel<FType::BF16>>;
+    case quant::Type::Q8_0:
+      return gemm<Q32Kernel<false>>;
+    case quant::Type::Q4_0:
+      return gemm<Q32Kernel<true>>;
+    case quant::Type::Q4_K:
+      return gemm<KKernel<UnpackQ4K>>;
+    case quant::Type::Q5_K:
+      return gemm<KKernel<UnpackQ5K>>;
+    case quant::Type::Q6_K:
+      return gemm<KKernel<UnpackQ6K>>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace kiln::backend::cpu
+
+#else  // not x86-64
+
+namespace kiln::backend::cpu {
+GemmFn gemm_avx2(quant::Type) {
+  return nullptr;
+}
+}  // namespace kiln::backend::cpu
+
+#endif

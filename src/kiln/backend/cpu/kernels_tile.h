@@ -1,0 +1,47 @@
+// The tiling driver shared by the SIMD paths: include it inside a file's target region so
+// the templates compile for that instruction set. Not a public header.
+//
+// A kernel K provides kRows, kTokens, a Panel type with `void prepare(const GemmArgs&,
+// int64_t row0, int num_rows)` (weights unpacked once per row tile and token chunk, e.g.
+// K-quant nibbles and scales; empty for kernels that read the blocks directly) and
+// `template <int R, int T> static void tile(const GemmArgs&, const Panel&, int64_t row0,
+// int64_t token0)` computing rows [row0, row0 + R) for tokens [token0, token0 + T) over the
+// whole reduction. Every instantiation performs the same per-(row, token) arithmetic, so the
+// result never depends on R, T or the tiling below.
+// Included inside an anonymous namespace (internal linkage per instruction set): no
+// include guard, no namespace of its own.
+
+template <class K, int R, int N>
+inline void tile_tail(const GemmArgs& g, const typename K::Panel& p, int64_t r, int64_t t,
+                      int64_t n) {
+  if constexpr (N > 0) {
+    if (n == N) {
+      K::template tile<R, N>(g, p, r, t);
+    } else {
+      tile_tail<K, R, N - 1>(g, p, r, t, n);
+    }
+  }
+}
+
+template <class K, int R>
+inline void row_tile(const GemmArgs& g, typename K::Panel& p, int64_t r, int64_t tb, int64_t te) {
+  p.prepare(g, r, R);
+  int64_t t = tb;
+  for (; t + K::kTokens <= te; t += K::kTokens) K::template tile<R, K::kTokens>(g, p, r, t);
+  tile_tail<K, R, K::kTokens - 1>(g, p, r, t, te - t);
+}
+
+// Tokens go in chunks whose activations stay in L2 while the row tiles of [row_begin,
+// row_end) stream past them; each row tile is reused from L1 across the chunk's token tiles.
+// n_tokens = 1 is the GEMV case: each weight row is read once.
+template <class K>
+void gemm(const GemmArgs& g) {
+  constexpr int64_t kTokenChunk = 64;
+  thread_local typename K::Panel panel;  // grown once per thread, reused
+  for (int64_t tb = 0; tb < g.n_tokens; tb += kTokenChunk) {
+    const int64_t te = tb + kTokenChunk < g.n_tokens ? tb + kTokenChunk : g.n_tokens;
+    int64_t r = g.row_begin;
+    for (; r + K::kRows <= g.row_end; r += K::kRows) row_tile<K, K::kRows>(g, panel, r, tb, te);
+    for (; r < g.row_end; ++r) row_tile<K, 1>(g, panel, r, tb, te);
+  }
+}

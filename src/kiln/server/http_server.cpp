@@ -1,0 +1,467 @@
+#include "kiln/server/http_server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "kiln/util/log.h"
+
+namespace kiln::server {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::optional<std::string_view> HttpRequest::header(std::string_view name) const {
+  for (const auto& [k, v] : headers) {
+    if (k.size() != name.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < k.size() && same; ++i)
+      same = k[i] == std::tolower(static_cast<unsigned char>(name[i]));
+    if (same) return std::string_view(v);
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+class Connection;
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpServerOptions options;
+  HttpHandler handler;
+  net::io_context accept_ioc;
+  std::optional<tcp::acceptor> acceptor;
+  std::thread accept_thread;
+  std::atomic<bool> stopping{false};  // no more accepts
+  std::atomic<bool> draining{false};  // close connections once idle
+  std::atomic<bool> cut{false};       // abort in-flight handlers
+  bool started = false;
+  bool shut_down = false;
+
+  struct Slot {
+    std::thread thread;
+    std::atomic<bool> done{false};
+    std::atomic<int> fd{-1};
+  };
+  mutable std::mutex mu;
+  std::list<Slot> slots;  // guarded by mu
+  std::atomic<int> num_open{0};
+
+  void accept_loop();
+  void reap(bool all);
+};
+
+namespace {
+
+class Connection final : public HttpExchange {
+ public:
+  Connection(HttpServer::Impl& server, std::atomic<int>* slot_fd, int fd, const tcp& protocol)
+      : server_(server), slot_fd_(slot_fd), stream_(ioc_) {
+    beast::error_code ec;
+    stream_.socket().assign(protocol, fd, ec);
+    if (ec) ::close(fd);
+    auto ep = stream_.socket().remote_endpoint(ec);
+    if (!ec) remote_ = ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+
+  void serve();
+
+  // HttpExchange
+  void add_header(std::string name, std::string value) override {
+    extra_headers_.emplace_back(std::move(name), std::move(value));
+  }
+  bool respond(int status, std::string_view content_type, std::string body) override;
+  bool begin_stream(int status, std::string_view content_type) override;
+  bool write_chunk(std::string_view data) override;
+  bool end_stream() override;
+  AbortReason abort_reason() override;
+  bool responded() const override { return status_ != 0; }
+  int status() const override { return status_; }
+
+ private:
+  // Runs one async operation on this thread's io_context to completion, under `timeout`
+  // (the stream closes the socket when it expires and the operation fails with timeout).
+  template <typename Start>
+  beast::error_code run(Start&& start, milliseconds timeout) {
+    beast::error_code result = net::error::would_block;
+    stream_.expires_after(timeout);
+    start([&result](beast::error_code ec, size_t) { result = ec; });
+    ioc_.restart();
+    ioc_.run();
+    stream_.expires_never();
+    ioc_.restart();
+    ioc_.run();  // the cancelled timer's handler
+    return result;
+  }
+  // Waits until the client sends a byte; false on idle timeout, hang-up or server drain.
+  bool wait_for_request();
+  bool handle_one();  // false: close the connection
+  void send_simple_error(int status, std::string_view message);
+  template <typename Response>
+  void set_common_headers(Response& res, int status, std::string_view content_type);
+
+  HttpServer::Impl& server_;
+  std::atomic<int>* slot_fd_;  // the fd shutdown() may cut; cleared under server_.mu
+  net::io_context ioc_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::string remote_;
+  unsigned version_ = 11;
+  bool keep_alive_ = true;
+  bool broken_ = false;  // a write failed or timed out: the client is gone
+  int status_ = 0;
+  bool streaming_ = false;
+  std::vector<std::pair<std::string, std::string>> extra_headers_;
+};
+
+bool Connection::wait_for_request() {
+  if (buffer_.size() > 0) return true;  // a pipelined request is already here
+  // Wait for readability with a ticker that checks the idle deadline and the server's drain.
+  const Clock::time_point deadline = Clock::now() + server_.options.idle_timeout;
+  bool readable = false;
+  bool finished = false;
+  net::steady_timer ticker(ioc_);
+  stream_.socket().async_wait(tcp::socket::wait_read, [&](beast::error_code ec) {
+    finished = true;
+    readable = !ec;
+    ticker.cancel();
+  });
+  std::function<void()> arm = [&] {
+    ticker.expires_after(milliseconds(50));
+    ticker.async_wait([&](beast::error_code ec) {
+      if (ec || finished) return;
+      if (server_.draining.load() || Clock::now() >= deadline) {
+        beast::error_code ignored;
+        stream_.socket().cancel(ignored);
+        return;
+      }
+      arm();
+    });
+  };
+  arm();
+  ioc_.restart();
+  ioc_.run();
+  return readable && !server_.draining.load();
+}
+
+template <typename Response>
+void Connection::set_common_headers(Response& res, int status, std::string_view content_type) {
+  res.version(version_);
+  res.result(static_cast<unsigned>(status));
+  res.set(http::field::server, "kiln");
+  if (!content_type.empty()) res.set(http::field::content_type, std::string(content_type));
+  for (const auto& [k, v] : extra_headers_) res.set(k, v);
+  if (server_.draining.load()) keep_alive_ = false;
+  res.keep_alive(keep_alive_);
+}
+
+bool Connection::respond(int status, std::string_view content_type, std::string body) {
+  if (status_ != 0 || broken_) return false;
+  status_ = status;
+  http::response<http::string_body> res;
+  set_common_headers(res, status, content_type);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  beast::error_code ec =
+      run([&](auto handler) { http::async_write(stream_, res, std::move(handler)); },
+          server_.options.write_timeout);
+  if (ec) broken_ = true;
+  return !broken_;
+}
+
+bool Connection::begin_stream(int status, std::string_view content_type) {
+  if (status_ != 0 || broken_) return false;
+  status_ = status;
+  streaming_ = true;
+  http::response<http::empty_body> res;
+  set_common_headers(res, status, content_type);
+  res.set(http::field::cache_control, "no-cache");
+  if (version_ < 11) keep_alive_ = false;  // HTTP/1.0: no chunking; the body ends at close
+  res.keep_alive(keep_alive_);
+  if (version_ >= 11) res.chunked(true);
+  http::response_serializer<http::empty_body> sr{res};
+  beast::error_code ec =
+      run([&](auto handler) { http::async_write_header(stream_, sr, std::move(handler)); },
+          server_.options.write_timeout);
+  if (ec) broken_ = true;
+  return !broken_;
+}
+
+bool Connection::write_chunk(std::string_view data) {
+  if (!streaming_ || broken_) return false;
+  if (data.empty()) return true;  // an empty chunk would end the body
+  beast::error_code ec;
+  if (version_ >= 11) {
+    ec = run(
+        [&](auto handler) {
+          net::async_write(stream_, http::make_chunk(net::const_buffer(data.data(), data.size())),
+                           std::move(handler));
+        },
+        server_.options.write_timeout);
+  } else {
+    ec = run(
+        [&](auto handler) {
+          net::async_write(stream_, net::const_buffer(data.data(), data.size()),
+                           std::move(handler));
+        },
+        server_.options.write_timeout);
+  }
+  if (ec) broken_ = true;
+  return !broken_;
+}
+
+bool Connection::end_stream() {
+  if (!streaming_ || broken_) return false;
+  streaming_ = false;
+  if (version_ < 11) return true;
+  beast::error_code ec = run(
+      [&](auto handler) { net::async_write(stream_, http::make_chunk_last(), std::move(handler)); },
+      server_.options.write_timeout);
+  if (ec) broken_ = true;
+  return !broken_;
+}
+
+AbortReason Connection::abort_reason() {
+  if (server_.cut.load()) return AbortReason::kServerShutdown;
+  if (broken_) return AbortReason::kClientGone;
+  pollfd p{};
+  p.fd = stream_.socket().native_handle();
+  p.events = POLLRDHUP;
+  if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
+    broken_ = true;
+    return AbortReason::kClientGone;
+  }
+  return AbortReason::kNone;
+}
+
+void Connection::send_simple_error(int status, std::string_view message) {
+  // Transport-level failures (before a request exists) in the OpenAI envelope.
+  keep_alive_ = false;
+  std::string body = R"({"error":{"message":")" + std::string(message) +
+                     R"(","type":"invalid_request_error","param":null,"code":null}})";
+  respond(status, "application/json", std::move(body));
+}
+
+bool Connection::handle_one() {
+  if (!wait_for_request()) return false;
+  status_ = 0;
+  streaming_ = false;
+  extra_headers_.clear();
+  http::request_parser<http::string_body> parser;
+  parser.header_limit(
+      static_cast<uint32_t>(std::min<size_t>(server_.options.max_header_bytes, UINT32_MAX)));
+  parser.body_limit(server_.options.max_body_bytes);
+  beast::error_code ec = run(
+      [&](auto handler) { http::async_read_header(stream_, buffer_, parser, std::move(handler)); },
+      server_.options.header_timeout);
+  if (ec == http::error::body_limit) {
+    send_simple_error(413, "The request body exceeds the size limit");
+    return false;
+  }
+  if (ec == http::error::header_limit) {
+    send_simple_error(431, "The request headers are too large");
+    return false;
+  }
+  if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == net::error::eof ||
+      ec == net::error::connection_reset || ec == net::error::operation_aborted)
+    return false;
+  if (ec) {
+    send_simple_error(400, "Malformed HTTP request");
+    return false;
+  }
+  version_ = parser.get().version();
+  auto expect = parser.get()[http::field::expect];
+  if (beast::iequals(expect, "100-continue")) {
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    run(
+        [&](auto handler) {
+          net::async_write(stream_, net::buffer(kContinue), std::move(handler));
+        },
+        server_.options.write_timeout);
+  }
+  if (!parser.is_done()) {
+    ec = run([&](auto handler) { http::async_read(stream_, buffer_, parser, std::move(handler)); },
+             server_.options.body_timeout);
+    if (ec == http::error::body_limit) {
+      send_simple_error(413, "The request body exceeds the size limit");
+      return false;
+    }
+    if (ec == beast::error::timeout || ec == net::error::eof ||
+        ec == http::error::partial_message || ec == net::error::connection_reset)
+      return false;
+    if (ec) {
+      send_simple_error(400, "Malformed HTTP request body");
+      return false;
+    }
+  }
+  http::request<http::string_body> msg = parser.release();
+  keep_alive_ = msg.keep_alive();
+
+  HttpRequest req;
+  req.method = std::string(msg.method_string());
+  req.target = std::string(msg.target());
+  req.path = req.target.substr(0, req.target.find('?'));
+  req.remote = remote_;
+  for (const auto& field : msg) {
+    std::string name(field.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    req.headers.emplace_back(std::move(name), std::string(field.value()));
+  }
+  req.body = std::move(msg.body());
+  server_.handler(req, *this);
+  if (!responded()) send_simple_error(500, "The handler sent no response");
+  if (streaming_) end_stream();
+  return keep_alive_ && !broken_ && !server_.draining.load();
+}
+
+void Connection::serve() {
+  while (handle_one()) {
+  }
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  std::lock_guard<std::mutex> lock(server_.mu);  // shutdown() must not cut a reused fd
+  slot_fd_->store(-1);
+  stream_.socket().close(ec);
+}
+
+}  // namespace
+
+void HttpServer::Impl::reap(bool all) {
+  std::list<Slot> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = slots.begin(); it != slots.end();) {
+      if (all || it->done.load()) {
+        auto next = std::next(it);
+        finished.splice(finished.end(), slots, it);
+        it = next;
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Slot& s : finished)
+    if (s.thread.joinable()) s.thread.join();
+}
+
+void HttpServer::Impl::accept_loop() {
+  const int listen_fd = acceptor->native_handle();
+  const tcp protocol = acceptor->local_endpoint().protocol();
+  while (!stopping.load()) {
+    pollfd p{};
+    p.fd = listen_fd;
+    p.events = POLLIN;
+    const int r = ::poll(&p, 1, 100);
+    reap(false);
+    if (r <= 0 || !(p.revents & POLLIN)) continue;
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;  // EAGAIN, ECONNABORTED, EMFILE...: try again later
+    if (num_open.load() >= options.max_connections) {
+      static const std::string kBody =
+          R"({"error":{"message":"Too many connections","type":"server_error","param":null,)"
+          R"("code":"too_many_connections"}})";
+      static const std::string kBusy =
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+          "Connection: close\r\nContent-Length: " +
+          std::to_string(kBody.size()) + "\r\n\r\n" + kBody;
+      [[maybe_unused]] ssize_t n = ::send(fd, kBusy.data(), kBusy.size(), MSG_NOSIGNAL);
+      ::close(fd);
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    Slot& slot = slots.emplace_back();
+    slot.fd.store(fd);
+    num_open.fetch_add(1);
+    slot.thread = std::thread([this, &slot, fd, protocol] {
+      {
+        Connection conn(*this, &slot.fd, fd, protocol);
+        conn.serve();
+      }
+      num_open.fetch_sub(1);
+      slot.done.store(true);
+    });
+  }
+}
+
+HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->handler = std::move(handler);
+}
+
+HttpServer::~HttpServer() {
+  if (impl_->started && !impl_->shut_down) shutdown(milliseconds(0));
+}
+
+Expected<uint16_t> HttpServer::start() {
+  if (impl_->started) return err("http server: already started");
+  beast::error_code ec;
+  auto address = net::ip::make_address(impl_->options.host, ec);
+  if (ec) return err("http server: bad host address '{}': {}", impl_->options.host, ec.message());
+  tcp::endpoint endpoint(address, impl_->options.port);
+  tcp::acceptor acceptor(impl_->accept_ioc);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    return err("http server: cannot listen on {}:{}: {}", impl_->options.host, impl_->options.port,
+               ec.message());
+  acceptor.non_blocking(true, ec);
+  const uint16_t port = acceptor.local_endpoint(ec).port();
+  impl_->acceptor.emplace(std::move(acceptor));
+  impl_->started = true;
+  impl_->accept_thread = std::thread([this] { impl_->accept_loop(); });
+  return port;
+}
+
+void HttpServer::shutdown(milliseconds drain) {
+  if (!impl_->started || impl_->shut_down) return;
+  impl_->shut_down = true;
+  impl_->stopping.store(true);
+  if (impl_->accept_thread.joinable()) impl_->accept_thread.join();
+  beast::error_code ec;
+  impl_->acceptor->close(ec);
+  impl_->draining.store(true);  // idle connections close within one ticker period
+  const Clock::time_point deadline = Clock::now() + drain;
+  while (impl_->num_open.load() > 0 && Clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(10));
+  if (impl_->num_open.load() > 0) {
+    log::warn("http server: cutting {} connection(s) after the drain timeout",
+              impl_->num_open.load());
+    impl_->cut.store(true);  // handlers see kServerShutdown and end their responses
+    const Clock::time_point grace = Clock::now() + milliseconds(2000);
+    while (impl_->num_open.load() > 0 && Clock::now() < grace)
+      std::this_thread::sleep_for(milliseconds(10));
+    // Whatever is still blocked (a write to a client that does not read) fails now.
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (auto& slot : impl_->slots) {
+      const int fd = slot.fd.load();
+      if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+    }
+  }
+  impl_->reap(true);
+}
+
+int HttpServer::num_connections() const {
+  return impl_->num_open.load();
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,67 @@
+// kiln's HTTP server: the OpenAI-compatible API over an EngineApi. The listener is up before
+// the model finishes loading (/health answers 503 "loading" until EngineState::kReady).
+//
+//   Server server(engine, tokenizer, chat_template, options);
+//   KILN_TRY(uint16_t port, server.start());
+//   ...                       // on SIGTERM:
+//   server.shutdown();        // stop accepting, drain for options.drain_timeout, cut the rest
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "kiln/engine/api.h"
+#include "kiln/tokenizer/tokenizer.h"
+#include "kiln/util/status.h"
+
+namespace kiln::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;             // 0: an ephemeral port (start() returns it)
+  std::string api_key;              // empty: no authentication; else Bearer, constant-time compare
+  std::string model_name = "kiln";  // the id of /v1/models; other `model` values -> 404
+  size_t max_body_bytes = size_t{8} << 20;          // larger request bodies -> 413
+  std::chrono::milliseconds drain_timeout{30000};   // shutdown(): in-flight requests' grace
+  std::chrono::milliseconds request_timeout{0};     // per generation (engine deadline); 0: none
+  std::chrono::milliseconds idle_timeout{60000};    // keep-alive wait for the next request
+  std::chrono::milliseconds header_timeout{30000};  // request header, once started
+  std::chrono::milliseconds body_timeout{60000};    // request body
+  std::chrono::milliseconds write_timeout{60000};   // one write to a client that does not read
+  double heartbeat_timeout_s = 60;                  // engine heartbeat older than this: /health 503
+  int retry_after_seconds = 1;                      // Retry-After of a 429 (queue full)
+  int max_connections = 1024;
+  int max_n = 16;     // the largest `n` a request may ask for
+  bool cors = false;  // Access-Control-Allow-Origin: *
+};
+
+struct ServerContext;
+
+class Server {
+ public:
+  // `tokenizer` and `chat_template` come from the model file's metadata, which loads in
+  // moments; the engine may still be loading its weights (state() kLoading).
+  // An empty chat_template uses ChatML (chat::kChatMLTemplate).
+  Server(engine::EngineApi& engine, tokenizer::Tokenizer tokenizer, std::string chat_template,
+         ServerOptions options);
+  ~Server();  // shutdown(0) when still running
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Listens and serves on background threads; returns the bound port.
+  Expected<uint16_t> start();
+  // Graceful shutdown: stop accepting, let in-flight requests finish for `drain` (default
+  // options.drain_timeout), then cut them (streams end with an error frame) and return.
+  void shutdown(std::optional<std::chrono::milliseconds> drain = std::nullopt);
+  int num_connections() const;
+
+ private:
+  std::unique_ptr<ServerContext> ctx_;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::server
