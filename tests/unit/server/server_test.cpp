@@ -202,8 +202,10 @@ TEST_F(HttpTest, MalformedHttpDoesNotCrash) {
   start();
   std::string out = raw_exchange(port_, "\x16\x03\x01garbage\r\n\r\n", false);
   EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << out;
+  // A truncated header: closed, or a 400 when the parser saw the bad field before the EOF
+  // (depends on how the bytes and the FIN arrive); never a 200, never a crash.
   out = raw_exchange(port_, "GET /health HTTP/1.1\r\nHost: x\r\nX-Trunc", true);
-  EXPECT_EQ(out, "");  // closed without a response
+  EXPECT_TRUE(out.empty() || out.rfind("HTTP/1.1 400", 0) == 0) << out;
   out =
       raw_exchange(port_, "POST /v1/completions HTTP/1.1\r\nContent-Length: 50\r\n\r\n{\"pr", true);
   EXPECT_EQ(out, "");
