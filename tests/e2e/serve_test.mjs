@@ -172,7 +172,7 @@ test('cancellation: aborted streams free their sequences', async () => {
   const end = Date.now() + 5000;
   while (Date.now() < end && (await metric('kiln_kv_blocks_used')) !== 0) await new Promise((r) => setTimeout(r, 100));
   assert.equal(await metric('kiln_kv_blocks_used'), 0);
-  assert.equal(await metric('kiln_requests_running'), 0);
+  assert.equal(await metric('kiln_num_requests_running'), 0);
 });
 
 test('prefix cache: a shared long prefix is reused and changes nothing', async () => {

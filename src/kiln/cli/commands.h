@@ -17,5 +17,6 @@ RunFn add_tokenize(CLI::App& app);
 RunFn add_template(CLI::App& app);
 RunFn add_run(CLI::App& app);
 RunFn add_bench(CLI::App& app);
+RunFn add_serve(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   add(kiln::cli::add_template);
   add(kiln::cli::add_run);
   add(kiln::cli::add_bench);
+  add(kiln::cli::add_serve);
 
   try {
     app.parse(argc, argv);

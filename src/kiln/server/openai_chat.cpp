@@ -485,6 +485,11 @@ HandlerResult handle_chat(ServerContext& ctx, const HttpRequest& req, HttpExchan
     r.request_id = params.n == 1 ? req.request_id : fmt::format("{}-{}", req.request_id, i);
     r.prompt_tokens = prompt_tokens;
     r.sampling.seed = engine::choice_seed(params.request.sampling.seed, i);
+    // Tool-call and reasoning markers can be control tokens ([TOOL_CALLS], DeepSeek's
+    // tool-call tokens): the parser must see them, so keep special tokens in the text.
+    // End-of-generation tokens never reach the text either way.
+    if (job.parser_config.format != chat::ToolFormat::kNone || job.parser_config.reasoning)
+      r.skip_special = false;
     requests.push_back(std::move(r));
   }
   MultiRun run(ctx);

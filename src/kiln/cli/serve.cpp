@@ -1,0 +1,129 @@
+// kiln serve: the OpenAI-compatible HTTP server. The listener is up (answering /health with
+// 503 "loading") before the weights finish loading; SIGTERM/SIGINT stop accepting, let
+// in-flight requests finish for --drain-timeout, then cut them.
+#include <csignal>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "kiln/cli/commands.h"
+#include "kiln/cli/model_files.h"
+#include "kiln/engine/engine.h"
+#include "kiln/server/server.h"
+#include "kiln/util/log.h"
+
+namespace kiln::cli {
+namespace {
+
+struct ServeOptions {
+  engine::EngineOptions engine;
+  server::ServerOptions server;
+  int drain_timeout_s = 30;
+  int request_timeout_s = 0;
+  std::string kv_memory;  // "512M", "2G", bytes
+};
+
+// "1024", "512K", "64M", "2G" -> bytes.
+Expected<uint64_t> parse_bytes(const std::string& s) {
+  if (s.empty()) return uint64_t{0};
+  size_t pos = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(s, &pos);
+  } catch (...) {
+    return err("'{}' is not a size (e.g. 512M, 2G)", s);
+  }
+  const std::string unit = s.substr(pos);
+  uint64_t mul = 1;
+  if (unit == "K" || unit == "k" || unit == "KiB") mul = 1ull << 10;
+  else if (unit == "M" || unit == "m" || unit == "MiB") mul = 1ull << 20;
+  else if (unit == "G" || unit == "g" || unit == "GiB") mul = 1ull << 30;
+  else if (!unit.empty()) return err("'{}' is not a size (e.g. 512M, 2G)", s);
+  if (v > (uint64_t{1} << 50) / mul) return err("size '{}' is too large", s);
+  return v * mul;
+}
+
+volatile std::sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+
+int run_serve(ServeOptions o) {
+  auto kv_bytes = parse_bytes(o.kv_memory);
+  if (!kv_bytes.ok()) {
+    fmt::print(stderr, "kiln serve: --kv-memory: {}\n", kv_bytes.error().message);
+    return 2;
+  }
+  o.engine.kv_memory_bytes = *kv_bytes;
+  o.server.drain_timeout = std::chrono::seconds(o.drain_timeout_s);
+  o.server.request_timeout = std::chrono::seconds(o.request_timeout_s);
+  // The tokenizer and template come from the metadata, which loads in moments.
+  auto tm = load_text_model(o.engine.model_path);
+  if (!tm.ok()) {
+    fmt::print(stderr, "kiln serve: {}\n", tm.error().message);
+    return 1;
+  }
+  engine::Engine engine(o.engine);
+  server::Server srv(engine, tm->tokenizer, tm->chat_template, o.server);
+  auto port = srv.start();
+  if (!port.ok()) {
+    fmt::print(stderr, "kiln serve: {}\n", port.error().message);
+    return 1;
+  }
+  log::info("listening on http://{}:{} (model '{}' loading)", o.server.host, *port,
+            o.server.model_name);
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  engine.start();
+  Status ready = engine.wait_ready();
+  if (!ready.ok()) {
+    log::error("model failed to load: {}", ready.error().message);
+    srv.shutdown(std::chrono::milliseconds(0));
+    return 1;
+  }
+  log::info("ready: http://{}:{}/v1 serves '{}'", o.server.host, *port, o.server.model_name);
+  while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  log::info("signal {}: draining (up to {} s)", static_cast<int>(g_signal), o.drain_timeout_s);
+  srv.shutdown();
+  engine.stop();
+  return 0;
+}
+
+}  // namespace
+
+RunFn add_serve(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  auto o = std::make_shared<ServeOptions>();
+  cmd->add_option("-m,--model", o->engine.model_path, "GGUF file")->required();
+  cmd->add_option("--host", o->server.host, "listen address")->capture_default_str();
+  cmd->add_option("--port", o->server.port, "listen port (0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY'");
+  cmd->add_option("--model-name", o->server.model_name, "model id clients send and /v1/models lists")
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", o->engine.threads, "threads (default: physical cores)");
+  cmd->add_option("-c,--ctx", o->engine.n_ctx, "context length per request")
+      ->capture_default_str();
+  cmd->add_option("--kv-memory", o->kv_memory,
+                  "KV cache budget, e.g. 512M or 2G (default: max-seqs full contexts, <= 2G)");
+  cmd->add_option("--max-batch-tokens", o->engine.max_batch_tokens,
+                  "tokens computed per engine step (prefill chunks + decodes)")
+      ->capture_default_str();
+  cmd->add_option("--max-seqs", o->engine.max_seqs, "concurrently running sequences")
+      ->capture_default_str();
+  cmd->add_option("--max-waiting", o->engine.max_waiting,
+                  "queued requests beyond which new ones get 429")
+      ->capture_default_str();
+  cmd->add_flag("!--no-prefix-cache", o->engine.enable_prefix_cache,
+                "do not reuse cached prompt prefixes");
+  cmd->add_option("--max-body", o->server.max_body_bytes, "request body limit in bytes")
+      ->capture_default_str();
+  cmd->add_option("--drain-timeout", o->drain_timeout_s,
+                  "seconds in-flight requests may finish after SIGTERM")
+      ->capture_default_str();
+  cmd->add_option("--request-timeout", o->request_timeout_s,
+                  "seconds a generation may take (0: no limit)")
+      ->capture_default_str();
+  cmd->add_flag("--cors", o->server.cors, "send Access-Control-Allow-Origin: *");
+  return [o]() { return run_serve(*o); };
+}
+
+}  // namespace kiln::cli
