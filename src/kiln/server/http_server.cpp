@@ -336,6 +336,23 @@ void Connection::serve() {
   }
   beast::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  // Lingering close: closing with unread bytes in the receive buffer (the rest of a body or
+  // header we refused with 413/431) makes the kernel send RST, which can destroy the
+  // response we just wrote before the client reads it. Drain what the client still sends
+  // for a moment (bounded in time and bytes), then close.
+  {
+    const int fd = stream_.socket().native_handle();
+    char sink[4096];
+    size_t drained = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    while (drained < (size_t{4} << 20) && std::chrono::steady_clock::now() < until) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) break;
+      const ssize_t n = ::recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+      if (n <= 0) break;
+      drained += static_cast<size_t>(n);
+    }
+  }
   std::lock_guard<std::mutex> lock(server_.mu);  // shutdown() must not cut a reused fd
   slot_fd_->store(-1);
   stream_.socket().close(ec);

@@ -363,13 +363,22 @@ TEST_F(HttpTest, MetricsText) {
   engine_.set_stats(stats);
   ASSERT_EQ(post("/v1/chat/completions", chat_body()).status, 200);
   ASSERT_EQ(get("/v1/nowhere").status, 404);
+  // Requests are counted once their response is complete, which the server thread records
+  // just after the client has read it: poll briefly for the counts.
   Reply r = get("/metrics");
+  auto counted = [](const std::string& m) {
+    return m.find("kiln_http_requests_total{status=\"404\"} 1\n") != std::string::npos &&
+           m.find("kiln_http_requests_total{status=\"200\"} ") != std::string::npos;
+  };
+  for (int i = 0; i < 100 && !counted(r.body); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    r = get("/metrics");
+  }
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.header("content-type").rfind("text/plain; version=0.0.4", 0), 0u);
   const std::string& m = r.body;
   for (const char* line :
-       {"kiln_http_requests_total{status=\"200\"} 1\n",
-        "kiln_http_requests_total{status=\"404\"} 1\n", "kiln_generation_tokens_total 2\n",
+       {"kiln_http_requests_total{status=\"404\"} 1\n", "kiln_generation_tokens_total 2\n",
         "kiln_time_to_first_token_seconds_count 1\n", "kiln_inter_token_latency_seconds_count 1\n",
         "kiln_num_requests_running 2\n", "kiln_num_requests_waiting 5\n", "kiln_kv_blocks_used 7\n",
         "kiln_kv_blocks_total 64\n", "kiln_prefix_cache_hit_tokens_total 32\n",
@@ -377,6 +386,11 @@ TEST_F(HttpTest, MetricsText) {
         "# TYPE kiln_time_to_first_token_seconds histogram\n",
         "kiln_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1\n"})
     EXPECT_NE(m.find(line), std::string::npos) << line << "\n" << m;
+  // 200s: the chat request plus the /metrics polls already recorded (1 + 0..polls).
+  const std::string key = "kiln_http_requests_total{status=\"200\"} ";
+  const size_t at = m.find(key);
+  ASSERT_NE(at, std::string::npos) << m;
+  EXPECT_GE(std::stoi(m.substr(at + key.size())), 1) << m;
 }
 
 TEST_F(HttpTest, TokenizeDetokenize) {
