@@ -78,6 +78,7 @@ struct Stmt {
   std::vector<ExprPtr> filters;   // Filter exprs with a null target
   bool uses_varargs = false;      // macro body names `varargs`: extra positionals go there
   bool uses_kwargs = false;       // macro body names `kwargs`: extra keywords go there
+  bool recursive = false;         // `{% for ... recursive %}`
 };
 
 }  // namespace kiln::chat::jinja

@@ -59,6 +59,7 @@ static std::string type_repr(const Value& obj) {
 
 Value get_attr(const Value& obj, const std::string& name) {
   check_defined(obj);
+  if (obj.is_func() && obj.function().attrs()) return get_attr(*obj.function().attrs(), name);
   if (obj.is_namespace()) {
     if (const Value* v = obj.dict_ref().find(name)) return *v;
   } else {

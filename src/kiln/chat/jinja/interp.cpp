@@ -29,7 +29,11 @@ constexpr int kMaxDepth = 100;  // macro recursion guard (bounds the C++ stack)
 
 class Interp {
  public:
-  Interp(const RenderContext& ctx, std::string* out) : now_(ctx.now), out_(out) {
+  Interp(const RenderContext& ctx, std::string* out)
+      : now_(ctx.now),
+        out_(out),
+        max_steps_(ctx.max_steps),
+        max_output_bytes_(ctx.max_output_bytes) {
     globals_ = std::make_shared<Frame>();
     for (const auto& [k, v] : ctx.vars) globals_->vars[k] = v;
     frame_ = std::make_shared<Frame>();
@@ -47,8 +51,19 @@ class Interp {
   int line() const { return line_; }
 
  private:
+  void step() {
+    if (++num_steps_ > max_steps_) {
+      fail(fmt::format("template rendering exceeded {} steps (endless or exponential loop?)",
+                       max_steps_));
+    }
+  }
+
   Flow exec(const Stmt& s) {
     line_ = s.line;
+    step();
+    if (out_->size() > max_output_bytes_) {
+      fail(fmt::format("rendered text exceeds {} bytes", max_output_bytes_));
+    }
     switch (s.kind) {
       case StmtKind::Text:
         *out_ += s.text;
@@ -109,27 +124,31 @@ class Interp {
     return buf;
   }
 
-  void exec_for(const Stmt& s) {
-    ValueList items = iterate(eval(*s.expr));
-    std::shared_ptr<Frame> outer = frame_;
-    auto bind = [&](Frame& f, const Value& item) {
-      if (s.targets.size() == 1) {
-        f.vars[s.targets[0]] = item;
-        return;
-      }
-      ValueList parts = iterate(item);
-      if (parts.size() != s.targets.size()) {
-        fail(fmt::format("cannot unpack {} values into {} loop variables", parts.size(),
-                         s.targets.size()));
-      }
-      for (size_t i = 0; i < parts.size(); ++i) f.vars[s.targets[i]] = parts[i];
-    };
+  void exec_for(const Stmt& s) { run_loop(s, eval(*s.expr), frame_, 0); }
+
+  void bind_targets(const Stmt& s, Frame& f, const Value& item) {
+    if (s.targets.size() == 1) {
+      f.vars[s.targets[0]] = item;
+      return;
+    }
+    ValueList parts = iterate(item);
+    if (parts.size() != s.targets.size()) {
+      fail(fmt::format("cannot unpack {} values into {} loop variables", parts.size(),
+                       s.targets.size()));
+    }
+    for (size_t i = 0; i < parts.size(); ++i) f.vars[s.targets[i]] = parts[i];
+  }
+
+  // One run of a for loop over `iterable` (depth0 > 0: a recursive loop(...) call).
+  // `outer` is taken by value: callers pass frame_, which this function reassigns.
+  void run_loop(const Stmt& s, const Value& iterable, std::shared_ptr<Frame> outer, int depth0) {
+    ValueList items = iterate(iterable);
     if (s.cond) {
       ValueList kept;
       for (const auto& item : items) {
         frame_ = std::make_shared<Frame>();
         frame_->parent = outer;
-        bind(*frame_, item);
+        bind_targets(s, *frame_, item);
         bool keep = eval(*s.cond).truthy();
         frame_ = outer;
         if (keep) kept.push_back(item);
@@ -140,16 +159,45 @@ class Interp {
     // loop.changed(...) compares with the arguments of its previous call in this loop.
     auto changed_state = std::make_shared<std::optional<Value>>();
     for (size_t i = 0; i < n; ++i) {
+      step();
       frame_ = std::make_shared<Frame>();
       frame_->parent = outer;
-      bind(*frame_, items[i]);
-      frame_->vars["loop"] = make_loop(items, i, changed_state);
+      bind_targets(s, *frame_, items[i]);
+      Value loop = make_loop(items, i, changed_state);
+      loop.dict_ref().set("depth", Value(depth0 + 1));
+      loop.dict_ref().set("depth0", Value(depth0));
+      if (s.recursive) loop = make_recursive_loop(s, loop, outer, depth0);
+      frame_->vars["loop"] = loop;
       Flow f = exec(s.body);
       frame_ = outer;
       if (f == Flow::Break) break;
     }
     frame_ = outer;
     if (n == 0) exec(s.else_body);
+  }
+
+  // In a `recursive` loop, `loop` is also callable: loop(children) renders the body over
+  // children one level deeper and returns the text.
+  Value make_recursive_loop(const Stmt& s, const Value& attrs, const std::shared_ptr<Frame>& outer,
+                            int depth0) {
+    const Stmt* stmt = &s;
+    keep_alive_.push_back(outer);
+    std::weak_ptr<Frame> weak = outer;
+    Value fn = Value::func("loop", [this, stmt, weak, depth0](CallArgs& a) -> Value {
+      if (a.pos.size() != 1) fail("loop() takes exactly one argument");
+      if (++depth_ > kMaxDepth) fail("recursive loop nested too deeply");
+      std::string buf;
+      std::string* saved_out = out_;
+      std::shared_ptr<Frame> saved_frame = frame_;
+      out_ = &buf;
+      run_loop(*stmt, a.pos[0], weak.lock(), depth0 + 1);
+      out_ = saved_out;
+      frame_ = saved_frame;
+      --depth_;
+      return Value(std::move(buf));
+    });
+    fn.function().set_attrs(attrs);
+    return fn;
   }
 
   static Value make_loop(const ValueList& items, size_t i,
@@ -303,6 +351,7 @@ class Interp {
  public:
   Value eval(const Expr& e) {
     line_ = e.line;
+    step();
     switch (e.kind) {
       case ExprKind::Literal:
         return e.value;
@@ -433,8 +482,12 @@ class Interp {
     Value l = eval(*e.args[0]);
     Value r = eval(*e.args[1]);
     line_ = e.line;
-    if (e.name == "~") return Value(l.to_str() + r.to_str());
-    return arith(e.name, l, r);
+    Value out = e.name == "~" ? Value(l.to_str() + r.to_str()) : arith(e.name, l, r);
+    // Building big strings or lists costs work in proportion to their size (a loop doing
+    // `x = x + [i]` is quadratic).
+    if (out.is_list()) num_steps_ += static_cast<int64_t>(out.items().size() / 8);
+    if (out.is_string()) num_steps_ += static_cast<int64_t>(out.str().size() / 64);
+    return out;
   }
 
   static int64_t as_i(const Value& v) { return v.is_bool() ? v.as_bool() : v.as_int(); }
@@ -442,6 +495,7 @@ class Interp {
   static Value repeat(const Value& seq, int64_t n) {
     if (n < 0) n = 0;
     size_t unit = seq.is_string() ? seq.str().size() : seq.items().size();
+    if (unit == 0) n = 0;  // '' * 10**18 is '' (and must not loop 10**18 times)
     size_t total = 0;
     if (__builtin_mul_overflow(unit, static_cast<size_t>(n), &total) || total > (64u << 20)) {
       fail("repetition result too large");
@@ -627,6 +681,9 @@ class Interp {
   int line_ = 0;
   int depth_ = 0;
   std::vector<std::shared_ptr<Frame>> keep_alive_;
+  int64_t max_steps_;
+  size_t max_output_bytes_;
+  int64_t num_steps_ = 0;
 };
 
 }  // namespace

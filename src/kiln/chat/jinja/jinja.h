@@ -21,6 +21,10 @@ struct Stmt;
 struct RenderContext {
   std::vector<std::pair<std::string, Value>> vars;  // template variables, later ones win
   std::tm now{};  // what strftime_now() formats (tests inject a fixed date)
+  // Work bounds: a template that loops or recurses without end (or exponentially) fails
+  // instead of hanging. Real chat templates take thousands of steps.
+  int64_t max_steps = 4'000'000;        // statements + expressions evaluated
+  size_t max_output_bytes = 64u << 20;  // rendered text, including captured blocks
 };
 
 class Template {

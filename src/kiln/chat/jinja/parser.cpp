@@ -217,7 +217,7 @@ class Parser {
     if (!skip_name("in")) syntax_error(cur().line, "expected 'in' in for loop");
     s->expr = parse_tuple(/*with_condexpr=*/false);
     if (skip_name("if")) s->cond = parse_expression();
-    if (is_name("recursive")) syntax_error(cur().line, "unsupported construct 'recursive' loop");
+    s->recursive = skip_name("recursive");
     expect_block_end();
     ++loop_depth_;
     s->body = parse_body({"else", "endfor"});

@@ -31,6 +31,10 @@ struct DepthGuard {
 };
 }  // namespace
 
+void Function::set_attrs(const Value& d) {
+  attrs_holder = std::make_shared<Value>(d);
+}
+
 Value Value::undefined(std::string hint) {
   Value v;
   v.s_ = std::move(hint);

@@ -26,6 +26,9 @@ struct CallArgs {
 struct Function {
   std::string name;
   std::function<Value(CallArgs&)> fn;
+  std::shared_ptr<Value> attrs_holder;  // a dict of attributes (a recursive loop's `loop`)
+  void set_attrs(const Value& d);
+  const Value* attrs() const { return attrs_holder.get(); }
 };
 
 struct ValueDict;
