@@ -10,8 +10,8 @@ namespace kiln::backend {
 
 struct Weight {
   quant::Type type = quant::Type::F32;
-  int64_t n_in = 0;    // ne[0]: elements per row, the reduction dimension
-  int64_t n_out = 0;   // ne[1]: rows, the output dimension
+  int64_t n_in = 0;   // ne[0]: elements per row, the reduction dimension
+  int64_t n_out = 0;  // ne[1]: rows, the output dimension
   const uint8_t* data = nullptr;
   uint64_t row_bytes = 0;
 

@@ -109,13 +109,20 @@ int run_bench(const BenchOptions& o) {
   if (o.json) {
     nlohmann::json j = nlohmann::json::array();
     for (const Figure& f : *figs) {
-      j.push_back({{"model", o.model}, {"arch", arch}, {"size_bytes", bytes},
-                   {"params", params}, {"backend", "cpu"}, {"threads", threads},
-                   {"test", f.test}, {"n_tokens", f.n_tokens}, {"tok_per_s_mean", f.mean()},
-                   {"tok_per_s_stddev", f.stddev()}, {"samples", f.tok_per_s},
-                   {"weight_bytes_per_token", bytes_per_token},
-                   {"gb_per_s", f.test.starts_with("tg") ? f.mean() * bytes_per_token / 1e9
-                                                         : 0.0}});
+      j.push_back(
+          {{"model", o.model},
+           {"arch", arch},
+           {"size_bytes", bytes},
+           {"params", params},
+           {"backend", "cpu"},
+           {"threads", threads},
+           {"test", f.test},
+           {"n_tokens", f.n_tokens},
+           {"tok_per_s_mean", f.mean()},
+           {"tok_per_s_stddev", f.stddev()},
+           {"samples", f.tok_per_s},
+           {"weight_bytes_per_token", bytes_per_token},
+           {"gb_per_s", f.test.starts_with("tg") ? f.mean() * bytes_per_token / 1e9 : 0.0}});
     }
     fmt::print("{}\n", j.dump(2));
     return 0;
@@ -125,13 +132,12 @@ int run_bench(const BenchOptions& o) {
   fmt::print("| {:-<12} | {:->10} | {:->8} | {:-<7} | {:->7} | {:->8} | {:->20} | {:->9} |\n", "",
              "", "", "", "", "", "", "");
   for (const Figure& f : *figs) {
-    const std::string gbs = f.test.starts_with("tg")
-                                ? fmt::format("{:.2f}", f.mean() * bytes_per_token / 1e9)
-                                : "";
-    fmt::print("| {:<12} | {:>6.2f} MiB | {:>6.2f} M | {:<7} | {:>7} | {:>8} | {:>11.2f} ± {:>6.2f} | "
-               "{:>9} |\n",
-               arch, bytes / 1048576.0, params / 1e6, "cpu", threads, f.test, f.mean(),
-               f.stddev(), gbs);
+    const std::string gbs =
+        f.test.starts_with("tg") ? fmt::format("{:.2f}", f.mean() * bytes_per_token / 1e9) : "";
+    fmt::print(
+        "| {:<12} | {:>6.2f} MiB | {:>6.2f} M | {:<7} | {:>7} | {:>8} | {:>11.2f} ± {:>6.2f} | "
+        "{:>9} |\n",
+        arch, bytes / 1048576.0, params / 1e6, "cpu", threads, f.test, f.mean(), f.stddev(), gbs);
   }
   fmt::print(stderr, "kiln bench: {} | {} bytes of weights read per generated token\n",
              util::to_string(util::cpu_features()), bytes_per_token);
@@ -146,10 +152,12 @@ RunFn add_bench(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "GGUF file")->required();
   cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (0: skip)")->capture_default_str();
   cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens (0: skip)")->capture_default_str();
-  cmd->add_option("-r,--repetitions", o->reps, "repetitions")->capture_default_str()
+  cmd->add_option("-r,--repetitions", o->reps, "repetitions")
+      ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   cmd->add_option("-t,--threads", o->threads, "threads (default: physical cores)");
-  cmd->add_option("-b,--batch", o->batch, "prefill chunk size")->capture_default_str()
+  cmd->add_option("-b,--batch", o->batch, "prefill chunk size")
+      ->capture_default_str()
       ->check(CLI::Range(1, 65536));
   cmd->add_flag("--json", o->json, "JSON output");
   return [o]() { return run_bench(*o); };

@@ -80,8 +80,8 @@ void print_text(const gguf::File& f, bool show_all_tensors) {
         hp->n_vocab, hp->n_ctx_train, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv,
         hp->head_dim_k, hp->n_ff, hp->rope_freq_base, hp->rms_eps);
     if (hp->n_expert > 0)
-      fmt::print("experts:        {} per layer, {} used, ffn {}\n", hp->n_expert,
-                 hp->n_expert_used, hp->n_ff_expert);
+      fmt::print("experts:        {} per layer, {} used, ffn {}\n", hp->n_expert, hp->n_expert_used,
+                 hp->n_ff_expert);
     fmt::print("embeddings:     {}\n", hp->tied_embeddings ? "tied" : "separate output");
   }
   if (f.has("tokenizer.ggml.model")) {
@@ -95,8 +95,8 @@ void print_text(const gguf::File& f, bool show_all_tensors) {
     fmt::print("tokenizer:      none\n");
   }
   auto tmpl = f.get_string_or("tokenizer.chat_template", "");
-  fmt::print("chat template:  {}\n",
-             tmpl.ok() && !tmpl->empty() ? fmt::format("yes ({})", human_bytes(tmpl->size()))
+  fmt::print("chat template:  {}\n", tmpl.ok() && !tmpl->empty()
+                                         ? fmt::format("yes ({})", human_bytes(tmpl->size()))
                                          : "no (ChatML fallback)");
   fmt::print("manifest:       {}\n", manifest_status(f, hp));
 
@@ -153,12 +153,18 @@ void print_json(const gguf::File& f, bool full_arrays) {
   j["architecture"] = f.get_string_or("general.architecture", "").value();
   auto hp = model::read_hparams(f);
   if (hp.ok()) {
-    j["hparams"] = {{"n_vocab", hp->n_vocab},     {"n_ctx_train", hp->n_ctx_train},
-                    {"n_embd", hp->n_embd},       {"n_layer", hp->n_layer},
-                    {"n_head", hp->n_head},       {"n_head_kv", hp->n_head_kv},
-                    {"head_dim", hp->head_dim_k}, {"n_ff", hp->n_ff},
-                    {"n_expert", hp->n_expert},   {"n_expert_used", hp->n_expert_used},
-                    {"rope_freq_base", hp->rope_freq_base}, {"rms_eps", hp->rms_eps},
+    j["hparams"] = {{"n_vocab", hp->n_vocab},
+                    {"n_ctx_train", hp->n_ctx_train},
+                    {"n_embd", hp->n_embd},
+                    {"n_layer", hp->n_layer},
+                    {"n_head", hp->n_head},
+                    {"n_head_kv", hp->n_head_kv},
+                    {"head_dim", hp->head_dim_k},
+                    {"n_ff", hp->n_ff},
+                    {"n_expert", hp->n_expert},
+                    {"n_expert_used", hp->n_expert_used},
+                    {"rope_freq_base", hp->rope_freq_base},
+                    {"rms_eps", hp->rms_eps},
                     {"tied_embeddings", hp->tied_embeddings}};
   }
   j["manifest"] = manifest_status(f, hp);
@@ -184,9 +190,8 @@ void print_json(const gguf::File& f, bool full_arrays) {
   j["tensors"] = std::move(tensors);
   nlohmann::json totals = nlohmann::json::object();
   for (const auto& [type, tt] : totals_by_type(f)) {
-    totals[type] = {{"tensors", tt.num_tensors},
-                    {"params", tt.num_elements},
-                    {"size_bytes", tt.size_bytes}};
+    totals[type] = {
+        {"tensors", tt.num_tensors}, {"params", tt.num_elements}, {"size_bytes", tt.size_bytes}};
   }
   j["totals_by_type"] = std::move(totals);
   fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));

@@ -68,8 +68,8 @@ Expected<Runtime> load(const RunOptions& o, double* load_seconds) {
   KILN_TRY(tokenizer::VocabData vocab, tokenizer::load_vocab(rt.model->file()));
   rt.chat_template = vocab.chat_template.empty() ? chat::kChatMLTemplate : vocab.chat_template;
   KILN_TRY(rt.tokenizer, tokenizer::Tokenizer::create(std::move(vocab)));
-  rt.pool = std::make_unique<util::ThreadPool>(o.threads > 0 ? o.threads
-                                                             : util::default_num_threads());
+  rt.pool =
+      std::make_unique<util::ThreadPool>(o.threads > 0 ? o.threads : util::default_num_threads());
   KILN_TRY(rt.seq, engine::SequenceRunner::create(*rt.model, rt.pool.get(), o.n_ctx));
   rt.eog = engine::end_of_generation_ids(rt.tokenizer);
   *load_seconds = seconds_since(t0);
@@ -120,11 +120,12 @@ Expected<std::string> generate(Runtime& rt, const RunOptions& o, engine::Sampler
 }
 
 void print_stats(double load_s, const Stats& s) {
-  fmt::print(stderr, "\nkiln: load {:.2f} s | prompt {} tokens, {:.2f} s, {:.1f} tok/s | "
-                     "generation {} tokens, {:.2f} s, {:.1f} tok/s\n",
+  fmt::print(stderr,
+             "\nkiln: load {:.2f} s | prompt {} tokens, {:.2f} s, {:.1f} tok/s | "
+             "generation {} tokens, {:.2f} s, {:.1f} tok/s\n",
              load_s, s.num_prompt_tokens, s.prompt_seconds,
-             s.prompt_seconds > 0 ? s.num_prompt_tokens / s.prompt_seconds : 0.0,
-             s.num_generated, s.generate_seconds,
+             s.prompt_seconds > 0 ? s.num_prompt_tokens / s.prompt_seconds : 0.0, s.num_generated,
+             s.generate_seconds,
              s.generate_seconds > 0 ? s.num_generated / s.generate_seconds : 0.0);
 }
 
@@ -197,7 +198,8 @@ int run(RunOptions o) {
     fmt::print(stderr, "kiln run: {}\n", rt.error().message);
     return 1;
   }
-  auto sampler = engine::Sampler::create(o.sampling, static_cast<int32_t>(rt->model->hparams().n_vocab));
+  auto sampler =
+      engine::Sampler::create(o.sampling, static_cast<int32_t>(rt->model->hparams().n_vocab));
   if (!sampler.ok()) {
     fmt::print(stderr, "kiln run: {}\n", sampler.error().message);
     return 2;

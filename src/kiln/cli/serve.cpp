@@ -35,16 +35,22 @@ Expected<uint64_t> parse_bytes(const std::string& s) {
   }
   const std::string unit = s.substr(pos);
   uint64_t mul = 1;
-  if (unit == "K" || unit == "k" || unit == "KiB") mul = 1ull << 10;
-  else if (unit == "M" || unit == "m" || unit == "MiB") mul = 1ull << 20;
-  else if (unit == "G" || unit == "g" || unit == "GiB") mul = 1ull << 30;
-  else if (!unit.empty()) return err("'{}' is not a size (e.g. 512M, 2G)", s);
+  if (unit == "K" || unit == "k" || unit == "KiB")
+    mul = 1ull << 10;
+  else if (unit == "M" || unit == "m" || unit == "MiB")
+    mul = 1ull << 20;
+  else if (unit == "G" || unit == "g" || unit == "GiB")
+    mul = 1ull << 30;
+  else if (!unit.empty())
+    return err("'{}' is not a size (e.g. 512M, 2G)", s);
   if (v > (uint64_t{1} << 50) / mul) return err("size '{}' is too large", s);
   return v * mul;
 }
 
 volatile std::sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
+void on_signal(int sig) {
+  g_signal = sig;
+}
 
 int run_serve(ServeOptions o) {
   auto kv_bytes = parse_bytes(o.kv_memory);
@@ -97,11 +103,11 @@ RunFn add_serve(CLI::App& app) {
   cmd->add_option("--port", o->server.port, "listen port (0: any free port)")
       ->capture_default_str();
   cmd->add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY'");
-  cmd->add_option("--model-name", o->server.model_name, "model id clients send and /v1/models lists")
+  cmd->add_option("--model-name", o->server.model_name,
+                  "model id clients send and /v1/models lists")
       ->capture_default_str();
   cmd->add_option("-t,--threads", o->engine.threads, "threads (default: physical cores)");
-  cmd->add_option("-c,--ctx", o->engine.n_ctx, "context length per request")
-      ->capture_default_str();
+  cmd->add_option("-c,--ctx", o->engine.n_ctx, "context length per request")->capture_default_str();
   cmd->add_option("--kv-memory", o->kv_memory,
                   "KV cache budget, e.g. 512M or 2G (default: max-seqs full contexts, <= 2G)");
   cmd->add_option("--max-batch-tokens", o->engine.max_batch_tokens,

@@ -52,7 +52,8 @@ int run_template(const TemplateOptions& o) {
 }  // namespace
 
 RunFn add_template(CLI::App& app) {
-  auto* cmd = app.add_subcommand("template", "Render a conversation with the model's chat template");
+  auto* cmd =
+      app.add_subcommand("template", "Render a conversation with the model's chat template");
   auto o = std::make_shared<TemplateOptions>();
   cmd->add_option("-m,--model", o->model, "GGUF file (vocab-only files work)")->required();
   cmd->add_option("-f,--file", o->conversation,

@@ -48,11 +48,13 @@ int run_tokenize(const TokenizeOptions& o) {
       if (o.json) {
         arr.push_back({{"id", id}, {"piece", piece}});
       } else {
-        fmt::print("{:>8}  {}\n", id, nlohmann::json(piece).dump(-1, ' ', false,
-                                          nlohmann::json::error_handler_t::replace));
+        fmt::print(
+            "{:>8}  {}\n", id,
+            nlohmann::json(piece).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       }
     }
-    if (o.json) fmt::print("{}\n", arr.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    if (o.json)
+      fmt::print("{}\n", arr.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return 0;
   }
   if (o.json) {

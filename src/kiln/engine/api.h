@@ -22,14 +22,14 @@
 namespace kiln::engine {
 
 struct GenerationRequest {
-  std::string request_id;             // for logs (X-Request-Id)
+  std::string request_id;              // for logs (X-Request-Id)
   std::vector<int32_t> prompt_tokens;  // already templated and tokenized by the server
   SamplingParams sampling;
-  int32_t max_tokens = 256;           // generated tokens at most
-  std::vector<std::string> stop;      // stop strings (matched on the detokenized text)
+  int32_t max_tokens = 256;             // generated tokens at most
+  std::vector<std::string> stop;        // stop strings (matched on the detokenized text)
   std::vector<int32_t> stop_token_ids;  // extra end-of-generation ids
   bool ignore_eos = false;
-  bool skip_special = true;           // detokenize without control tokens
+  bool skip_special = true;  // detokenize without control tokens
   // Deadline after which the engine cancels the request (steady clock); none = no timeout.
   std::optional<std::chrono::steady_clock::time_point> deadline;
 };
@@ -39,8 +39,8 @@ struct GenerationRequest {
 struct TokenEvent {
   int32_t token = -1;
   std::string text;
-  float logprob = 0.0f;                             // when sampling.logprobs
-  std::vector<std::pair<int32_t, float>> top;       // when sampling.top_logprobs > 0
+  float logprob = 0.0f;                        // when sampling.logprobs
+  std::vector<std::pair<int32_t, float>> top;  // when sampling.top_logprobs > 0
 };
 
 enum class FinishReason : uint8_t {

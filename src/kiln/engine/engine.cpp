@@ -95,10 +95,10 @@ struct Engine::Impl {
       StopTokens eog(eog_ids);
       for (int32_t t : p.req.stop_token_ids) eog.add(t);
       const int32_t n_vocab = static_cast<int32_t>(engine.model_->hparams().n_vocab);
-      active.emplace(id, Active{p.channel, p.req, Sampler(p.req.sampling, n_vocab),
-                                StopMatcher(p.req.stop), std::move(eog),
-                                tokenizer::StreamDecoder(*engine.tokenizer_, p.req.skip_special),
-                                false});
+      active.emplace(
+          id, Active{p.channel, p.req, Sampler(p.req.sampling, n_vocab), StopMatcher(p.req.stop),
+                     std::move(eog),
+                     tokenizer::StreamDecoder(*engine.tokenizer_, p.req.skip_special), false});
     }
   }
 
@@ -199,9 +199,13 @@ struct Engine::Impl {
 
 Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {}
 
-Engine::~Engine() { stop(); }
+Engine::~Engine() {
+  stop();
+}
 
-void Engine::start() { thread_ = std::thread([this] { thread_main(); }); }
+void Engine::start() {
+  thread_ = std::thread([this] { thread_main(); });
+}
 
 void Engine::stop() {
   stop_ = true;
@@ -216,8 +220,7 @@ Status Engine::wait_ready() {
   return {};
 }
 
-std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> Engine::submit(
-    GenerationRequest req) {
+std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> Engine::submit(GenerationRequest req) {
   if (state_.load() != EngineState::kReady)
     return SubmitRefusal{SubmitError::kUnavailable, "the model is not ready"};
   if (req.prompt_tokens.empty()) return SubmitRefusal{SubmitError::kInvalid, "empty prompt"};
@@ -228,8 +231,7 @@ std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> Engine::submit(
                          fmt::format("This model's maximum context length is {} tokens. However, "
                                      "you requested {} tokens ({} in the prompt, {} for the "
                                      "completion).",
-                                     opts_.n_ctx, total, req.prompt_tokens.size(),
-                                     req.max_tokens)};
+                                     opts_.n_ctx, total, req.prompt_tokens.size(), req.max_tokens)};
   const int32_t n_vocab = static_cast<int32_t>(model_->hparams().n_vocab);
   for (int32_t t : req.prompt_tokens)
     if (t < 0 || t >= n_vocab)

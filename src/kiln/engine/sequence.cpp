@@ -13,8 +13,7 @@ Expected<std::unique_ptr<SequenceRunner>> SequenceRunner::create(const model::Mo
   if (n_ctx <= 0) n_ctx = static_cast<int32_t>(std::min<uint32_t>(hp.n_ctx_train, 1u << 20));
   if (max_step_tokens <= 0) return err("max_step_tokens must be > 0");
   const kv::KvShape shape{static_cast<int32_t>(hp.n_layer), static_cast<int32_t>(hp.n_head_kv),
-                          static_cast<int32_t>(hp.head_dim_k),
-                          static_cast<int32_t>(hp.head_dim_v)};
+                          static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.head_dim_v)};
   const int32_t n_blocks = (n_ctx + kv::kBlockTokens - 1) / kv::kBlockTokens;
   KILN_TRY(kv::KvCache cache,
            kv::KvCache::create(shape, kv::KvCache::bytes_per_block(shape) * n_blocks));
@@ -82,9 +81,9 @@ std::vector<int32_t> end_of_generation_ids(const tokenizer::Tokenizer& tok) {
   for (const auto& id : {v.eos_id, v.eot_id, v.eom_id})
     if (id) ids.push_back(*id);
   static constexpr std::string_view kEndOfTurn[] = {
-      "<|eot_id|>", "<|im_end|>",  "<|end|>",   "<end_of_turn>", "<|endoftext|>",
-      "<|eom_id|>", "<EOT>",       "</s>",      "<|return|>",    "<|call|>",
-      "<|end_of_text|>", "<｜end▁of▁sentence｜>"};
+      "<|eot_id|>",    "<|im_end|>", "<|end|>",         "<end_of_turn>",
+      "<|endoftext|>", "<|eom_id|>", "<EOT>",           "</s>",
+      "<|return|>",    "<|call|>",   "<|end_of_text|>", "<｜end▁of▁sentence｜>"};
   for (std::string_view text : kEndOfTurn) {
     auto id = tok.find_token(text);
     if (id && (tok.token_type(*id) == tokenizer::TokenType::kControl ||

@@ -37,17 +37,18 @@ Expected<FileType> parse_file_type(std::string_view name) {
   for (const Row& r : kRows) {
     if (r.name == name) return FileType{std::string(r.name), r.id, r.base, r.mixture};
   }
-  return err("unknown file type '{}' (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k "
-             "q4_k_m q5_k_m)",
-             name);
+  return err(
+      "unknown file type '{}' (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k "
+      "q4_k_m q5_k_m)",
+      name);
 }
 
 quant::Type tensor_type(const FileType& ft, const TensorSpec& spec, const HParams& hp) {
   if (spec.kind == TensorKind::kNorm) return quant::Type::F32;
   quant::Type t = ft.base;
   if (ft.mixture) {
-    const bool is_output = spec.name == "output.weight" ||
-                           (hp.tied_embeddings && spec.name == "token_embd.weight");
+    const bool is_output =
+        spec.name == "output.weight" || (hp.tied_embeddings && spec.name == "token_embd.weight");
     const bool more_bits =
         spec.name.starts_with("blk.") && use_more_bits(layer_of(spec.name), hp.n_layer);
     if (is_output) t = quant::Type::Q6_K;

@@ -14,8 +14,8 @@
 namespace kiln::model {
 
 struct FileType {
-  std::string name;   // "f16", "q4_k_m", ...
-  uint32_t id = 0;    // general.file_type (enum llama_ftype)
+  std::string name;  // "f16", "q4_k_m", ...
+  uint32_t id = 0;   // general.file_type (enum llama_ftype)
   quant::Type base = quant::Type::F16;
   bool mixture = false;  // *_M: Q6_K for the output and some attn_v/ffn_down
 };

@@ -19,8 +19,8 @@ Forward::Forward(const Model& model, int32_t max_tokens, util::ThreadPool* pool)
   v_.resize(t * hp.n_head_kv * hp.head_dim_v);
   attn_.resize(t * hp.n_head * hp.head_dim_v);
   // Fused projections (phi3) need room for [q | k | v] and [gate | up] rows.
-  const size_t qkv = size_t{hp.n_head} * hp.head_dim_k +
-                     size_t{hp.n_head_kv} * (hp.head_dim_k + hp.head_dim_v);
+  const size_t qkv =
+      size_t{hp.n_head} * hp.head_dim_k + size_t{hp.n_head_kv} * (hp.head_dim_k + hp.head_dim_v);
   gate_.resize(t * std::max<size_t>(hp.n_ff, qkv));
   up_.resize(t * hp.n_ff);
   tmp2_.resize(model.arch().features.fused_gate_up ? t * 2 * hp.n_ff : 0);
@@ -75,11 +75,11 @@ void Forward::attention_block(int il, const StepInput& in, kv::KvCache& cache, i
   const bool swa = hp.swa_layer(static_cast<uint32_t>(il));
   const float base = swa ? hp.rope_freq_base_swa : hp.rope_freq_base;
   cpu::rope(q_.data(), in.attn.positions, n, static_cast<int32_t>(hp.n_head),
-            static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.n_rot), base,
-            f.rope_neox, model_.rope_freqs());
+            static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.n_rot), base, f.rope_neox,
+            model_.rope_freqs());
   cpu::rope(k_.data(), in.attn.positions, n, static_cast<int32_t>(hp.n_head_kv),
-            static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.n_rot), base,
-            f.rope_neox, model_.rope_freqs());
+            static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.n_rot), base, f.rope_neox,
+            model_.rope_freqs());
   dump("q", il, q_.data(), n, q_width);
   dump("k", il, k_.data(), n, k_width);
   dump("v", il, v_.data(), n, v_width);
@@ -96,8 +96,8 @@ void Forward::attention_block(int il, const StepInput& in, kv::KvCache& cache, i
   cpu::kv_write(view, in.attn, k_.data(), v_.data());
   cpu::AttnParams ap;
   ap.n_heads = static_cast<int32_t>(hp.n_head);
-  ap.scale = hp.attn_scale != 0 ? hp.attn_scale
-                                : 1.0f / std::sqrt(static_cast<float>(hp.head_dim_k));
+  ap.scale =
+      hp.attn_scale != 0 ? hp.attn_scale : 1.0f / std::sqrt(static_cast<float>(hp.head_dim_k));
   ap.softcap = hp.attn_softcap;
   ap.sliding_window = swa ? static_cast<int32_t>(hp.sliding_window) : 0;
   cpu::attention(view, in.attn, q_.data(), attn_.data(), ap, pool_);
@@ -164,7 +164,8 @@ void Forward::moe_block(int il, int64_t n) {
     }
   }
   for (int64_t t = 0; t < n; ++t)
-    for (int64_t j = 0; j < k; ++j) cpu::add(tmp_.data() + t * d, moe_slots_.data() + (t * k + j) * d, d);
+    for (int64_t j = 0; j < k; ++j)
+      cpu::add(tmp_.data() + t * d, moe_slots_.data() + (t * k + j) * d, d);
   dump("ffn_moe_out", il, tmp_.data(), n, d);
   cpu::add(x_.data(), tmp_.data(), n * d);
   dump("layer_out", il, x_.data(), n, d);

@@ -22,9 +22,8 @@ struct StepInput {
 };
 
 // Called with each named intermediate: (name, layer or -1, data [rows, cols]).
-using ActivationDump =
-    std::function<void(std::string_view name, int layer, const float* data, int64_t rows,
-                       int64_t cols)>;
+using ActivationDump = std::function<void(std::string_view name, int layer, const float* data,
+                                          int64_t rows, int64_t cols)>;
 
 class Forward {
  public:

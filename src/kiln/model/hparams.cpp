@@ -80,8 +80,8 @@ Expected<HParams> read_hparams(const gguf::File& f) {
   KILN_TRY(hp.sliding_window, get_u32(f, key(a, "attention.sliding_window"), 0));
   const uint32_t default_pattern = a == "gemma2" ? 2 : a == "gemma3" ? 6 : 0;
   KILN_TRY(hp.swa_pattern, get_u32(f, key(a, "attention.sliding_window_pattern"), default_pattern));
-  KILN_TRY(double base_swa, f.get_float_or(key(a, "rope.freq_base_swa"),
-                                           a == "gemma3" ? 10000.0 : base));
+  KILN_TRY(double base_swa,
+           f.get_float_or(key(a, "rope.freq_base_swa"), a == "gemma3" ? 10000.0 : base));
   KILN_TRY(double scale, f.get_float_or(key(a, "attention.scale"), 0.0));
   KILN_TRY(double attn_cap, f.get_float_or(key(a, "attn_logit_softcapping"), 0.0));
   KILN_TRY(double final_cap, f.get_float_or(key(a, "final_logit_softcapping"), 0.0));

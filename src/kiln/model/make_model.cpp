@@ -25,7 +25,7 @@ struct Rng {
     return z ^ (z >> 31);
   }
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  float normal() {  // Box-Muller
+  float normal() {                                                            // Box-Muller
     const double u1 = 1.0 - uniform(), u2 = uniform();
     return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
   }
@@ -98,7 +98,8 @@ Expected<gguf::Writer> make_model(const MakeModelOptions& o) {
     if (!spec.required && !(spec.name == "output.weight" && !hp.tied_embeddings)) continue;
     int64_t n = 1;
     for (int64_t d : spec.ne) n *= d;
-    KILN_TRY_STATUS(add_tensor_f32(w, spec, tensor_type(ft, spec, hp), random_values(spec, n, rng)));
+    KILN_TRY_STATUS(
+        add_tensor_f32(w, spec, tensor_type(ft, spec, hp), random_values(spec, n, rng)));
   }
   return w;
 }

@@ -16,7 +16,7 @@ namespace kiln::model {
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [n_embd]
   backend::Weight wq, wk, wv, wo;
-  backend::Weight wqkv;  // phi3: fused [q | k | v] rows (then wq/wk/wv are empty)
+  backend::Weight wqkv;       // phi3: fused [q | k | v] rows (then wq/wk/wv are empty)
   const float* bq = nullptr;  // qkv biases (qwen2)
   const float* bk = nullptr;
   const float* bv = nullptr;
@@ -24,7 +24,7 @@ struct LayerWeights {
   const float* k_norm = nullptr;
   const float* attn_post_norm = nullptr;  // gemma: after attention, before the residual add
   const float* ffn_norm = nullptr;
-  const float* ffn_post_norm = nullptr;   // gemma: after the FFN, before the residual add
+  const float* ffn_post_norm = nullptr;  // gemma: after the FFN, before the residual add
   backend::Weight w_gate, w_up, w_down;
   // MoE (qwen3moe): router [n_embd -> n_expert] and the stacked experts; expert e of a stacked
   // weight is expert(w, e).

@@ -36,8 +36,12 @@ std::vector<std::vector<float>> step(Forward& fwd, kv::KvCache& cache, const Mod
   }
   StepInput in;
   in.tokens = flat;
-  in.attn = {static_cast<int32_t>(seqs.size()), qo.data(), kv_ptr.data(), kv_idx.data(),
-             kv_len.data(), positions.data()};
+  in.attn = {static_cast<int32_t>(seqs.size()),
+             qo.data(),
+             kv_ptr.data(),
+             kv_idx.data(),
+             kv_len.data(),
+             positions.data()};
   in.logit_rows = rows;
   const uint32_t v = m.hparams().n_vocab;
   std::vector<float> logits(rows.size() * v);
@@ -62,8 +66,8 @@ TEST(BatchInvariance, AloneEqualsInsideMixedBatch) {
   Forward fwd(m, 256, &pool);
 
   // The subject: 20 tokens (crosses a block boundary), blocks 0-1.
-  Seq subject{{1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338,
-               401, 396, 267},
+  Seq subject{{1,   403, 407, 261, 378, 432, 383, 286, 261, 376,
+               298, 315, 421, 395, 317, 426, 338, 401, 396, 267},
               {0, 1}};
   auto alone = step(fwd, *cache, m, {subject}, {0});
 

@@ -27,8 +27,8 @@ HParams small_hparams(std::string arch) {
 }
 
 // Writes hparams and zero tensors for every required manifest entry (F32).
-std::vector<uint8_t> file_for(const HParams& hp, const ArchDef& arch,
-                              std::string_view skip = "", std::string_view reshape = "") {
+std::vector<uint8_t> file_for(const HParams& hp, const ArchDef& arch, std::string_view skip = "",
+                              std::string_view reshape = "") {
   gguf::Writer w;
   write_hparams(w, hp);
   for (const TensorSpec& spec : arch.manifest(hp)) {

@@ -20,13 +20,13 @@ struct HParams {
   uint32_t n_layer = 0;
   uint32_t n_head = 0;
   uint32_t n_head_kv = 0;
-  uint32_t n_ff = 0;          // dense FFN width
-  uint32_t head_dim_k = 0;    // attention.key_length (defaults to n_embd / n_head)
-  uint32_t head_dim_v = 0;    // attention.value_length
-  uint32_t n_rot = 0;         // rope.dimension_count (defaults to head_dim_k)
-  uint32_t n_expert = 0;      // MoE: experts per layer (0 = dense)
+  uint32_t n_ff = 0;        // dense FFN width
+  uint32_t head_dim_k = 0;  // attention.key_length (defaults to n_embd / n_head)
+  uint32_t head_dim_v = 0;  // attention.value_length
+  uint32_t n_rot = 0;       // rope.dimension_count (defaults to head_dim_k)
+  uint32_t n_expert = 0;    // MoE: experts per layer (0 = dense)
   uint32_t n_expert_used = 0;
-  uint32_t n_ff_expert = 0;   // MoE: expert_feed_forward_length
+  uint32_t n_ff_expert = 0;  // MoE: expert_feed_forward_length
   float rms_eps = 1e-5f;
   float rope_freq_base = 10000.0f;
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
@@ -37,9 +37,9 @@ struct HParams {
   // n-th layer is global). 0 with a window: every layer slides (Mistral).
   uint32_t swa_pattern = 0;
   float rope_freq_base_swa = 10000.0f;  // rope base of sliding layers (gemma3's local base)
-  float attn_scale = 0.0f;      // attention.scale: score scale; 0 = 1 / sqrt(head_dim_k)
-  float attn_softcap = 0.0f;    // attn_logit_softcapping: s = c * tanh(s / c); 0 = off
-  float final_softcap = 0.0f;   // final_logit_softcapping on the logits; 0 = off
+  float attn_scale = 0.0f;              // attention.scale: score scale; 0 = 1 / sqrt(head_dim_k)
+  float attn_softcap = 0.0f;            // attn_logit_softcapping: s = c * tanh(s / c); 0 = off
+  float final_softcap = 0.0f;           // final_logit_softcapping on the logits; 0 = off
 
   bool swa_layer(uint32_t il) const {
     if (sliding_window == 0) return false;

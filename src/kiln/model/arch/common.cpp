@@ -30,8 +30,10 @@ void add_attention(std::vector<TensorSpec>& out, const HParams& hp, uint32_t i,
     out.push_back({blk(i, "attn_k.weight"), {d, k}, TensorKind::kWeight, true});
     out.push_back({blk(i, "attn_v.weight"), {d, v}, TensorKind::kWeight, true});
   }
-  out.push_back({blk(i, "attn_output.weight"), {int64_t{hp.n_head} * hp.head_dim_v, d},
-                 TensorKind::kWeight, true});
+  out.push_back({blk(i, "attn_output.weight"),
+                 {int64_t{hp.n_head} * hp.head_dim_v, d},
+                 TensorKind::kWeight,
+                 true});
   if (f.sandwich_norm)
     out.push_back({blk(i, "post_attention_norm.weight"), {d}, TensorKind::kNorm, true});
   if (f.qkv_bias) {

@@ -10,7 +10,9 @@ namespace {
 constexpr ArchFeatures kFeatures{
     .rope_neox = true, .gelu = true, .embed_scale = true, .sandwich_norm = true};
 
-std::vector<TensorSpec> manifest(const HParams& hp) { return standard_manifest(hp, kFeatures); }
+std::vector<TensorSpec> manifest(const HParams& hp) {
+  return standard_manifest(hp, kFeatures);
+}
 
 }  // namespace
 

@@ -7,13 +7,12 @@
 namespace kiln::model {
 namespace {
 
-constexpr ArchFeatures kFeatures{.qk_norm = true,
-                                 .rope_neox = true,
-                                 .gelu = true,
-                                 .embed_scale = true,
-                                 .sandwich_norm = true};
+constexpr ArchFeatures kFeatures{
+    .qk_norm = true, .rope_neox = true, .gelu = true, .embed_scale = true, .sandwich_norm = true};
 
-std::vector<TensorSpec> manifest(const HParams& hp) { return standard_manifest(hp, kFeatures); }
+std::vector<TensorSpec> manifest(const HParams& hp) {
+  return standard_manifest(hp, kFeatures);
+}
 
 }  // namespace
 

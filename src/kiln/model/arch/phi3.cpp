@@ -8,7 +8,9 @@ namespace {
 
 constexpr ArchFeatures kFeatures{.rope_neox = true, .fused_qkv = true, .fused_gate_up = true};
 
-std::vector<TensorSpec> manifest(const HParams& hp) { return standard_manifest(hp, kFeatures); }
+std::vector<TensorSpec> manifest(const HParams& hp) {
+  return standard_manifest(hp, kFeatures);
+}
 
 }  // namespace
 

@@ -7,7 +7,9 @@ namespace {
 
 constexpr ArchFeatures kFeatures{.qk_norm = true, .rope_neox = true};
 
-std::vector<TensorSpec> manifest(const HParams& hp) { return standard_manifest(hp, kFeatures); }
+std::vector<TensorSpec> manifest(const HParams& hp) {
+  return standard_manifest(hp, kFeatures);
+}
 
 }  // namespace
 

@@ -5,9 +5,8 @@
 namespace kiln::model {
 namespace {
 
-const std::array<const ArchDef*, 7> kArchs = {&kArchLlama,    &kArchQwen2,  &kArchQwen3,
-                                              &kArchQwen3Moe, &kArchGemma2, &kArchGemma3,
-                                              &kArchPhi3};
+const std::array<const ArchDef*, 7> kArchs = {
+    &kArchLlama, &kArchQwen2, &kArchQwen3, &kArchQwen3Moe, &kArchGemma2, &kArchGemma3, &kArchPhi3};
 
 }  // namespace
 

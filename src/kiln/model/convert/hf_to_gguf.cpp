@@ -107,7 +107,8 @@ Expected<HParams> hparams_from_config(const nlohmann::json& c) {
     hp.rope_freq_base = cfg<float>(rope["full_attention"], "rope_theta", hp.rope_freq_base);
   hp.rope_freq_base_swa = cfg<float>(c, "rope_local_base_freq", hp.rope_freq_base);
   if (rope.contains("sliding_attention"))
-    hp.rope_freq_base_swa = cfg<float>(rope["sliding_attention"], "rope_theta", hp.rope_freq_base_swa);
+    hp.rope_freq_base_swa =
+        cfg<float>(rope["sliding_attention"], "rope_theta", hp.rope_freq_base_swa);
   KILN_TRY_STATUS(sliding_window_from_config(c, hp));
   if (c.contains("query_pre_attn_scalar") && c["query_pre_attn_scalar"].is_number())
     hp.attn_scale = 1.0f / std::sqrt(c["query_pre_attn_scalar"].get<float>());
@@ -234,11 +235,11 @@ Expected<std::vector<float>> read_experts(const Checkpoint& ck, const std::strin
   const std::string layer = gguf.substr(4, dot - 4);
   const std::string proj = gguf.find("gate_exps") != std::string::npos ? "gate_proj"
                            : gguf.find("up_exps") != std::string::npos ? "up_proj"
-                                                                        : "down_proj";
+                                                                       : "down_proj";
   std::vector<float> out;
   for (uint32_t e = 0; e < n_expert; ++e) {
-    KILN_TRY(std::vector<float> w, ck.read(fmt::format("model.layers.{}.mlp.experts.{}.{}.weight",
-                                                       layer, e, proj)));
+    KILN_TRY(std::vector<float> w,
+             ck.read(fmt::format("model.layers.{}.mlp.experts.{}.{}.weight", layer, e, proj)));
     out.insert(out.end(), w.begin(), w.end());
   }
   return out;

@@ -13,7 +13,7 @@ namespace kiln::model {
 
 struct ConvertOptions {
   std::string hf_dir;
-  std::string type = "f16";  // see file_type.h
+  std::string type = "f16";    // see file_type.h
   bool with_tokenizer = true;  // when the folder has a tokenizer.json
 };
 

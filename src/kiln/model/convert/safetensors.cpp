@@ -58,7 +58,8 @@ Expected<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
     for (const auto& d : info["shape"]) {
       if (!d.is_number_unsigned()) return err("safetensors: '{}': bad shape", name);
       const uint64_t dim = d.get<uint64_t>();
-      if (dim != 0 && n > (uint64_t{1} << 48) / dim) return err("safetensors: '{}': huge shape", name);
+      if (dim != 0 && n > (uint64_t{1} << 48) / dim)
+        return err("safetensors: '{}': huge shape", name);
       n *= dim;
       t.shape.push_back(static_cast<int64_t>(dim));
     }
