@@ -271,9 +271,7 @@ void Engine::thread_main() {
     tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
     const model::HParams& hp = model_->hparams();
     if (opts_.n_ctx <= 0) opts_.n_ctx = static_cast<int32_t>(hp.n_ctx_train);
-    const kv::KvShape shape{static_cast<int32_t>(hp.n_layer), static_cast<int32_t>(hp.n_head_kv),
-                            static_cast<int32_t>(hp.head_dim_k),
-                            static_cast<int32_t>(hp.head_dim_v)};
+    const kv::KvShape shape = model::kv_shape(hp);
     const uint64_t per_block = kv::KvCache::bytes_per_block(shape);
     uint64_t budget = opts_.kv_memory_bytes;
     if (budget == 0) {

@@ -12,8 +12,7 @@ Expected<std::unique_ptr<SequenceRunner>> SequenceRunner::create(const model::Mo
   const model::HParams& hp = model.hparams();
   if (n_ctx <= 0) n_ctx = static_cast<int32_t>(std::min<uint32_t>(hp.n_ctx_train, 1u << 20));
   if (max_step_tokens <= 0) return err("max_step_tokens must be > 0");
-  const kv::KvShape shape{static_cast<int32_t>(hp.n_layer), static_cast<int32_t>(hp.n_head_kv),
-                          static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.head_dim_v)};
+  const kv::KvShape shape = model::kv_shape(hp);
   const int32_t n_blocks = (n_ctx + kv::kBlockTokens - 1) / kv::kBlockTokens;
   KILN_TRY(kv::KvCache cache,
            kv::KvCache::create(shape, kv::KvCache::bytes_per_block(shape) * n_blocks));

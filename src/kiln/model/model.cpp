@@ -5,6 +5,11 @@
 
 namespace kiln::model {
 
+kv::KvShape kv_shape(const HParams& hp) {
+  return {static_cast<int32_t>(hp.n_layer), static_cast<int32_t>(hp.n_head_kv),
+          static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.head_dim_v)};
+}
+
 backend::Weight expert(const backend::Weight& stacked, int64_t e) {
   backend::Weight w = stacked;
   w.data = stacked.data + static_cast<uint64_t>(e) * stacked.n_out * stacked.row_bytes;

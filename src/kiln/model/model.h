@@ -8,6 +8,7 @@
 
 #include "kiln/backend/weight.h"
 #include "kiln/gguf/gguf.h"
+#include "kiln/kv/kv_cache.h"
 #include "kiln/model/arch/arch.h"
 #include "kiln/util/status.h"
 
@@ -30,6 +31,9 @@ struct LayerWeights {
   // weight is expert(w, e).
   backend::Weight w_gate_inp, w_gate_exps, w_up_exps, w_down_exps;
 };
+
+// The KV cache shape a model needs (one place for the hparams -> cache mapping).
+kv::KvShape kv_shape(const HParams& hp);
 
 // Expert e of a stacked [n_in, n_out, n_expert] weight, as a plain matrix view.
 backend::Weight expert(const backend::Weight& stacked, int64_t e);

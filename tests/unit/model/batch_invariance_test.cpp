@@ -58,8 +58,7 @@ TEST(BatchInvariance, AloneEqualsInsideMixedBatch) {
   ASSERT_TRUE(model.ok()) << model.error().message;
   const Model& m = **model;
   const HParams& hp = m.hparams();
-  kv::KvShape shape{static_cast<int32_t>(hp.n_layer), static_cast<int32_t>(hp.n_head_kv),
-                    static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.head_dim_v)};
+  kv::KvShape shape = kv_shape(hp);
   auto cache = kv::KvCache::create(shape, kv::KvCache::bytes_per_block(shape) * 64);
   ASSERT_TRUE(cache.ok());
   util::ThreadPool pool(2);

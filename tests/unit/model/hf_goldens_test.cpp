@@ -52,8 +52,7 @@ Loaded convert_and_load(const std::string& arch, const std::string& type) {
 // Runs one sequence as a single prefill step, logits for every row: [n, vocab].
 std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& seq) {
   const HParams& hp = m.hparams();
-  kv::KvShape shape{static_cast<int32_t>(hp.n_layer), static_cast<int32_t>(hp.n_head_kv),
-                    static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.head_dim_v)};
+  kv::KvShape shape = kv_shape(hp);
   const int32_t n = static_cast<int32_t>(seq.size());
   const int32_t n_blocks = (n + kv::kBlockTokens - 1) / kv::kBlockTokens;
   auto cache = kv::KvCache::create(shape, kv::KvCache::bytes_per_block(shape) * n_blocks);

@@ -20,8 +20,7 @@ const std::string kModels = std::string(KILN_SOURCE_DIR) + "/../shared/models/";
 std::vector<int32_t> greedy(const Model& m, const std::vector<int32_t>& prompt, int n_gen,
                             util::ThreadPool* pool) {
   const HParams& hp = m.hparams();
-  kv::KvShape shape{static_cast<int32_t>(hp.n_layer), static_cast<int32_t>(hp.n_head_kv),
-                    static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.head_dim_v)};
+  kv::KvShape shape = kv_shape(hp);
   const int32_t max_len = static_cast<int32_t>(prompt.size()) + n_gen;
   const int32_t n_blocks = (max_len + kv::kBlockTokens - 1) / kv::kBlockTokens;
   auto cache = kv::KvCache::create(shape, kv::KvCache::bytes_per_block(shape) * n_blocks);
