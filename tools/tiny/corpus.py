@@ -204,10 +204,10 @@ def read_web(root):
         yield f"web/{n}", paras
 
 
-def read_dictd(root):
+def dictd_entries(root):
+    """(headword, body text) of every entry of the dictd database in root, in file order."""
     dz = glob.glob(root + "/usr/share/dictd/*.dict.dz")[0]
     idx = dz[:-len(".dict.dz")] + ".index"
-    data = gzip.open(dz).read().decode("utf-8", errors="replace")
     b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
     def dec(s):
@@ -216,24 +216,23 @@ def read_dictd(root):
             v = v * 64 + b64.index(c)
         return v
 
-    entries = []
+    entries = {}
     for line in open(idx, encoding="utf-8", errors="replace"):
         f = line.rstrip("\n").split("\t")
         if len(f) < 3 or f[0].startswith("00-database") or f[0].startswith("00database"):
             continue
-        # offsets are in bytes; data decoded as text: use the byte string
-        entries.append((dec(f[1]), dec(f[2])))
+        entries.setdefault(dec(f[1]), (dec(f[2]), f[0]))  # offsets and lengths are in bytes
     raw = gzip.open(dz).read()
-    seen = set()
+    for off in sorted(entries):
+        ln, head = entries[off]
+        yield head, raw[off:off + ln].decode("utf-8", errors="replace")
+
+
+def read_dictd(root):
+    base = os.path.basename(glob.glob(root + "/usr/share/dictd/*.dict.dz")[0]).split(".")[0]
     chunk, n = [], 0
-    base = os.path.basename(dz).split(".")[0]
-    for off, ln in sorted(set(entries)):
-        if off in seen:
-            continue
-        seen.add(off)
-        body = raw[off:off + ln].decode("utf-8", errors="replace")
-        lines = body.split("\n")
-        paras = tc.reflow(lines)
+    for _head, body in dictd_entries(root):
+        paras = tc.reflow(body.split("\n"))
         if not paras:
             continue
         chunk.append("\n".join(paras))
@@ -242,7 +241,6 @@ def read_dictd(root):
             chunk, n = [], n + 1
     if chunk:
         yield f"{base}/{n}", chunk
-    del data
 
 
 def read_fortunes(root, skipped):

@@ -102,6 +102,15 @@ CONTINUE_VERSE = ["Continue this verse: {t}", "Finish this verse: {t}", "What co
                   "Complete the verse: {t}"]
 CONTINUE_PARA = ["Continue this paragraph: {t}", "Continue the text: {t}", "Write the next sentence: {t}",
                  "What comes next in this passage? {t}"]
+EXAMPLE_PHRASES = ["Use the word {w} in a sentence.", "Give me an example sentence with {w}.",
+                   "Can you use \"{w}\" in a sentence?", "Show me how to use the word {w}."]
+POS_PHRASES = ["What part of speech is {w}?", "Is {w} a noun or a verb?", "What kind of word is {w}?"]
+FOLLOWUPS = [  # (user follow-up about the previous word, method name)
+    ("Give me a synonym for it.", "qa_synonym"), ("What is another word for it?", "qa_synonym"),
+    ("What is the opposite?", "qa_antonym"), ("And its opposite?", "qa_antonym"),
+    ("What kind of thing is that?", "qa_hypernym"), ("Use it in a sentence.", "qa_example"),
+    ("Can you use it in a sentence?", "qa_example"), ("How do you spell it?", "qa_spell"),
+    ("What part of speech is it?", "qa_pos")]
 CAPITAL_PHRASES = ["What is the capital of {c}?", "What's the capital of {c}?", "Name the capital of {c}.",
                    "Which city is the capital of {c}?", "capital of {c}?"]
 
@@ -347,6 +356,51 @@ class Gen:
         q = self.rng.choice(ARITH_PHRASES).format(e=e)
         return q, f"{e} = {fmt_num(v)}."
 
+    def qa_example(self, word):
+        """'Use WORD in a sentence.' answered with a WordNet example that contains the word."""
+        for p in ("n", "v", "a", "r"):
+            for syn in self.w.senses(word, p)[:3]:
+                for ex in syn.examples:
+                    if re.search(r"\b" + re.escape(word) + r"\w{0,3}\b", ex, re.I) and len(ex) > 15:
+                        q = self.rng.choice(EXAMPLE_PHRASES).format(w=word)
+                        return q, f"Here is an example: \"{sentence(ex)}\""
+        return None
+
+    def qa_pos(self, word):
+        main = self.w.main_pos(word)
+        if not main:
+            return None
+        others = [wn.POS_NAMES[p] for p in ("n", "v", "a", "r") if p != main and (word, p) in self.w.index]
+        q = self.rng.choice(POS_PHRASES).format(w=word)
+        a = f"{word[0].upper() + word[1:]} is usually {POS_ARTICLE[wn.POS_NAMES[main]]}."
+        if others:
+            a += " It can also be " + " or ".join(POS_ARTICLE[o] for o in dict.fromkeys(others)) + "."
+        return q, a
+
+    def qa_number(self):
+        r = self.rng
+        k = r.random()
+        if k < 0.3:
+            a, b = r.sample(range(0, 1000), 2)
+            q = r.choice(["Which is larger, {a} or {b}?", "Which number is bigger: {a} or {b}?",
+                          "Is {a} greater than {b}?"]).format(a=a, b=b)
+            if q.startswith("Is"):
+                return q, (f"Yes, {a} is greater than {b}." if a > b else f"No, {a} is less than {b}.")
+            return q, f"{max(a, b)} is larger than {min(a, b)}."
+        if k < 0.5:
+            n = r.randint(0, 999)
+            if r.random() < 0.5:
+                return f"What number comes after {n}?", f"{n + 1} comes after {n}."
+            n += 1
+            return f"What number comes before {n}?", f"{n - 1} comes before {n}."
+        if k < 0.7:
+            n = r.randint(0, 500)
+            return (r.choice([f"Is {n} even or odd?", f"Is {n} an even number?"]),
+                    f"{n} is {'even' if n % 2 == 0 else 'odd'}.")
+        a = r.randint(0, 20)
+        b = a + r.randint(2, 8)
+        return f"Count from {a} to {b}.", ", ".join(str(i) for i in range(a, b + 1)) + "."
+
     # ---- tool conversations
     def tool_call_msg(self, name, args):
         self.call_n += 1
@@ -371,8 +425,9 @@ class Gen:
         if not syns:
             return None
         ph = phrase or self.rng.choice(DEFINE_PHRASES)
+        shown = word if phrase or self.rng.random() < 0.85 else word.capitalize()
         cid, call = self.tool_call_msg("dictionary", {"word": word})
-        turns = [{"role": "user", "content": ph.format(w=word, aw=aword(word))}, call,
+        turns = [{"role": "user", "content": ph.format(w=shown, aw=aword(shown))}, call,
                  {"role": "tool", "tool_call_id": cid, "name": "dictionary",
                   "content": dictionary_tool_result(word, syns)},
                  {"role": "assistant", "content": definition_answer(word, syns[0])}]
@@ -595,9 +650,59 @@ def main():
             ind = quiz_first(ind)
             convs["animal"].append(qa_conv((f"What is a group of {ind} called?", f"A group of {ind} is called {aword(coll)}.")))
 
+    for row in read_quiz(os.path.join(qdir, "posneg")):
+        a_, b_ = quiz_first(row[0]), quiz_first(row[1])
+        convs["antonym"].append(qa_conv((rng.choice(ANTONYM_PHRASES).format(w=a_), f"The opposite of {a_} is \"{b_}\".")))
+        convs["antonym"].append(qa_conv((rng.choice(ANTONYM_PHRASES).format(w=b_), f"The opposite of {b_} is \"{a_}\".")))
+    for row in read_quiz(os.path.join(qdir, "latin")):
+        lat, eng = quiz_first(row[0]), quiz_first(row[1])
+        q = rng.choice(["What does the Latin word {l} mean?", "Translate the Latin \"{l}\" into English.",
+                        "What is \"{l}\" in English?"]).format(l=lat)
+        convs["latin"].append(qa_conv((q, f"The Latin \"{lat}\" means \"{eng}\" in English.")))
+    for row in read_quiz(os.path.join(qdir, "flowers")):
+        fl, mean = quiz_first(row[0]), quiz_first(row[1])
+        q = f"What does {aword(fl.lower())} mean in the language of flowers?"
+        convs["flowers"].append(qa_conv((q, f"In the language of flowers, {aword(fl.lower())} means \"{mean.lower()}\".")))
+
+    # 5b. more about words: example sentences, parts of speech, numbers
+    for word in common:
+        for kind, fn in (("example", g.qa_example), ("pos", g.qa_pos)):
+            qa = fn(word)
+            if qa:
+                convs[kind].append(qa_conv(qa))
+    for _ in range(5000):
+        convs["number"].append(qa_conv(g.qa_number()))
+
+    # 5c. The Devil's Dictionary and the Jargon File, by headword
+    x = os.path.join(args.cache, "x")
+    for head, body in corpus.dictd_entries(os.path.join(x, "dict-devil")):
+        m = re.match(r"\s*([A-Z][A-Z' -]+),\s+([a-z.]+)\s+(.*)", " ".join(body.split()))
+        if not m or len(head) < 3:
+            continue
+        text = split_sentences(re.sub(r"[{}]", "", m.group(3)))[0]
+        if len(text) > 300 or len(text) < 10:
+            continue
+        w = head.lower()
+        q = rng.choice(["How does The Devil's Dictionary define {w}?", "What is {w}, according to Ambrose Bierce?",
+                        "Give me the Devil's Dictionary definition of {w}."]).format(w=w)
+        convs["devil"].append(qa_conv((q, f"The Devil's Dictionary defines {w} as: {text}")))
+    for head, body in corpus.dictd_entries(os.path.join(x, "dict-jargon")):
+        lines = body.split("\n")
+        text = " ".join(" ".join(lines[1:]).split())
+        text = re.sub(r"^(/[^/]*/,?\s*)?((n|v|adj|adv|vt|vi|interj|pref|prep|pron|abbrev|excl|conj)\.\s*)+", "", text)
+        text = re.sub(r"^(\[[^\]]*\]\s*)+", "", re.sub(r"[{}]", "", text))
+        text = re.sub(r"^\d\.\s*", "", text)
+        first = " ".join(" ".join(split_sentences(text)[:1]).split())
+        if not 20 <= len(first) <= 300 or not first[0].isupper():
+            continue
+        q = rng.choice(["What does {w} mean in hacker jargon?", "In the Jargon File, what is {w}?",
+                        "What do hackers mean by \"{w}\"?"]).format(w=head)
+        convs["jargon"].append(qa_conv((q, f"In hacker jargon, {head} means: {first}")))
+
     # 6. multi-turn chats mixing the above
     pool = []
-    for k in ("define_common", "synonym", "antonym", "hypernym", "spell", "arith", "capital", "element", "animal"):
+    for k in ("define_common", "synonym", "antonym", "hypernym", "spell", "arith", "capital", "element", "animal",
+              "example", "pos", "number", "devil", "jargon", "latin"):
         pool.extend((m["messages"][-2]["content"], m["messages"][-1]["content"]) for m in convs[k])
     for _ in range(8000):
         turns = []
@@ -616,6 +721,21 @@ def main():
     for qa in GREETINGS + IDENTITY + THANKS:
         for _ in range(20):
             convs["chat_basic"].append(qa_conv(qa))
+
+    # 6b. follow-ups about the same word: define, then ask about "it"
+    for _ in range(6000):
+        word = rng.choice(common[:2500])
+        first = g.qa_define(word)
+        if not first:
+            continue
+        turns = list(first)
+        for fq, meth in rng.sample(FOLLOWUPS, rng.randint(1, 2)):
+            qa = getattr(g, meth)(word)
+            if qa:
+                turns += [fq, qa[1]]
+        if len(turns) > 2:
+            msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+            convs["chat_followup"].append(g.conv(msgs))
 
     # 7. tool calls: definitions and arithmetic with tools, plus direct answers when no tool fits
     for word in common[:3000]:

@@ -6,6 +6,7 @@
 import json
 import os
 import random
+import re
 import struct
 import sys
 import tempfile
@@ -152,6 +153,27 @@ class WordNetTest(unittest.TestCase):
         json.dumps(c)  # serializable
         self.assertEqual(g.qa_antonym("hot")[1], 'The opposite of hot is "cold".')
         self.assertEqual(g.qa_hypernym("dog")[1], "A dog is a kind of canine: a member of the genus Canis.")
+
+    def test_example_pos_and_numbers(self):
+        g = instruct.Gen(self.w, ["dog"], random.Random(3))
+        self.assertEqual(g.qa_example("dog")[1], 'Here is an example: "The dog barked all night."')
+        self.assertIsNone(g.qa_example("canine"))  # no example sentence
+        self.assertEqual(g.qa_pos("hot")[1], "Hot is usually an adjective.")
+        for _ in range(300):
+            q, a = g.qa_number()
+            nums = [int(x) for x in re.findall(r"\d+", q)]
+            if q.startswith("Which"):
+                self.assertTrue(a.startswith(f"{max(nums)} is larger"))
+            elif q.startswith("Is") and "greater" in q:
+                self.assertEqual(a.startswith("Yes"), nums[0] > nums[1])
+            elif "after" in q:
+                self.assertEqual(a, f"{nums[0] + 1} comes after {nums[0]}.")
+            elif "before" in q:
+                self.assertEqual(a, f"{nums[0] - 1} comes before {nums[0]}.")
+            elif q.startswith("Count"):
+                self.assertEqual(a, ", ".join(str(i) for i in range(nums[0], nums[1] + 1)) + ".")
+            else:
+                self.assertEqual("even" in a, nums[0] % 2 == 0)
 
     def test_calculator_conversation_is_correct(self):
         g = instruct.Gen(self.w, [], random.Random(5))
