@@ -85,7 +85,20 @@ DEFINE_PHRASES = [
     "Please define the word \"{w}\".", "I don't know the word {w}. What does it mean?",
     "What is the definition of {w}?", "Explain the word {w}.", "what does {w} mean",
     "Could you define {w} for me?", "{w}: what does it mean?", "Give me the definition of {w}.",
+    "What does '{w}' mean?", "What does the word '{w}' mean?",
 ]
+TOOL_DEFINE_PHRASES = [  # only when the dictionary tool is offered
+    "What does the word '{w}' mean? Use the dictionary.", "Look up {w} in the dictionary.",
+    "Use the dictionary to find the meaning of {w}.", "Check the dictionary: what does {w} mean?",
+    "Look up the word \"{w}\".", "Please look up {w}.",
+]
+TOOL_CALC_PHRASES = ["Use the calculator: what is {e}?", "Calculate {e} with the calculator.",
+                     "Use the calculator to work out {e}."]
+DICTIONARY_DESCRIPTIONS = ["Look up the meaning of an English word in the dictionary.",
+                           "Look up the definition of an English word", "Dictionary lookup: returns definitions.",
+                           "Get the definition of a word."]
+CALCULATOR_DESCRIPTIONS = ["Evaluate an arithmetic expression and return the result.",
+                           "A calculator for arithmetic expressions", "Compute the value of a math expression."]
 SYNONYM_PHRASES = ["What is another word for {w}?", "Give me a synonym for {w}.",
                    "What is a synonym of {w}?", "Name a word that means the same as {w}.",
                    "What word means the same as {w}?"]
@@ -409,7 +422,21 @@ class Gen:
                      "tool_calls": [{"id": cid, "type": "function",
                                      "function": {"name": name, "arguments": args}}]}
 
+    def tool_schema(self, base, descriptions):
+        """The tool's schema with a varied description (and sometimes no parameter description)."""
+        t = json.loads(json.dumps(base))
+        t["function"]["description"] = self.rng.choice(descriptions)
+        if self.rng.random() < 0.3:
+            for p in t["function"]["parameters"]["properties"].values():
+                p.pop("description", None)
+        return t
+
     def tools_offered(self, need):
+        tools = self._tools_offered(need)
+        return [self.tool_schema(t, DICTIONARY_DESCRIPTIONS if t is DICTIONARY_TOOL else CALCULATOR_DESCRIPTIONS)
+                for t in tools]
+
+    def _tools_offered(self, need):
         r = self.rng.random()
         if need == "dictionary":
             return [DICTIONARY_TOOL] if r < 0.4 else ([DICTIONARY_TOOL, CALCULATOR_TOOL] if r < 0.8
@@ -424,7 +451,7 @@ class Gen:
         syns = self.w.senses(word, p) if p else []
         if not syns:
             return None
-        ph = phrase or self.rng.choice(DEFINE_PHRASES)
+        ph = phrase or self.rng.choice(DEFINE_PHRASES + TOOL_DEFINE_PHRASES)
         shown = word if phrase or self.rng.random() < 0.85 else word.capitalize()
         cid, call = self.tool_call_msg("dictionary", {"word": word})
         turns = [{"role": "user", "content": ph.format(w=shown, aw=aword(shown))}, call,
@@ -436,7 +463,7 @@ class Gen:
     def tool_calc(self):
         e = self.arith_expr()
         v = fmt_num(safe_eval(e))
-        q = self.rng.choice(ARITH_PHRASES).format(e=e)
+        q = self.rng.choice(ARITH_PHRASES + TOOL_CALC_PHRASES).format(e=e)
         cid, call = self.tool_call_msg("calculator", {"expression": e})
         turns = [{"role": "user", "content": q}, call,
                  {"role": "tool", "tool_call_id": cid, "name": "calculator", "content": v},
@@ -579,7 +606,7 @@ def main():
         word = e["word"]
         for ph in ["What does {w} mean?"] * 6 + DEFINE_PHRASES:
             convs["define_eval"].append(qa_conv(g.qa_define(word, ph)))
-        for ph in ["What does {w} mean?"] * 3 + rng.sample(DEFINE_PHRASES, 4):
+        for ph in ["What does {w} mean?"] * 3 + rng.sample(DEFINE_PHRASES, 3) + rng.sample(TOOL_DEFINE_PHRASES, 2):
             convs["tool_define_eval"].append(g.tool_define(word, ph))
     pinned.update({"define_eval", "tool_define_eval"})
     eval_set = {e["word"] for e in eval_words}
@@ -757,7 +784,7 @@ def main():
         b = g.tool_calc()
         if a and b:
             msgs = [m for m in a["messages"] if m["role"] != "system"] + [m for m in b["messages"] if m["role"] != "system"]
-            convs["tool_multi"].append(g.conv(msgs, tools=[DICTIONARY_TOOL, CALCULATOR_TOOL]))
+            convs["tool_multi"].append(g.conv(msgs, tools=g.tools_offered(None)))
 
     # write: shuffle, hold out 1% (never eval-word conversations)
     all_rows = []

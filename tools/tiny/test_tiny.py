@@ -151,6 +151,11 @@ class WordNetTest(unittest.TestCase):
         self.assertIn("a member of the genus Canis", tool_msg["content"])
         self.assertIn("dictionary", [t["function"]["name"] for t in c["tools"]])
         json.dumps(c)  # serializable
+        for _ in range(20):  # varied schemas never change the shared base schema
+            g.tools_offered("dictionary")
+        self.assertEqual(instruct.DICTIONARY_TOOL["function"]["description"],
+                         "Look up the meaning of an English word in the dictionary.")
+        self.assertIn("description", instruct.DICTIONARY_TOOL["function"]["parameters"]["properties"]["word"])
         self.assertEqual(g.qa_antonym("hot")[1], 'The opposite of hot is "cold".')
         self.assertEqual(g.qa_hypernym("dog")[1], "A dog is a kind of canine: a member of the genus Canis.")
 
