@@ -44,7 +44,9 @@ def main():
         print(f"    {k:18s} {n:8,d}")
     print()
     print(f"eval_words.json: {len(ev)} words, each {{word, pos, gloss, keywords (2-4), prompt, expected_answer}};")
-    print("  their conversations (25 direct + 7 tool-call phrasings each) are IN sft/train.")
+    k = sft["train_by_kind"]
+    print(f"  their conversations ({k.get('define_eval', 0) // max(1, len(ev))} direct + "
+          f"{k.get('tool_define_eval', 0) // max(1, len(ev))} tool-call phrasings each) are IN sft/train.")
     print("  " + ", ".join(e["word"] for e in ev))
     print()
     print("Examples:")
