@@ -72,6 +72,11 @@ _BLOCK_ROT13 = ["avttre", "avttref", "avttn", "snttbg", "snt", "snttbgf", "xvxr"
                 "fyhg", "envcr", "encr", "encrq", "tnl", "ubzb", "dhrre", "oybjwbo", "cravf", "intvan",
                 "betnfz", "zbyrfg"]
 BLOCKLIST = [codecs.decode(w, "rot13").lower() for w in _BLOCK_ROT13]
+# Unambiguous slurs and obscenities: a paragraph of a dictionary, WordNet or documentation source
+# that holds one is dropped (the narrative sources are kept as written).
+_STRONG_ROT13 = ["avttre", "avttref", "avttn", "avttnf", "snttbg", "snttbgf", "xvxr", "xvxrf", "jrgonpx", "jrgonpxf", "phag", "phagf", "shpx", "shpxrq", "shpxre", "shpxvat", "shpxf", "zbgureshpxre", "fuvg", "fuvggl", "ohyyfuvg"]
+STRONG_BLOCKLIST = [codecs.decode(w, "rot13") for w in _STRONG_ROT13]
+NARRATIVE_KINDS = {"austen", "moby", "kjv", "web"}
 
 RUST_KEEP = ("book", "reference", "nomicon", "rust-by-example", "edition-guide", "embedded-book",
              "rustc", "rustdoc", "unstable-book", "cargo")
@@ -403,6 +408,10 @@ def main():
         n_before = len(docs)
         try:
             for doc_id, paras in documents(pkg, kind, root, args.cache, skipped_files):
+                if kind not in NARRATIVE_KINDS:
+                    paras = [p for p in paras if not tc.contains_blocked(p, STRONG_BLOCKLIST)]
+                    if not paras:
+                        continue
                 for sid, sp in split_long(doc_id, paras):
                     docs.append((pkg, kind, sid, sp))
         except Exception as e:  # a hard package is skipped and reported, not fatal

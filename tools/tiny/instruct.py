@@ -573,7 +573,8 @@ def main():
 
     w = wn.WordNet(os.path.join(args.cache, "x", "wordnet-base", "usr", "share", "wordnet"))
     freq = word_frequencies(os.path.join(args.out, "corpus", "train.txt.xz"))
-    single = {lem for (lem, _p) in w.lemmas() if re.fullmatch(r"[a-z]{3,}", lem)}
+    blocked = set(corpus.BLOCKLIST) | set(corpus.STRONG_BLOCKLIST)
+    single = {lem for (lem, _p) in w.lemmas() if re.fullmatch(r"[a-z]{3,}", lem) and lem not in blocked}
     ranked = [x for x, _ in freq.most_common() if x in single and x not in STOPWORDS]
     common = ranked[:args.common]
     g = Gen(w, common, rng)
@@ -703,6 +704,8 @@ def main():
     # 5c. The Devil's Dictionary and the Jargon File, by headword
     x = os.path.join(args.cache, "x")
     for head, body in corpus.dictd_entries(os.path.join(x, "dict-devil")):
+        if tc.contains_blocked(body, corpus.STRONG_BLOCKLIST + corpus.BLOCKLIST):
+            continue
         m = re.match(r"\s*([A-Z][A-Z' -]+),\s+([a-z.]+)\s+(.*)", " ".join(body.split()))
         if not m or len(head) < 3:
             continue
@@ -714,6 +717,8 @@ def main():
                         "Give me the Devil's Dictionary definition of {w}."]).format(w=w)
         convs["devil"].append(qa_conv((q, f"The Devil's Dictionary defines {w} as: {text}")))
     for head, body in corpus.dictd_entries(os.path.join(x, "dict-jargon")):
+        if tc.contains_blocked(body, corpus.STRONG_BLOCKLIST + corpus.BLOCKLIST):
+            continue
         lines = body.split("\n")
         text = " ".join(" ".join(lines[1:]).split())
         text = re.sub(r"^(/[^/]*/,?\s*)?((n|v|adj|adv|vt|vi|interj|pref|prep|pron|abbrev|excl|conj)\.\s*)+", "", text)

@@ -62,6 +62,22 @@ class TextCleanTest(unittest.TestCase):
         m = '<w lemma="x">In</w> the <note placement="foot">a note</note>beginning &amp; <title>T</title>end'
         self.assertEqual(tc.normalize_ws(tc.strip_osis(m)), "In the beginning & end")
 
+    def test_offensive_wordnet_senses_are_dropped(self):
+        self.assertTrue(wn.OFFENSIVE_GLOSS.search("(ethnic slur) offensive term for a person"))
+        self.assertFalse(wn.OFFENSIVE_GLOSS.search("a narrow opening as e.g. between planks in a wall"))
+        with tempfile.TemporaryDirectory() as d:
+            for k, v in {"data.noun": "00000100 05 n 01 xq 0 000 | (ethnic slur) offensive term for someone\n"
+                                      "00000200 05 n 01 xq 0 000 | a narrow opening\n",
+                         "index.noun": "xq n 2 0 2 0 00000100 00000200  \nyq n 1 0 1 0 00000100  \n"}.items():
+                with open(os.path.join(d, k), "w") as fh:
+                    fh.write(v)
+            for k in ("data.verb", "index.verb", "data.adj", "index.adj", "data.adv", "index.adv"):
+                open(os.path.join(d, k), "w").close()
+            w = wn.WordNet(d)
+            self.assertEqual([s.gloss for s in w.senses("xq", "n")], ["a narrow opening"])
+            self.assertEqual(w.senses("yq", "n"), [])  # only an offensive sense: the lemma is gone
+            self.assertIsNone(w.main_pos("yq"))
+
     def test_blocklist_is_word_bounded(self):
         self.assertTrue(tc.contains_blocked("What the Heck!", ["heck"]))
         self.assertFalse(tc.contains_blocked("checked", ["heck"]))

@@ -11,6 +11,11 @@ POS_FILES = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
 POS_NAMES = {"n": "noun", "v": "verb", "a": "adjective", "s": "adjective", "r": "adverb"}
 
 
+# Senses WordNet marks as slurs or obscenities; the data tools leave them out.
+OFFENSIVE_GLOSS = re.compile(r"ethnic slur|\boffensive\b|\bobscene\b|\bvulgar\b|\bdisparaging\b|"
+                             r"\bderogatory\b|\bslur\b|\bdisparagingly\b|\bdysphemistic\b", re.I)
+
+
 class Synset:
     __slots__ = ("offset", "pos", "words", "gloss", "examples", "pointers")
 
@@ -53,7 +58,7 @@ def parse_data_line(line):
 
 
 class WordNet:
-    def __init__(self, root):
+    def __init__(self, root, drop_offensive=True):
         self.root = root
         self.synsets = {}  # (pos_file_key, offset) -> Synset
         self.index = {}  # (lemma, pos) -> [offsets] in sense order
@@ -62,7 +67,8 @@ class WordNet:
             with open(os.path.join(root, "data." + name), encoding="utf-8", errors="replace") as fh:
                 for line in fh:
                     s = parse_data_line(line)
-                    if s:
+                    if s and not (drop_offensive and (OFFENSIVE_GLOSS.search(s.gloss) or
+                                                      any(OFFENSIVE_GLOSS.search(e) for e in s.examples))):
                         self.synsets[(p, s.offset)] = s
             with open(os.path.join(root, "index." + name), encoding="utf-8", errors="replace") as fh:
                 for line in fh:
@@ -71,7 +77,9 @@ class WordNet:
                     f = line.split()
                     lemma = f[0].replace("_", " ")
                     synset_cnt = int(f[2])
-                    offs = [int(x) for x in f[-synset_cnt:]]
+                    offs = [int(x) for x in f[-synset_cnt:] if (p, int(x)) in self.synsets]
+                    if not offs:
+                        continue
                     self.index[(lemma, p)] = offs
                     self.tagged[(lemma, p)] = int(f[-synset_cnt - 1])
 
