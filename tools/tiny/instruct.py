@@ -259,6 +259,36 @@ def quiz_first(field, top=True):
     return re.sub(r"\s+", " ", joined).strip() if top else joined
 
 
+def check_conversation(c):
+    """Raise ValueError unless c is a well-formed conversation for the chat template."""
+    msgs = c.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise ValueError("no messages")
+    ids = set()
+    for k, m in enumerate(msgs):
+        role = m.get("role")
+        if role not in ("system", "user", "assistant", "tool"):
+            raise ValueError(f"bad role {role!r}")
+        if role == "system" and k != 0:
+            raise ValueError("system message not first")
+        if not isinstance(m.get("content"), str):
+            raise ValueError("content must be a string")
+        for tcall in m.get("tool_calls", []):
+            if role != "assistant" or not isinstance(tcall["function"]["arguments"], dict):
+                raise ValueError("tool_calls only on assistant turns, arguments as an object")
+            if "tools" not in c or tcall["function"]["name"] not in [t["function"]["name"] for t in c["tools"]]:
+                raise ValueError("call to a tool that is not offered")
+            ids.add(tcall["id"])
+        if role == "tool" and m.get("tool_call_id") not in ids:
+            raise ValueError("tool result without a matching call")
+        if role == "assistant" and not m["content"].strip() and not m.get("tool_calls"):
+            raise ValueError("empty assistant turn")
+    if msgs[-1]["role"] != "assistant" or msgs[-1].get("tool_calls"):
+        raise ValueError("conversation must end with an assistant answer")
+    if not any(m["role"] == "user" for m in msgs):
+        raise ValueError("no user turn")
+
+
 def read_quiz(path):
     rows = []
     text = open(path, encoding="latin-1").read().replace("\\\n", "")
@@ -806,6 +836,7 @@ def main():
     hp = os.path.join(args.out, "sft", "heldout.jsonl")
     with lzma.open(tp + ".tmp", "wt", encoding="utf-8") as tr, open(hp + ".tmp", "w", encoding="utf-8") as ho:
         for kind, c in all_rows:
+            check_conversation(c)
             line = json.dumps(c, ensure_ascii=False)
             hold = kind not in pinned and int(hashlib.sha1(line.encode()).hexdigest(), 16) % 100 == 0
             (ho if hold else tr).write(line + "\n")

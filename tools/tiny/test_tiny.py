@@ -196,6 +196,26 @@ class WordNetTest(unittest.TestCase):
             else:
                 self.assertEqual("even" in a, nums[0] % 2 == 0)
 
+    def test_check_conversation(self):
+        g = instruct.Gen(self.w, ["dog"], random.Random(1))
+        good = g.tool_define("dog")
+        instruct.check_conversation(good)
+        instruct.check_conversation(g.conv([{"role": "user", "content": "Hi"},
+                                            {"role": "assistant", "content": "Hello!"}]))
+        bad_cases = [
+            {"messages": []},
+            {"messages": [{"role": "user", "content": "Hi"}]},  # no answer
+            {"messages": [{"role": "user", "content": "Hi"}, {"role": "bot", "content": "x"}]},
+            {"messages": [{"role": "user", "content": "Hi"}, {"role": "system", "content": "late"},
+                          {"role": "assistant", "content": "x"}]},
+            {"messages": [m for m in good["messages"] if m["role"] != "tool" or True][:-1]},  # ends on tool
+            {"messages": good["messages"]},  # tool call without tools offered
+            {"messages": [m for m in good["messages"] if not m.get("tool_calls")], "tools": good["tools"]},
+        ]
+        for c in bad_cases:
+            with self.assertRaises(ValueError):
+                instruct.check_conversation(c)
+
     def test_calculator_conversation_is_correct(self):
         g = instruct.Gen(self.w, [], random.Random(5))
         for _ in range(200):
