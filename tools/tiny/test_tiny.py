@@ -1,6 +1,6 @@
 """Unit tests for the kiln-tiny data tools (no packages or network needed).
 
-    cd tools/tiny && python3 -m unittest -v
+    python3 -m unittest discover -s tools/tiny -v     (from the repository root)
 """
 
 import json
