@@ -11,6 +11,7 @@
 #include "kiln/backend/cpu/ops.h"
 #include "kiln/kv/kv_cache.h"
 #include "kiln/model/model.h"
+#include "kiln/model/rope.h"
 #include "kiln/util/thread_pool.h"
 
 namespace kiln::model {
@@ -40,6 +41,13 @@ class Forward {
   void ffn_block(int layer, int64_t n);
   void moe_block(int layer, int64_t n);
   void dump(std::string_view name, int layer, const float* data, int64_t rows, int64_t cols);
+  void rope_step(const StepInput& in, int64_t n);
+
+  // Rope frequencies, computed once: [0] full-attention layers, [1] sliding layers. The step's
+  // cos/sin tables ([max_tokens, n_rot / 2] each) are shared by Q, K and every layer.
+  RopeFreqs rope_[2];
+  bool rope_swa_differs_ = false;
+  std::vector<float> rope_cos_[2], rope_sin_[2];
 
   const Model& model_;
   int32_t max_tokens_;
