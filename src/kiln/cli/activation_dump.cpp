@@ -44,15 +44,14 @@ std::vector<char> npy_f32(const float* data, const std::vector<int64_t>& shape) 
   const size_t unpadded = 10 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
   header.push_back('\n');
-  std::vector<char> out;
   const char magic[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
-  out.insert(out.end(), magic, magic + 8);
-  out.push_back(static_cast<char>(header.size() & 0xff));
-  out.push_back(static_cast<char>(header.size() >> 8));
-  out.insert(out.end(), header.begin(), header.end());
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-  out.resize(out.size() + bytes);
-  std::memcpy(out.data() + out.size() - bytes, data, bytes);
+  std::vector<char> out(10 + header.size() + bytes);
+  std::memcpy(out.data(), magic, 8);
+  out[8] = static_cast<char>(header.size() & 0xff);
+  out[9] = static_cast<char>(header.size() >> 8);
+  std::memcpy(out.data() + 10, header.data(), header.size());
+  if (bytes > 0) std::memcpy(out.data() + 10 + header.size(), data, bytes);
   return out;
 }
 
