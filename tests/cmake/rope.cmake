@@ -1,4 +1,4 @@
-# kiln run --dump-activations end to end (make-model'd mistral3 file, numpy oracle).
+# kiln run --dump-activations end to end (make-model'd mistral3 file; plain-Python oracle).
 add_test(NAME e2e.dump_activations
          COMMAND ${PROJECT_SOURCE_DIR}/tests/e2e/dump_activations_test.sh $<TARGET_FILE:kiln>
                  ${PROJECT_SOURCE_DIR})
