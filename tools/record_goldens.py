@@ -11,7 +11,13 @@ too, so a misapplied norm cannot hide), saves it as a Hugging Face checkpoint
 into goldens.json. kiln's tests convert the checkpoint with `kiln convert` (so the fixture
 exercises the same GGUF layout as downloaded files) and compare.
 
-usage: record_goldens.py OUT_DIR [ARCH ...]
+With --rope-probes FILE it also writes, for a set of rope configurations (yarn with and without
+attention_factor / beta overrides / truncate, linear, llama3), transformers' own inverse
+frequencies and attention scaling (the cos/sin multiplier), read off the model's rotary
+embedding module: kiln's tests compare the frequencies its converter derives from the same
+config against them.
+
+usage: record_goldens.py OUT_DIR [--rope-probes FILE] [ARCH ...]
 """
 import json
 import math
@@ -58,8 +64,34 @@ def configs():
                    sliding_window_pattern=2, hidden_activation="gelu_pytorch_tanh")),
         "phi3": (transformers.Phi3Config, dict(common, rope_theta=10000.0,
                                                tie_word_embeddings=False)),
+        # YaRN past its original context: the 40-token sequence and the greedy run (72
+        # positions) go beyond original_max_position_embeddings (32). max_position_embeddings
+        # is factor * original so every transformers version derives the same factor.
+        "qwen3_yarn": (transformers.Qwen3Config, dict(common, head_dim=32, rope_theta=10000.0,
+                       max_position_embeddings=128, tie_word_embeddings=False,
+                       rope_scaling=dict(rope_type="yarn", factor=4.0,
+                                         original_max_position_embeddings=32))),
+        "llama_linear": (transformers.LlamaConfig, dict(common, rope_theta=10000.0,
+                         tie_word_embeddings=False,
+                         rope_scaling=dict(rope_type="linear", factor=2.0))),
     }
     return out
+
+
+def make_config(cfg_cls, kw):
+    """cfg_cls(**kw), making sure rope_scaling took effect (transformers 5 keeps it under
+    rope_parameters; should a version ignore the old keyword, pass it the new way)."""
+    cfg = cfg_cls(**kw)
+    want = kw.get("rope_scaling")
+    if want is None:
+        return cfg
+    have = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    if have.get("rope_type", have.get("type")) == want["rope_type"]:
+        return cfg
+    kw = dict(kw)
+    kw.pop("rope_scaling")
+    kw["rope_parameters"] = dict(want, rope_theta=kw.pop("rope_theta", 10000.0))
+    return cfg_cls(**kw)
 
 
 def randomise(model, gen):
@@ -75,9 +107,72 @@ def randomise(model, gen):
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
 
 
+def rope_probes():
+    """(name, LlamaConfig kwargs) of rope configurations whose frequencies are recorded."""
+    base = dict(vocab_size=VOCAB, hidden_size=512, intermediate_size=128, num_hidden_layers=1,
+                num_attention_heads=4, num_key_value_heads=4)
+    yarn = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32768)
+    return [
+        # Qwen3's recommended yarn block: max_position_embeddings is not factor * original.
+        ("yarn_qwen3", dict(base, head_dim=128, rope_theta=1e6, max_position_embeddings=40960,
+                            rope_scaling=dict(yarn))),
+        ("yarn_consistent", dict(base, head_dim=128, rope_theta=1e6,
+                                 max_position_embeddings=131072, rope_scaling=dict(yarn))),
+        ("yarn_no_orig", dict(base, head_dim=64, rope_theta=10000.0,
+                              max_position_embeddings=4096,
+                              rope_scaling=dict(rope_type="yarn", factor=8.0))),
+        ("yarn_overrides", dict(base, head_dim=64, rope_theta=10000.0,
+                                max_position_embeddings=32768,
+                                rope_scaling=dict(yarn, factor=8.0,
+                                                  original_max_position_embeddings=4096,
+                                                  attention_factor=0.8, beta_fast=16.0,
+                                                  beta_slow=2.0))),
+        ("yarn_no_truncate", dict(base, head_dim=64, rope_theta=150000.0,
+                                  max_position_embeddings=131072,
+                                  rope_scaling=dict(yarn, factor=32.0,
+                                                    original_max_position_embeddings=4096,
+                                                    beta_fast=32.0, beta_slow=1.0,
+                                                    truncate=False))),
+        ("yarn_mscale", dict(base, head_dim=64, rope_theta=10000.0,
+                             max_position_embeddings=163840,
+                             rope_scaling=dict(yarn, factor=40.0,
+                                               original_max_position_embeddings=4096,
+                                               mscale=1.0, mscale_all_dim=1.0))),
+        ("linear", dict(base, head_dim=64, rope_theta=10000.0, max_position_embeddings=4096,
+                        rope_scaling=dict(rope_type="linear", factor=2.0))),
+        ("llama3", dict(base, head_dim=128, rope_theta=500000.0, max_position_embeddings=131072,
+                        rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                          high_freq_factor=4.0,
+                                          original_max_position_embeddings=8192))),
+    ]
+
+
+def record_rope_probes(path):
+    from transformers.models.llama import modeling_llama
+    out = {"transformers": transformers.__version__, "probes": []}
+    for name, kw in rope_probes():
+        try:
+            cfg = make_config(transformers.LlamaConfig, kw)
+            emb = modeling_llama.LlamaRotaryEmbedding(config=cfg)
+            out["probes"].append(dict(
+                name=name, config=json.loads(cfg.to_json_string()),
+                inv_freq=[float(x) for x in emb.inv_freq.double().tolist()],
+                attention_scaling=float(emb.attention_scaling)))
+            print(f"probe {name}: ok", flush=True)
+        except Exception as e:
+            print(f"probe {name}: FAILED {type(e).__name__}: {e}", flush=True)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+
+
 def main():
-    out_dir = sys.argv[1]
-    wanted = set(sys.argv[2:])
+    args = sys.argv[1:]
+    out_dir = args.pop(0)
+    if "--rope-probes" in args:
+        i = args.index("--rope-probes")
+        record_rope_probes(args[i + 1])
+        del args[i:i + 2]
+    wanted = set(args)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_num_threads(8)
     meta = {"transformers": transformers.__version__, "torch": torch.__version__}
@@ -85,7 +180,7 @@ def main():
         if wanted and arch not in wanted:
             continue
         try:
-            cfg = cfg_cls(**kw)
+            cfg = make_config(cfg_cls, kw)
             cfg._attn_implementation = "eager"
             torch.manual_seed(1234)
             model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)

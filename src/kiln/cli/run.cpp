@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/chat/template.h"
+#include "kiln/cli/activation_dump.h"
 #include "kiln/cli/commands.h"
 #include "kiln/cli/model_files.h"
 #include "kiln/engine/sampler.h"
@@ -40,6 +41,7 @@ struct RunOptions {
   bool chat = false;
   bool ignore_eos = false;
   bool no_stats = false;
+  std::string dump_dir;  // --dump-activations: the prompt's intermediates go there
   std::vector<std::string> stops;
   engine::SamplingParams sampling;
 };
@@ -78,10 +80,39 @@ Expected<Runtime> load(const RunOptions& o, double* load_seconds) {
 
 // Appends `tokens` and generates until an end-of-generation token, a stop string or
 // n_predict tokens, streaming text through `emit`. Returns the generated text.
+// Prefills `tokens` with every intermediate recorded, writes them (and the logits of every
+// row) under o.dump_dir, and returns the last row's logits.
+Expected<std::span<const float>> append_dumped(Runtime& rt, const RunOptions& o,
+                                               std::span<const int32_t> tokens) {
+  ActivationRecorder rec;
+  rt.seq->set_dump(rec.callback());
+  rt.seq->set_keep_all_logits(true);
+  const size_t start = rt.seq->tokens().size();
+  auto logits = rt.seq->append(tokens);
+  rt.seq->set_dump({});
+  rt.seq->set_keep_all_logits(false);
+  if (!logits.ok()) return logits;
+  const model::HParams& hp = rt.model->hparams();
+  const std::vector<float>& all = rt.seq->all_logits();
+  rec.add("logits", -1, all.data(), static_cast<int64_t>(tokens.size()), hp.n_vocab);
+  nlohmann::ordered_json meta;
+  meta["format"] = "npy";
+  meta["model"] = o.model;
+  meta["arch"] = hp.arch;
+  meta["first_position"] = start;
+  meta["tokens"] = std::vector<int32_t>(tokens.begin(), tokens.end());
+  KILN_TRY_STATUS(rec.write(o.dump_dir, std::move(meta)));
+  log::info("dumped {} activations of {} tokens to {}", rec.size(), tokens.size(), o.dump_dir);
+  return logits;
+}
+
 Expected<std::string> generate(Runtime& rt, const RunOptions& o, engine::Sampler& sampler,
                                std::span<const int32_t> tokens, Stats& stats) {
   auto t0 = Clock::now();
-  KILN_TRY(std::span<const float> logits, rt.seq->append(tokens));
+  // Only the first prompt is dumped (a chat's later turns are not).
+  const bool dump = !o.dump_dir.empty() && rt.seq->tokens().empty();
+  KILN_TRY(std::span<const float> logits,
+           dump ? append_dumped(rt, o, tokens) : rt.seq->append(tokens));
   stats.num_prompt_tokens += static_cast<int64_t>(tokens.size());
   stats.prompt_seconds += seconds_since(t0);
 
@@ -257,6 +288,8 @@ RunFn add_run(CLI::App& app) {
   cmd->add_option("--system", o->system, "system prompt for --chat");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-generation tokens");
   cmd->add_flag("--no-stats", o->no_stats, "do not print timings");
+  cmd->add_option("--dump-activations", o->dump_dir,
+                  "write the prompt's intermediates (.npy per tensor + index.json) to DIR");
   return [o]() { return run(*o); };
 }
 

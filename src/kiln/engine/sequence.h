@@ -37,6 +37,9 @@ class SequenceRunner {
   // (perplexity needs them); otherwise only the last row is computed.
   void set_keep_all_logits(bool keep) { keep_all_logits_ = keep; }
   const std::vector<float>& all_logits() const { return logits_; }
+  // Forwards every named intermediate of the following appends to `dump` (kiln run
+  // --dump-activations); an empty function stops it.
+  void set_dump(model::ActivationDump dump) { forward_.set_dump(std::move(dump)); }
 
  private:
   SequenceRunner(const model::Model& model, util::ThreadPool* pool, int32_t n_ctx,

@@ -25,6 +25,14 @@ Forward::Forward(const Model& model, int32_t max_tokens, util::ThreadPool* pool)
   up_.resize(t * hp.n_ff);
   tmp2_.resize(model.arch().features.fused_gate_up ? t * 2 * hp.n_ff : 0);
   tmp_.resize(t * hp.n_embd);
+  rope_[0] = rope_freqs(hp, false, model.rope_freqs());
+  rope_[1] = rope_freqs(hp, true, model.rope_freqs());
+  rope_swa_differs_ = hp.sliding_window > 0 && (rope_[1].inv_freq != rope_[0].inv_freq ||
+                                                rope_[1].attn_factor != rope_[0].attn_factor);
+  for (int i = 0; i < (rope_swa_differs_ ? 2 : 1); ++i) {
+    rope_cos_[i].resize(t * (hp.n_rot / 2));
+    rope_sin_[i].resize(t * (hp.n_rot / 2));
+  }
   if (hp.n_expert > 0) {
     router_.resize(t * hp.n_expert);
     moe_in_.resize(t * hp.n_embd);
@@ -73,13 +81,23 @@ void Forward::attention_block(int il, const StepInput& in, kv::KvCache& cache, i
     cpu::rmsnorm(k_.data(), l.k_norm, k_.data(), n * hp.n_head_kv, hp.head_dim_k, hp.rms_eps);
   }
   const bool swa = hp.swa_layer(static_cast<uint32_t>(il));
-  const float base = swa ? hp.rope_freq_base_swa : hp.rope_freq_base;
-  cpu::rope(q_.data(), in.attn.positions, n, static_cast<int32_t>(hp.n_head),
-            static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.n_rot), base, f.rope_neox,
-            model_.rope_freqs());
-  cpu::rope(k_.data(), in.attn.positions, n, static_cast<int32_t>(hp.n_head_kv),
-            static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.n_rot), base, f.rope_neox,
-            model_.rope_freqs());
+  const int table = swa && rope_swa_differs_ ? 1 : 0;
+  const int32_t n_pairs = static_cast<int32_t>(hp.n_rot / 2);
+  cpu::rope_apply(q_.data(), n, static_cast<int32_t>(hp.n_head),
+                  static_cast<int32_t>(hp.head_dim_k), n_pairs, f.rope_neox,
+                  rope_cos_[table].data(), rope_sin_[table].data());
+  cpu::rope_apply(k_.data(), n, static_cast<int32_t>(hp.n_head_kv),
+                  static_cast<int32_t>(hp.head_dim_k), n_pairs, f.rope_neox,
+                  rope_cos_[table].data(), rope_sin_[table].data());
+  if (hp.attn_temp_scale != 0) {  // mistral3: Llama 4 temperature tuning of q past orig_ctx
+    const double orig = hp.rope_orig_ctx != 0 ? hp.rope_orig_ctx : hp.n_ctx_train;
+    for (int64_t t = 0; t < n; ++t) {
+      const double pos = in.attn.positions[t];
+      const float s =
+          static_cast<float>(1.0 + hp.attn_temp_scale * std::log(1.0 + std::floor(pos / orig)));
+      if (s != 1.0f) cpu::scale(q_.data() + t * q_width, s, q_width);
+    }
+  }
   dump("q", il, q_.data(), n, q_width);
   dump("k", il, k_.data(), n, k_width);
   dump("v", il, v_.data(), n, v_width);
@@ -201,6 +219,14 @@ void Forward::ffn_block(int il, int64_t n) {
   dump("layer_out", il, x_.data(), n, hp.n_embd);
 }
 
+// The step's cos/sin tables, once for all layers (and the sliding layers' own when they differ).
+void Forward::rope_step(const StepInput& in, int64_t n) {
+  const int32_t n_pairs = static_cast<int32_t>(model_.hparams().n_rot / 2);
+  for (int i = 0; i < (rope_swa_differs_ ? 2 : 1); ++i)
+    cpu::rope_angles(rope_[i].inv_freq.data(), n_pairs, in.attn.positions, n, rope_[i].attn_factor,
+                     rope_cos_[i].data(), rope_sin_[i].data());
+}
+
 Status Forward::run(const StepInput& in, kv::KvCache& cache, float* logits) {
   const HParams& hp = model_.hparams();
   const int64_t n = static_cast<int64_t>(in.tokens.size());
@@ -214,6 +240,7 @@ Status Forward::run(const StepInput& in, kv::KvCache& cache, float* logits) {
   if (model_.arch().features.embed_scale)
     cpu::scale(x_.data(), std::sqrt(static_cast<float>(hp.n_embd)), n * hp.n_embd);
   dump("embed", -1, x_.data(), n, hp.n_embd);
+  rope_step(in, n);
   for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
     attention_block(il, in, cache, n);
     ffn_block(il, n);

@@ -11,6 +11,7 @@
 #include "kiln/backend/cpu/ops.h"
 #include "kiln/kv/kv_cache.h"
 #include "kiln/model/model.h"
+#include "kiln/model/rope.h"
 #include "kiln/util/thread_pool.h"
 
 namespace kiln::model {
@@ -40,6 +41,7 @@ class Forward {
   void ffn_block(int layer, int64_t n);
   void moe_block(int layer, int64_t n);
   void dump(std::string_view name, int layer, const float* data, int64_t rows, int64_t cols);
+  void rope_step(const StepInput& in, int64_t n);
 
   const Model& model_;
   int32_t max_tokens_;
@@ -49,6 +51,11 @@ class Forward {
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, tmp2_;
   // MoE: router logits [max_tokens, n_expert], rows gathered per expert and their outputs.
   std::vector<float> router_, moe_in_, moe_gate_, moe_up_, moe_out_, moe_slots_;
+  // Rope frequencies, computed once: [0] full-attention layers, [1] sliding layers. The step's
+  // cos/sin tables ([max_tokens, n_rot / 2] each) are shared by Q, K and every layer.
+  RopeFreqs rope_[2];
+  bool rope_swa_differs_ = false;
+  std::vector<float> rope_cos_[2], rope_sin_[2];
 };
 
 }  // namespace kiln::model

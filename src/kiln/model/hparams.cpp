@@ -47,6 +47,47 @@ Status validate(const HParams& hp) {
   return {};
 }
 
+// Rope scaling keys, as llama.cpp reads them: the type defaults to linear when only a factor is
+// given (the old key rope.scale_linear too); YaRN's parameters default to the paper's values.
+Status read_rope_scaling(const gguf::File& f, HParams& hp) {
+  const std::string& a = hp.arch;
+  KILN_TRY(double old_factor, f.get_float_or(key(a, "rope.scale_linear"), 0.0));
+  KILN_TRY(double factor, f.get_float_or(key(a, "rope.scaling.factor"), old_factor));
+  KILN_TRY(std::string type, f.get_string_or(key(a, "rope.scaling.type"), "linear"));
+  if (type == "none" || (type == "linear" && (factor == 0.0 || factor == 1.0))) {
+    hp.rope_scaling = RopeScaling::kNone;
+  } else if (type == "linear") {
+    hp.rope_scaling = RopeScaling::kLinear;
+  } else if (type == "yarn") {
+    hp.rope_scaling = RopeScaling::kYarn;
+  } else {
+    return err("model: rope scaling type '{}' is not supported (kiln: none, linear, yarn)", type);
+  }
+  if (hp.rope_scaling != RopeScaling::kNone && !(factor > 0.0))
+    return err("model: rope scaling '{}' needs {} > 0", type, key(a, "rope.scaling.factor"));
+  hp.rope_scale_factor = hp.rope_scaling == RopeScaling::kNone ? 1.0f : static_cast<float>(factor);
+  KILN_TRY(hp.rope_orig_ctx, get_u32(f, key(a, "rope.scaling.original_context_length"), 0));
+  KILN_TRY(double attn, f.get_float_or(key(a, "rope.scaling.attn_factor"), 0.0));
+  KILN_TRY(attn, f.get_float_or(key(a, "rope.scaling.yarn_attn_factor"), attn));
+  KILN_TRY(double log_mul, f.get_float_or(key(a, "rope.scaling.yarn_log_multiplier"), 0.0));
+  KILN_TRY(double ext, f.get_float_or(key(a, "rope.scaling.yarn_ext_factor"), 1.0));
+  KILN_TRY(double beta_fast, f.get_float_or(key(a, "rope.scaling.yarn_beta_fast"), 32.0));
+  KILN_TRY(double beta_slow, f.get_float_or(key(a, "rope.scaling.yarn_beta_slow"), 1.0));
+  KILN_TRY(double temp, f.get_float_or(key(a, "attention.temperature_scale"), 0.0));
+  if (attn < 0 || ext < 0 || !(beta_fast > 0) || !(beta_slow > 0))
+    return err("model: invalid yarn parameters (attn_factor {}, ext_factor {}, beta {} / {})", attn,
+               ext, beta_fast, beta_slow);
+  hp.rope_attn_factor = static_cast<float>(attn);
+  hp.yarn_log_multiplier = static_cast<float>(log_mul);
+  hp.yarn_ext_factor = static_cast<float>(ext);
+  hp.yarn_beta_fast = static_cast<float>(beta_fast);
+  hp.yarn_beta_slow = static_cast<float>(beta_slow);
+  hp.attn_temp_scale = static_cast<float>(temp);
+  // gemma3's local (sliding) layers keep the plain rope (llama.cpp: rope_freq_scale_train_swa).
+  hp.rope_scaling_swa = a != "gemma3";
+  return {};
+}
+
 }  // namespace
 
 Expected<HParams> read_hparams(const gguf::File& f) {
@@ -100,6 +141,7 @@ Expected<HParams> read_hparams(const gguf::File& f) {
     hp.n_vocab = static_cast<uint32_t>(emb->ne[1]);
   }
   hp.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  KILN_TRY_STATUS(read_rope_scaling(f, hp));
   if (def->features.moe && hp.n_expert == 0)
     return err("model: architecture '{}' needs {}.expert_count", a, a);
   KILN_TRY_STATUS(validate(hp));
@@ -130,6 +172,29 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
   if (hp.attn_scale != 0) w.set_float32(key(a, "attention.scale"), hp.attn_scale);
   if (hp.attn_softcap != 0) w.set_float32(key(a, "attn_logit_softcapping"), hp.attn_softcap);
   if (hp.final_softcap != 0) w.set_float32(key(a, "final_logit_softcapping"), hp.final_softcap);
+  if (hp.rope_scaling != RopeScaling::kNone) {
+    w.set_string(key(a, "rope.scaling.type"),
+                 hp.rope_scaling == RopeScaling::kYarn ? "yarn" : "linear");
+    w.set_float32(key(a, "rope.scaling.factor"), hp.rope_scale_factor);
+  }
+  if (hp.rope_scaling == RopeScaling::kYarn) {
+    w.set_uint32(key(a, "rope.scaling.original_context_length"),
+                 hp.rope_orig_ctx != 0 ? hp.rope_orig_ctx : hp.n_ctx_train);
+    if (hp.yarn_log_multiplier != 0)
+      w.set_float32(key(a, "rope.scaling.yarn_log_multiplier"), hp.yarn_log_multiplier);
+    if (hp.yarn_ext_factor != 1.0f)
+      w.set_float32(key(a, "rope.scaling.yarn_ext_factor"), hp.yarn_ext_factor);
+    if (hp.yarn_beta_fast != 32.0f)
+      w.set_float32(key(a, "rope.scaling.yarn_beta_fast"), hp.yarn_beta_fast);
+    if (hp.yarn_beta_slow != 1.0f)
+      w.set_float32(key(a, "rope.scaling.yarn_beta_slow"), hp.yarn_beta_slow);
+  }
+  if (hp.rope_attn_factor != 0)
+    w.set_float32(key(a, hp.rope_scaling == RopeScaling::kYarn ? "rope.scaling.yarn_attn_factor"
+                                                               : "rope.scaling.attn_factor"),
+                  hp.rope_attn_factor);
+  if (hp.attn_temp_scale != 0)
+    w.set_float32(key(a, "attention.temperature_scale"), hp.attn_temp_scale);
   if (hp.n_expert > 0) {
     w.set_uint32(key(a, "expert_count"), hp.n_expert);
     w.set_uint32(key(a, "expert_used_count"), hp.n_expert_used);

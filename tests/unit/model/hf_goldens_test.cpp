@@ -123,7 +123,8 @@ TEST_P(HfGoldens, LogitsAndGreedyMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, HfGoldens,
                          ::testing::Values("llama", "llama_tied", "llama3_rope", "qwen2", "qwen3",
-                                           "qwen3moe", "mistral_swa", "gemma2", "gemma3", "phi3"));
+                                           "qwen3moe", "mistral_swa", "gemma2", "gemma3", "phi3",
+                                           "qwen3_yarn", "llama_linear"));
 
 // Quantized paths: the Q8_0 / Q4_K / Q6_K model's logits equal, within 1e-3 relative, those of
 // the same quantized values dequantized to F32, when the matmuls run the reference kernel

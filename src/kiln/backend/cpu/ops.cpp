@@ -66,6 +66,42 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
   }
 }
 
+void rope_angles(const double* inv_freq, int32_t n_pairs, const int32_t* positions,
+                 int64_t n_tokens, float attn_factor, float* cos, float* sin) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const double pos = positions[t];
+    for (int32_t i = 0; i < n_pairs; ++i) {
+      const double theta = pos * inv_freq[i];
+      float c = static_cast<float>(std::cos(theta));
+      float s = static_cast<float>(std::sin(theta));
+      if (attn_factor != 1.0f) {
+        c *= attn_factor;
+        s *= attn_factor;
+      }
+      cos[t * n_pairs + i] = c;
+      sin[t * n_pairs + i] = s;
+    }
+  }
+}
+
+void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t n_pairs,
+                bool neox, const float* cos, const float* sin) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* ct = cos + t * n_pairs;
+    const float* st = sin + t * n_pairs;
+    for (int32_t h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * head_dim;
+      for (int32_t i = 0; i < n_pairs; ++i) {
+        const int32_t a = neox ? i : 2 * i;
+        const int32_t b = neox ? i + n_pairs : 2 * i + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * ct[i] - x1 * st[i];
+        v[b] = x0 * st[i] + x1 * ct[i];
+      }
+    }
+  }
+}
+
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];

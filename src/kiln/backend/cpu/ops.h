@@ -35,6 +35,18 @@ void add(float* x, const float* y, int64_t n);
 // with freq_factors f ([n_rot / 2], llama3 rope scaling) or f = 1 when null.
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
           int32_t n_rot, float freq_base, bool neox, const float* freq_factors = nullptr);
+// (The scalar reference: the forward uses rope_angles + rope_apply below, which give the same
+// floats with the per-pair frequencies computed once per model and the angles once per step.)
+
+// The angles of one step: cos[t][i] = attn_factor * cos(positions[t] * inv_freq[i]) (sin
+// likewise), evaluated in double. inv_freq: [n_pairs]; cos, sin: [n_tokens, n_pairs].
+void rope_angles(const double* inv_freq, int32_t n_pairs, const int32_t* positions,
+                 int64_t n_tokens, float attn_factor, float* cos, float* sin);
+
+// Rotates the first 2 * n_pairs dims of each head of x [n_tokens, n_heads, head_dim] in place
+// by the step's angles (rope_angles), pairs as in rope().
+void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t n_pairs,
+                bool neox, const float* cos, const float* sin);
 
 // out = silu(gate) * up, n elements.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);

@@ -11,6 +11,14 @@
 
 namespace kiln::model {
 
+// Rope scaling (`<arch>.rope.scaling.type`). Llama 3's scaling is not a type of its own: it
+// comes as per-dimension divisors in the rope_freqs.weight tensor.
+enum class RopeScaling : uint8_t {
+  kNone,
+  kLinear,  // every frequency divided by rope_scale_factor
+  kYarn,    // YaRN (arXiv:2309.00071): interpolation ramped by dimension, cos/sin scaled
+};
+
 // Hyperparameters read from `<arch>.*` GGUF keys (see hparams.h for the key names).
 struct HParams {
   std::string arch;
@@ -40,6 +48,24 @@ struct HParams {
   float attn_scale = 0.0f;              // attention.scale: score scale; 0 = 1 / sqrt(head_dim_k)
   float attn_softcap = 0.0f;            // attn_logit_softcapping: s = c * tanh(s / c); 0 = off
   float final_softcap = 0.0f;           // final_logit_softcapping on the logits; 0 = off
+
+  // Rope scaling (see rope.h for the formulas). Sliding layers use it too unless
+  // rope_scaling_swa is false (gemma3: its local layers keep the plain rope).
+  RopeScaling rope_scaling = RopeScaling::kNone;
+  float rope_scale_factor = 1.0f;  // rope.scaling.factor: context extension factor
+  uint32_t rope_orig_ctx = 0;      // rope.scaling.original_context_length (0 = n_ctx_train)
+  bool rope_scaling_swa = true;
+  // The cos/sin multiplier ("attention factor"): rope.scaling.yarn_attn_factor or
+  // rope.scaling.attn_factor when the file has one, else derived (YaRN: 0.1 ln(factor) + 1,
+  // or with rope.scaling.yarn_log_multiplier the DeepSeek mscale ratio); 0 = derive.
+  float rope_attn_factor = 0.0f;
+  float yarn_log_multiplier = 0.0f;  // 0.1 * mscale_all_dim (DeepSeek-style yarn), 0 = none
+  float yarn_ext_factor = 1.0f;      // weight of the extrapolation ramp (1 in transformers)
+  float yarn_beta_fast = 32.0f;      // rotations that bound the ramp (the paper's alpha, beta)
+  float yarn_beta_slow = 1.0f;
+  // attention.temperature_scale (mistral3, Llama 4 style): q *= 1 + attn_temp_scale *
+  // ln(1 + floor(pos / orig_ctx)), as transformers' Ministral3 (llama.cpp uses pos + 1). 0 = off.
+  float attn_temp_scale = 0.0f;
 
   bool swa_layer(uint32_t il) const {
     if (sliding_window == 0) return false;

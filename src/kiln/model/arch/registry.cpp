@@ -5,8 +5,9 @@
 namespace kiln::model {
 namespace {
 
-const std::array<const ArchDef*, 7> kArchs = {
-    &kArchLlama, &kArchQwen2, &kArchQwen3, &kArchQwen3Moe, &kArchGemma2, &kArchGemma3, &kArchPhi3};
+const std::array<const ArchDef*, 8> kArchs = {&kArchLlama,    &kArchQwen2,   &kArchQwen3,
+                                              &kArchQwen3Moe, &kArchGemma2,  &kArchGemma3,
+                                              &kArchPhi3,     &kArchMistral3};
 
 }  // namespace
 

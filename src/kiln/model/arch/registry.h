@@ -12,5 +12,6 @@ extern const ArchDef kArchQwen3Moe;
 extern const ArchDef kArchGemma2;
 extern const ArchDef kArchGemma3;
 extern const ArchDef kArchPhi3;
+extern const ArchDef kArchMistral3;
 
 }  // namespace kiln::model

@@ -12,6 +12,7 @@
 #include "kiln/model/convert/safetensors.h"
 #include "kiln/model/file_type.h"
 #include "kiln/model/hparams.h"
+#include "kiln/model/rope.h"
 #include "kiln/tokenizer/gguf_vocab.h"
 #include "kiln/tokenizer/hf_import.h"
 
@@ -81,7 +82,46 @@ T cfg(const nlohmann::json& c, const char* key, T fallback) {
   return fallback;
 }
 
-Expected<HParams> hparams_from_config(const nlohmann::json& c) {
+// Rope scaling as transformers reads it (modeling_rope_utils), written as llama.cpp's
+// rope.scaling.* keys. gemma3 (transformers >= 5) nests it per layer type: the full-attention
+// layers' entry holds the scaling, the sliding layers keep the plain rope.
+Status rope_scaling_from_config(const nlohmann::json& rope_all, HParams& hp) {
+  const nlohmann::json& rope =
+      rope_all.contains("full_attention") ? rope_all["full_attention"] : rope_all;
+  const std::string type = rope_type_of(rope);
+  if (type == "default" || type == "llama3") return {};  // llama3: rope_freqs.weight
+  if (type != "linear" && type != "yarn")
+    return err("convert: rope type '{}' is not supported (kiln: default, linear, yarn, llama3)",
+               type);
+  const double factor = cfg<double>(rope, "factor", 0.0);
+  if (!(factor > 0.0)) return err("convert: rope type '{}' needs a factor > 0", type);
+  hp.rope_scale_factor = static_cast<float>(factor);
+  if (type == "linear") {
+    hp.rope_scaling = RopeScaling::kLinear;
+    return {};
+  }
+  hp.rope_scaling = RopeScaling::kYarn;
+  if (!cfg<bool>(rope, "truncate", true))
+    return err("convert: yarn with truncate = false has no GGUF key; kiln cannot convert it");
+  hp.rope_orig_ctx = cfg<uint32_t>(rope, "original_max_position_embeddings", hp.n_ctx_train);
+  hp.yarn_beta_fast = cfg<float>(rope, "beta_fast", 32.0f);
+  hp.yarn_beta_slow = cfg<float>(rope, "beta_slow", 1.0f);
+  // transformers' attention factor: given, or the ratio of two mscales (DeepSeek-style), or
+  // 0.1 ln(factor) + 1 (left for the loader to derive).
+  const double mscale = cfg<double>(rope, "mscale", 0.0);
+  const double mscale_all_dim = cfg<double>(rope, "mscale_all_dim", 0.0);
+  if (rope.contains("attention_factor") && rope["attention_factor"].is_number()) {
+    hp.rope_attn_factor = rope["attention_factor"].get<float>();
+  } else if (mscale != 0.0 && mscale_all_dim != 0.0) {
+    hp.rope_attn_factor =
+        static_cast<float>(yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim));
+  }
+  return {};
+}
+
+}  // namespace
+
+Expected<HParams> hparams_from_hf_config(const nlohmann::json& c) {
   HParams hp;
   KILN_TRY(hp.arch, arch_for(c));
   hp.n_vocab = cfg<uint32_t>(c, "vocab_size", 0);
@@ -115,9 +155,7 @@ Expected<HParams> hparams_from_config(const nlohmann::json& c) {
   hp.attn_softcap = cfg<float>(c, "attn_logit_softcapping", 0.0f);
   hp.final_softcap = cfg<float>(c, "final_logit_softcapping", 0.0f);
   hp.tied_embeddings = cfg<bool>(c, "tie_word_embeddings", false);
-  const std::string rope_type = rope_type_of(rope);
-  if (rope_type != "default" && rope_type != "llama3")
-    return err("convert: rope type '{}' is not supported by the converter yet", rope_type);
+  KILN_TRY_STATUS(rope_scaling_from_config(rope, hp));
   return hp;
 }
 
@@ -146,6 +184,8 @@ std::vector<float> llama3_rope_factors(const nlohmann::json& rope, const HParams
   }
   return out;
 }
+
+namespace {
 
 // All *.safetensors in the folder, merged into one name index.
 struct Checkpoint {
@@ -266,7 +306,7 @@ Expected<gguf::Writer> convert_hf(const ConvertOptions& o) {
   if (!cf) return err("convert: cannot read '{}/config.json'", o.hf_dir);
   const nlohmann::json config = nlohmann::json::parse(cf, nullptr, false);
   if (config.is_discarded()) return err("convert: config.json is not valid JSON");
-  KILN_TRY(HParams hp, hparams_from_config(config));
+  KILN_TRY(HParams hp, hparams_from_hf_config(config));
   KILN_TRY(FileType ft, parse_file_type(o.type));
   KILN_TRY(Checkpoint ck, open_checkpoint(o.hf_dir));
   if (!ck.has("lm_head.weight")) hp.tied_embeddings = true;

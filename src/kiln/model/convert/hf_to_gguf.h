@@ -6,7 +6,10 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "kiln/gguf/writer.h"
+#include "kiln/model/arch/arch.h"
 #include "kiln/util/status.h"
 
 namespace kiln::model {
@@ -16,6 +19,14 @@ struct ConvertOptions {
   std::string type = "f16";    // see file_type.h
   bool with_tokenizer = true;  // when the folder has a tokenizer.json
 };
+
+// The GGUF hyperparameters of a Hugging Face config.json (transformers 4 and 5 styles), rope
+// scaling included. Tensor-dependent fields (tied embeddings) are settled by convert_hf.
+Expected<HParams> hparams_from_hf_config(const nlohmann::json& config);
+
+// llama3 rope scaling (rope_scaling / rope_parameters of type llama3) as the per-pair divisors
+// llama.cpp's converter writes as rope_freqs.weight ([n_rot / 2]).
+std::vector<float> llama3_rope_factors(const nlohmann::json& rope, const HParams& hp);
 
 Expected<gguf::Writer> convert_hf(const ConvertOptions& opts);
 Status convert_hf_file(const ConvertOptions& opts, const std::string& out_path);
