@@ -2,9 +2,9 @@
 // write/read round trip per cache type, and batch invariance of the fast attention.
 //
 // Bounds (stated in attention.h): exp relative 4e-7 on [-87, 88]; attention outputs within
-// 2e-5 of the largest |V| (scores and softmax in another order, per-block online softmax,
-// vector exp); swiglu/geglu within 2e-6 * |gate * up|; rmsnorm within 1e-6 relative; add and
-// scale bitwise.
+// 1e-6 of the largest |V| (1e-5 with softcap): scores and softmax in another order,
+// per-block online softmax, vector exp; swiglu/geglu within 2e-6 * |gate * up|; rmsnorm within 1e-6
+// relative; add and scale bitwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -236,9 +236,11 @@ TEST(Attention, Avx2MatchesReference) {
     attention_reference(s.view, b, s.q.data(), ref.data(), p, nullptr);
     float worst = 0;
     for (int64_t i = 0; i < n_out; ++i) worst = std::max(worst, std::fabs(fast[i] - ref[i]));
-    // |V| <= 1 (F16/Q8_0 round within that): bound 2e-5 absolute.
-    EXPECT_LE(worst, 2e-5f) << quant::type_name(c.type) << " group " << c.group << " dk " << c.dk
-                            << " window " << c.window << " softcap " << c.softcap;
+    // |V| <= 1: bound 1e-6 absolute, 1e-5 with softcap (tanh8's absolute error times the cap
+    // moves the scores); measured 1.5e-7..2.4e-7 and 0.9e-6..3.8e-6.
+    EXPECT_LE(worst, c.softcap > 0 ? 1e-5f : 1e-6f)
+        << quant::type_name(c.type) << " group " << c.group << " dk " << c.dk << " window "
+        << c.window << " softcap " << c.softcap;
     EXPECT_GT(worst, 0.0f);  // different arithmetic: equality would mean a path was not run
     std::printf("%s group %d dk %d window %d softcap %g: max |fast - ref| %.3g\n",
                 std::string(quant::type_name(c.type)).c_str(), c.group, c.dk, c.window, c.softcap,

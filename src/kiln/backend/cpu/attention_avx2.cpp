@@ -55,8 +55,11 @@ struct Bufs {
   float* vb;       // [16][head_dim_v] decoded V (unused for F32)
   float* m;        // [rows] running max
   float* l;        // [rows] running normaliser
+  float* corr;     // [rows] e^(m_old - m_new) of the current block
   int32_t* first;  // [rows] first visible position
   int32_t* pos;    // [rows] the row's own position
+  int32_t* lo;     // [rows] first key of the current block the row sees (> hi: none)
+  int32_t* hi;     // [rows] last key of the current block the row sees
 };
 
 }  // namespace
@@ -165,9 +168,37 @@ void pv_chunk(float* acc, float corr, const float* p, const float* v, int32_t dv
   for (int i = 0; i < NV; ++i) _mm256_storeu_ps(acc + 8 * i, a[i]);
 }
 
+// The same for two rows over the same keys [lo, hi]: each V vector is loaded once for both.
+// Per element the operations are those of pv_chunk.
+template <int NV>
+void pv_pair(float* acc0, float* acc1, float corr0, float corr1, const float* p0, const float* p1,
+             const float* v, int32_t dv, int32_t lo, int32_t hi) {
+  __m256 a0[NV], a1[NV];
+  const __m256 c0 = _mm256_set1_ps(corr0), c1 = _mm256_set1_ps(corr1);
+  for (int i = 0; i < NV; ++i) {
+    a0[i] = _mm256_mul_ps(_mm256_loadu_ps(acc0 + 8 * i), c0);
+    a1[i] = _mm256_mul_ps(_mm256_loadu_ps(acc1 + 8 * i), c1);
+  }
+  for (int32_t j = lo; j <= hi; ++j) {
+    const __m256 pj0 = _mm256_broadcast_ss(p0 + j);
+    const __m256 pj1 = _mm256_broadcast_ss(p1 + j);
+    const float* vj = v + int64_t{j} * dv;
+    for (int i = 0; i < NV; ++i) {
+      const __m256 vv = _mm256_loadu_ps(vj + 8 * i);
+      a0[i] = _mm256_fmadd_ps(pj0, vv, a0[i]);
+      a1[i] = _mm256_fmadd_ps(pj1, vv, a1[i]);
+    }
+  }
+  for (int i = 0; i < NV; ++i) {
+    _mm256_storeu_ps(acc0 + 8 * i, a0[i]);
+    _mm256_storeu_ps(acc1 + 8 * i, a1[i]);
+  }
+}
+
 // Online-softmax update of row r with keys [lo, hi] of a block whose raw scores are in sc.
-void update_row(const Ctx& c, const Bufs& w, int32_t r, int32_t lo, int32_t hi, const float* vb) {
-  const int32_t dv = c.kv->head_dim_v;
+// Online-softmax statistics of row r for keys [lo, hi] of a block whose raw scores are in sc:
+// leaves the probabilities in sc and the correction of the old sums in corr.
+void softmax_row(const Ctx& c, const Bufs& w, int32_t r, int32_t lo, int32_t hi) {
   float* s = w.sc + r * kBT;
   const __m256 scale = _mm256_set1_ps(c.p.scale);
   __m256 s0 = _mm256_mul_ps(_mm256_loadu_ps(s), scale);
@@ -199,10 +230,36 @@ void update_row(const Ctx& c, const Bufs& w, int32_t r, int32_t lo, int32_t hi, 
   w.m[r] = m_new;
   _mm256_storeu_ps(s, p0);
   _mm256_storeu_ps(s + 8, p1);
-  float* acc = w.acc + int64_t{r} * dv;
-  int32_t i = 0;
-  for (; i + 64 <= dv; i += 64) pv_chunk<8>(acc + i, corr, s, vb + i, dv, lo, hi);
-  for (; i < dv; i += 8) pv_chunk<1>(acc + i, corr, s, vb + i, dv, lo, hi);
+  w.corr[r] = corr;
+}
+
+// acc_r = acc_r * corr_r + sum_j p_rj v_j for every row that sees keys of this block; rows with
+// the same key range go in pairs (one V load for both), with the same per-element arithmetic.
+void pv_rows(const Bufs& w, int32_t n_rows, const float* vb, int32_t dv) {
+  for (int32_t r = 0; r < n_rows;) {
+    const int32_t lo = w.lo[r], hi = w.hi[r];
+    if (lo > hi) {
+      ++r;
+      continue;
+    }
+    float* acc = w.acc + int64_t{r} * dv;
+    const float* p = w.sc + r * kBT;
+    if (r + 1 < n_rows && w.lo[r + 1] == lo && w.hi[r + 1] == hi) {
+      float* acc1 = acc + dv;
+      const float* p1 = p + kBT;
+      int32_t i = 0;
+      for (; i + 32 <= dv; i += 32)
+        pv_pair<4>(acc + i, acc1 + i, w.corr[r], w.corr[r + 1], p, p1, vb + i, dv, lo, hi);
+      for (; i < dv; i += 8)
+        pv_pair<1>(acc + i, acc1 + i, w.corr[r], w.corr[r + 1], p, p1, vb + i, dv, lo, hi);
+      r += 2;
+    } else {
+      int32_t i = 0;
+      for (; i + 64 <= dv; i += 64) pv_chunk<8>(acc + i, w.corr[r], p, vb + i, dv, lo, hi);
+      for (; i < dv; i += 8) pv_chunk<1>(acc + i, w.corr[r], p, vb + i, dv, lo, hi);
+      r += 1;
+    }
+  }
 }
 
 void attend_item(const Ctx& c, const Item& it, const Bufs& w) {
@@ -237,10 +294,11 @@ void attend_item(const Ctx& c, const Item& it, const Bufs& w) {
     for (; r < n_rows; ++r) score_rows<1>(w.q + int64_t{r} * dk, dk, kt, w.sc + r * kBT);
     const int32_t base = bi * kBT;
     for (r = 0; r < n_rows; ++r) {
-      const int32_t lo = std::max(w.first[r], base) - base;
-      const int32_t hi = std::min(w.pos[r], base + kBT - 1) - base;
-      if (lo <= hi) update_row(c, w, r, lo, hi, vb);
+      w.lo[r] = std::max(w.first[r], base) - base;
+      w.hi[r] = std::min(w.pos[r], base + kBT - 1) - base;
+      if (w.lo[r] <= w.hi[r]) softmax_row(c, w, r, w.lo[r], w.hi[r]);
     }
+    pv_rows(w, n_rows, vb, dv);
   }
   for (int32_t t = it.row_begin; t < it.row_end; ++t) {
     for (int32_t gi = 0; gi < g; ++gi) {
@@ -339,9 +397,9 @@ void attention_avx2(const KvLayerView& kv, const AttnBatch& b, const float* q, f
     thread_local std::vector<int32_t> ibuf;
     const size_t dk = static_cast<size_t>(kv.head_dim_k), dv = static_cast<size_t>(kv.head_dim_v);
     const size_t rows = static_cast<size_t>(max_rows);
-    const size_t need = rows * (dk + dv + kBT + 2) + dk * kBT + kBT * dv;
+    const size_t need = rows * (dk + dv + kBT + 3) + dk * kBT + kBT * dv;
     if (fbuf.size() < need) fbuf.resize(need);
-    if (ibuf.size() < 2 * rows) ibuf.resize(2 * rows);
+    if (ibuf.size() < 4 * rows) ibuf.resize(4 * rows);
     Bufs w;
     w.q = fbuf.data();
     w.acc = w.q + rows * dk;
@@ -350,8 +408,11 @@ void attention_avx2(const KvLayerView& kv, const AttnBatch& b, const float* q, f
     w.vb = w.kt + dk * kBT;
     w.m = w.vb + kBT * dv;
     w.l = w.m + rows;
+    w.corr = w.l + rows;
     w.first = ibuf.data();
     w.pos = w.first + rows;
+    w.lo = w.pos + rows;
+    w.hi = w.lo + rows;
     for (int64_t i = begin; i < end; ++i) attend_item(c, item_list[i], w);
   };
   const int64_t n_items = static_cast<int64_t>(items.size());
