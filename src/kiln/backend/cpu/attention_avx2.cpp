@@ -137,16 +137,19 @@ const float* load_v(const KvLayerView& kv, int64_t block, int32_t kvh, float* vb
 template <int NR>
 void score_rows(const float* q, int32_t dk, const float* kt, float* sc) {
   __m256 a[NR][2];
+#pragma GCC unroll 8
   for (int r = 0; r < NR; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
   for (int32_t d = 0; d < dk; ++d) {
     const __m256 k0 = _mm256_loadu_ps(kt + d * kBT);
     const __m256 k1 = _mm256_loadu_ps(kt + d * kBT + 8);
+#pragma GCC unroll 8
     for (int r = 0; r < NR; ++r) {
       const __m256 qb = _mm256_broadcast_ss(q + int64_t{r} * dk + d);
       a[r][0] = _mm256_fmadd_ps(qb, k0, a[r][0]);
       a[r][1] = _mm256_fmadd_ps(qb, k1, a[r][1]);
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < NR; ++r) {
     _mm256_storeu_ps(sc + r * kBT, a[r][0]);
     _mm256_storeu_ps(sc + r * kBT + 8, a[r][1]);
@@ -159,12 +162,15 @@ void pv_chunk(float* acc, float corr, const float* p, const float* v, int32_t dv
               int32_t hi) {
   __m256 a[NV];
   const __m256 c = _mm256_set1_ps(corr);
+#pragma GCC unroll 8
   for (int i = 0; i < NV; ++i) a[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * i), c);
   for (int32_t j = lo; j <= hi; ++j) {
     const __m256 pj = _mm256_broadcast_ss(p + j);
     const float* vj = v + int64_t{j} * dv;
+#pragma GCC unroll 8
     for (int i = 0; i < NV; ++i) a[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * i), a[i]);
   }
+#pragma GCC unroll 8
   for (int i = 0; i < NV; ++i) _mm256_storeu_ps(acc + 8 * i, a[i]);
 }
 
@@ -175,6 +181,7 @@ void pv_pair(float* acc0, float* acc1, float corr0, float corr1, const float* p0
              const float* v, int32_t dv, int32_t lo, int32_t hi) {
   __m256 a0[NV], a1[NV];
   const __m256 c0 = _mm256_set1_ps(corr0), c1 = _mm256_set1_ps(corr1);
+#pragma GCC unroll 8
   for (int i = 0; i < NV; ++i) {
     a0[i] = _mm256_mul_ps(_mm256_loadu_ps(acc0 + 8 * i), c0);
     a1[i] = _mm256_mul_ps(_mm256_loadu_ps(acc1 + 8 * i), c1);
@@ -183,12 +190,14 @@ void pv_pair(float* acc0, float* acc1, float corr0, float corr1, const float* p0
     const __m256 pj0 = _mm256_broadcast_ss(p0 + j);
     const __m256 pj1 = _mm256_broadcast_ss(p1 + j);
     const float* vj = v + int64_t{j} * dv;
+#pragma GCC unroll 8
     for (int i = 0; i < NV; ++i) {
       const __m256 vv = _mm256_loadu_ps(vj + 8 * i);
       a0[i] = _mm256_fmadd_ps(pj0, vv, a0[i]);
       a1[i] = _mm256_fmadd_ps(pj1, vv, a1[i]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < NV; ++i) {
     _mm256_storeu_ps(acc0 + 8 * i, a0[i]);
     _mm256_storeu_ps(acc1 + 8 * i, a1[i]);
