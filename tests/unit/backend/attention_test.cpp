@@ -19,6 +19,7 @@
 #include "kiln/backend/cpu/attention.h"
 #include "kiln/backend/cpu/ops.h"
 #include "kiln/quant/convert.h"
+#include "kiln/quant/fp16.h"
 #include "kiln/quant/types.h"
 #include "kiln/util/thread_pool.h"
 
@@ -110,6 +111,22 @@ TEST(SmallOps, RmsnormAddScaleMatchReference) {
     scale_avx2(s1.data(), 0.37f, rows * n);
     for (int64_t i = 0; i < rows * n; ++i) s2[i] *= 0.37f;
     EXPECT_EQ(0, std::memcmp(s1.data(), s2.data(), s1.size() * 4)) << n;
+  }
+}
+
+TEST(SmallOps, Fp16ConversionEqualsReference) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937 rng(7);
+  std::vector<float> x = random_vec(rng, 1000, -70000, 70000);
+  const std::vector<float> small = random_vec(rng, 1000, -1e-4f, 1e-4f);  // subnormal f16
+  x.insert(x.end(), small.begin(), small.end());
+  for (float v : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e9f, -INFINITY, 5.96e-8f, 2.98e-8f})
+    x.push_back(v);
+  std::vector<uint16_t> y(x.size() * 3, 0xABCD);
+  fp32_to_fp16_avx2(x.data(), y.data(), static_cast<int64_t>(x.size()), 3);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(y[i * 3], quant::fp32_to_fp16(x[i])) << x[i];
+    ASSERT_EQ(y[i * 3 + 1], 0xABCD);  // the stride's gaps are untouched
   }
 }
 

@@ -42,6 +42,8 @@ void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n);
 void geglu_avx2(const float* gate, const float* up, float* out, int64_t n);
 void add_avx2(float* x, const float* y, int64_t n);
 void scale_avx2(float* x, float s, int64_t n);
+// y[i * stride] = fp16(x[i]), rounding to nearest even (F16C; equal to quant::fp32_to_fp16).
+void fp32_to_fp16_avx2(const float* x, uint16_t* y, int64_t n, int64_t stride);
 // out[i] = exp(x[i]) with the kernels' vector exp (for its accuracy test).
 void exp_avx2(const float* x, float* out, int64_t n);
 

@@ -219,6 +219,15 @@ void kv_write(const KvLayerView& kv, const AttnBatch& b, const float* k, const f
         const float* ks = k + t * k_row + int64_t{h} * kv.head_dim_k;
         const float* vs = v + t * v_row + int64_t{h} * kv.head_dim_v;
         uint8_t* kh = k_head(kv, block, h);
+        if (kv.type == quant::Type::F16 && use_avx2()) {  // same bits as fp32_to_fp16
+          fp32_to_fp16_avx2(ks, reinterpret_cast<uint16_t*>(kh) + j, kv.head_dim_k,
+                            kv.block_tokens);
+          fp32_to_fp16_avx2(vs,
+                            reinterpret_cast<uint16_t*>(
+                                row_in_head(v_head(kv, block, h), kv.type, j, kv.head_dim_v)),
+                            kv.head_dim_v, 1);
+          continue;
+        }
         if (kv.type == quant::Type::F32) {
           float* kt = reinterpret_cast<float*>(kh);
           for (int32_t d = 0; d < kv.head_dim_k; ++d) kt[d * kv.block_tokens + j] = ks[d];

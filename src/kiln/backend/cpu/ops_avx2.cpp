@@ -123,6 +123,18 @@ void scale_avx2(float* x, float s, int64_t n) {
   for (; i < n; ++i) x[i] *= s;
 }
 
+void fp32_to_fp16_avx2(const float* x, uint16_t* y, int64_t n, int64_t stride) {
+  for (int64_t i = 0; i < n; i += 8) {
+    alignas(32) float in[8] = {};
+    alignas(16) uint16_t h[8];
+    const int64_t m = n - i < 8 ? n - i : 8;
+    for (int64_t k = 0; k < m; ++k) in[k] = x[i + k];
+    _mm_store_si128(reinterpret_cast<__m128i*>(h),
+                    _mm256_cvtps_ph(_mm256_load_ps(in), _MM_FROUND_TO_NEAREST_INT));
+    for (int64_t k = 0; k < m; ++k) y[(i + k) * stride] = h[k];
+  }
+}
+
 void exp_avx2(const float* x, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, exp8(_mm256_loadu_ps(x + i)));
@@ -156,6 +168,9 @@ void scale_avx2(float*, float, int64_t) {
   KILN_ASSERT(false);
 }
 void exp_avx2(const float*, float*, int64_t) {
+  KILN_ASSERT(false);
+}
+void fp32_to_fp16_avx2(const float*, uint16_t*, int64_t, int64_t) {
   KILN_ASSERT(false);
 }
 }  // namespace kiln::backend::cpu
