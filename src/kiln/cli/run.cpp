@@ -186,6 +186,10 @@ int run(RunOptions o) {
     fmt::print(stderr, "kiln run: give a prompt (-p TEXT or -f FILE) or --chat\n");
     return 2;
   }
+  if (auto kv_type = kv::parse_kv_type(o.kv_type); !kv_type.ok()) {
+    fmt::print(stderr, "kiln run: --kv-type: {}\n", kv_type.error().message);
+    return 2;
+  }
   if (!o.prompt_file.empty()) {
     auto t = read_text_file(o.prompt_file);
     if (!t.ok()) {

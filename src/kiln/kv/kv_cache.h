@@ -1,9 +1,10 @@
-// Paged KV cache storage: fixed blocks of kBlockTokens tokens. Layout per layer and block:
-// K as [kBlockTokens][n_kv_heads][head_dim_k] elements of the cache type, V the same with
-// head_dim_v. The type is F16 (default), F32 or Q8_0; with Q8_0 each head's row is
+// Paged KV cache storage: fixed blocks of kBlockTokens tokens, per layer a K and a V array of
+// blocks. The cache type is F16 (default), F32 or Q8_0; with Q8_0 each head's row is
 // head_dim / 32 ggml block_q8_0 (an f16 scale and 32 int8), so head dims must be multiples of
-// 32. Which block belongs to which sequence is the block manager's business (block_pool.h);
-// this class only owns the memory.
+// 32. Inside a block the layout is head-major and is defined with the ops that read and write
+// it (backend/cpu/ops.h, KvLayerView): F32/F16 K transposed per head, Q8_0 K and all V as
+// token rows. Which block belongs to which sequence is the block manager's business
+// (block_pool.h); this class only owns the memory.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +44,7 @@ class KvCache {
   uint64_t k_block_bytes() const { return k_block_bytes_; }
   uint64_t v_block_bytes() const { return v_block_bytes_; }
 
-  // [kBlockTokens][n_kv_heads][row of head_dim] for (layer, block), as raw bytes.
+  // The bytes of (layer, block): n_kv_heads parts of k_block_bytes() / n_kv_heads each.
   uint8_t* k_block(int32_t layer, int32_t block) { return k_.data() + k_offset(layer, block); }
   uint8_t* v_block(int32_t layer, int32_t block) { return v_.data() + v_offset(layer, block); }
   const uint8_t* k_block(int32_t layer, int32_t block) const {
