@@ -10,6 +10,7 @@
 #include "kiln/backend/cpu/ops.h"
 #include "kiln/cli/commands.h"
 #include "kiln/engine/sequence.h"
+#include "kiln/kv/kv_cache.h"
 #include "kiln/model/model.h"
 #include "kiln/util/cpu.h"
 
@@ -23,6 +24,7 @@ struct BenchOptions {
   int32_t reps = 3;
   int threads = 0;
   int32_t batch = 512;  // prefill chunk
+  std::string kv_type = "f16";
   bool json = false;
 };
 
@@ -54,11 +56,11 @@ std::vector<int32_t> bench_tokens(int32_t n, uint32_t n_vocab) {
 }
 
 Expected<std::vector<Figure>> measure(const model::Model& m, const BenchOptions& o,
-                                      util::ThreadPool& pool) {
+                                      util::ThreadPool& pool, quant::Type kv_type) {
   std::vector<Figure> out;
   const uint32_t v = m.hparams().n_vocab;
   const int32_t n_ctx = std::max(o.n_prompt, o.n_gen) + 1;
-  KILN_TRY(auto seq, engine::SequenceRunner::create(m, &pool, n_ctx, o.batch));
+  KILN_TRY(auto seq, engine::SequenceRunner::create(m, &pool, n_ctx, o.batch, kv_type));
   if (o.n_prompt > 0) {
     Figure f{fmt::format("pp{}", o.n_prompt), o.n_prompt, {}};
     const std::vector<int32_t> prompt = bench_tokens(o.n_prompt, v);
@@ -88,6 +90,11 @@ Expected<std::vector<Figure>> measure(const model::Model& m, const BenchOptions&
 }
 
 int run_bench(const BenchOptions& o) {
+  auto kv_type = kv::parse_kv_type(o.kv_type);
+  if (!kv_type.ok()) {
+    fmt::print(stderr, "kiln bench: --kv-type: {}\n", kv_type.error().message);
+    return 2;
+  }
   auto m = model::Model::load(o.model);
   if (!m.ok()) {
     fmt::print(stderr, "kiln bench: {}\n", m.error().message);
@@ -95,7 +102,7 @@ int run_bench(const BenchOptions& o) {
   }
   const int threads = o.threads > 0 ? o.threads : util::default_num_threads();
   util::ThreadPool pool(threads);
-  auto figs = measure(**m, o, pool);
+  auto figs = measure(**m, o, pool, *kv_type);
   if (!figs.ok()) {
     fmt::print(stderr, "kiln bench: {}\n", figs.error().message);
     return 1;
@@ -116,6 +123,7 @@ int run_bench(const BenchOptions& o) {
            {"params", params},
            {"backend", "cpu"},
            {"threads", threads},
+           {"type_kv", quant::type_name(*kv_type)},
            {"test", f.test},
            {"n_tokens", f.n_tokens},
            {"tok_per_s_mean", f.mean()},
@@ -127,17 +135,20 @@ int run_bench(const BenchOptions& o) {
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("| {:<12} | {:>10} | {:>8} | {:<7} | {:>7} | {:>8} | {:>20} | {:>9} |\n", "model",
-             "size", "params", "backend", "threads", "test", "t/s", "GB/s");
-  fmt::print("| {:-<12} | {:->10} | {:->8} | {:-<7} | {:->7} | {:->8} | {:->20} | {:->9} |\n", "",
-             "", "", "", "", "", "", "");
+  fmt::print("| {:<12} | {:>10} | {:>8} | {:<7} | {:>7} | {:>7} | {:>8} | {:>20} | {:>9} |\n",
+             "model", "size", "params", "backend", "threads", "type_kv", "test", "t/s", "GB/s");
+  fmt::print(
+      "| {:-<12} | {:->10} | {:->8} | {:-<7} | {:->7} | {:->7} | {:->8} | {:->20} | {:->9} |\n", "",
+      "", "", "", "", "", "", "", "");
   for (const Figure& f : *figs) {
     const std::string gbs =
         f.test.starts_with("tg") ? fmt::format("{:.2f}", f.mean() * bytes_per_token / 1e9) : "";
     fmt::print(
-        "| {:<12} | {:>6.2f} MiB | {:>6.2f} M | {:<7} | {:>7} | {:>8} | {:>11.2f} ± {:>6.2f} | "
-        "{:>9} |\n",
-        arch, bytes / 1048576.0, params / 1e6, "cpu", threads, f.test, f.mean(), f.stddev(), gbs);
+        "| {:<12} | {:>6.2f} MiB | {:>6.2f} M | {:<7} | {:>7} | {:>7} | {:>8} | {:>11.2f} ± "
+        "{:>6.2f} "
+        "| {:>9} |\n",
+        arch, bytes / 1048576.0, params / 1e6, "cpu", threads, quant::type_name(*kv_type), f.test,
+        f.mean(), f.stddev(), gbs);
   }
   fmt::print(stderr, "kiln bench: {} | {} bytes of weights read per generated token\n",
              util::to_string(util::cpu_features()), bytes_per_token);
@@ -159,6 +170,9 @@ RunFn add_bench(CLI::App& app) {
   cmd->add_option("-b,--batch", o->batch, "prefill chunk size")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
+  cmd->add_option("--kv-type", o->kv_type,
+                  "KV cache type: f16, f32 or q8_0 (q8_0 needs head dims that are multiples of 32)")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "JSON output");
   return [o]() { return run_bench(*o); };
 }

@@ -16,6 +16,7 @@
 #include "kiln/engine/sampler.h"
 #include "kiln/engine/sequence.h"
 #include "kiln/engine/stop.h"
+#include "kiln/kv/kv_cache.h"
 #include "kiln/tokenizer/gguf_vocab.h"
 #include "kiln/tokenizer/stream_decoder.h"
 #include "kiln/util/log.h"
@@ -37,6 +38,7 @@ struct RunOptions {
   int32_t n_predict = 256;
   int32_t n_ctx = 4096;
   int threads = 0;
+  std::string kv_type = "f16";
   int64_t seed = -1;
   bool chat = false;
   bool ignore_eos = false;
@@ -72,7 +74,8 @@ Expected<Runtime> load(const RunOptions& o, double* load_seconds) {
   KILN_TRY(rt.tokenizer, tokenizer::Tokenizer::create(std::move(vocab)));
   rt.pool =
       std::make_unique<util::ThreadPool>(o.threads > 0 ? o.threads : util::default_num_threads());
-  KILN_TRY(rt.seq, engine::SequenceRunner::create(*rt.model, rt.pool.get(), o.n_ctx));
+  KILN_TRY(const quant::Type kv_type, kv::parse_kv_type(o.kv_type));
+  KILN_TRY(rt.seq, engine::SequenceRunner::create(*rt.model, rt.pool.get(), o.n_ctx, 512, kv_type));
   rt.eog = engine::end_of_generation_ids(rt.tokenizer);
   *load_seconds = seconds_since(t0);
   return rt;
@@ -214,6 +217,10 @@ int run(RunOptions o) {
     fmt::print(stderr, "kiln run: give a prompt (-p TEXT or -f FILE) or --chat\n");
     return 2;
   }
+  if (auto kv_type = kv::parse_kv_type(o.kv_type); !kv_type.ok()) {
+    fmt::print(stderr, "kiln run: --kv-type: {}\n", kv_type.error().message);
+    return 2;
+  }
   if (!o.prompt_file.empty()) {
     auto t = read_text_file(o.prompt_file);
     if (!t.ok()) {
@@ -273,6 +280,9 @@ RunFn add_run(CLI::App& app) {
   cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
   cmd->add_option("-c,--ctx", o->n_ctx, "context length")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "threads (default: physical cores)");
+  cmd->add_option("--kv-type", o->kv_type,
+                  "KV cache type: f16, f32 or q8_0 (q8_0 needs head dims that are multiples of 32)")
+      ->capture_default_str();
   cmd->add_option("--temp", o->sampling.temperature, "temperature (0 = greedy)")
       ->capture_default_str();
   cmd->add_option("--top-k", o->sampling.top_k, "top-k (0 = off)")->capture_default_str();

@@ -9,6 +9,7 @@
 #include "kiln/cli/commands.h"
 #include "kiln/cli/model_files.h"
 #include "kiln/engine/engine.h"
+#include "kiln/kv/kv_cache.h"
 #include "kiln/server/server.h"
 #include "kiln/util/log.h"
 
@@ -21,6 +22,7 @@ struct ServeOptions {
   int drain_timeout_s = 30;
   int request_timeout_s = 0;
   std::string kv_memory;  // "512M", "2G", bytes
+  std::string kv_type = "f16";
 };
 
 // "1024", "512K", "64M", "2G" -> bytes.
@@ -59,6 +61,12 @@ int run_serve(ServeOptions o) {
     return 2;
   }
   o.engine.kv_memory_bytes = *kv_bytes;
+  auto kv_type = kv::parse_kv_type(o.kv_type);
+  if (!kv_type.ok()) {
+    fmt::print(stderr, "kiln serve: --kv-type: {}\n", kv_type.error().message);
+    return 2;
+  }
+  o.engine.kv_type = *kv_type;
   o.server.drain_timeout = std::chrono::seconds(o.drain_timeout_s);
   o.server.request_timeout = std::chrono::seconds(o.request_timeout_s);
   // The tokenizer and template come from the metadata, which loads in moments.
@@ -110,6 +118,9 @@ RunFn add_serve(CLI::App& app) {
   cmd->add_option("-c,--ctx", o->engine.n_ctx, "context length per request")->capture_default_str();
   cmd->add_option("--kv-memory", o->kv_memory,
                   "KV cache budget, e.g. 512M or 2G (default: max-seqs full contexts, <= 2G)");
+  cmd->add_option("--kv-type", o->kv_type,
+                  "KV cache type: f16, f32 or q8_0 (q8_0 needs head dims that are multiples of 32)")
+      ->capture_default_str();
   cmd->add_option("--max-batch-tokens", o->engine.max_batch_tokens,
                   "tokens computed per engine step (prefill chunks + decodes)")
       ->capture_default_str();

@@ -271,7 +271,8 @@ void Engine::thread_main() {
     tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
     const model::HParams& hp = model_->hparams();
     if (opts_.n_ctx <= 0) opts_.n_ctx = static_cast<int32_t>(hp.n_ctx_train);
-    const kv::KvShape shape = model::kv_shape(hp);
+    kv::KvShape shape = model::kv_shape(hp);
+    shape.type = opts_.kv_type;
     const uint64_t per_block = kv::KvCache::bytes_per_block(shape);
     uint64_t budget = opts_.kv_memory_bytes;
     if (budget == 0) {
@@ -287,8 +288,9 @@ void Engine::thread_main() {
     cfg.max_waiting = opts_.max_waiting;
     cfg.enable_prefix_cache = opts_.enable_prefix_cache;
     const int threads = opts_.threads > 0 ? opts_.threads : util::default_num_threads();
-    log::info("engine: {} KV blocks of {} tokens ({:.1f} MiB), {} threads", cache.num_blocks(),
-              kv::kBlockTokens, static_cast<double>(budget) / (1 << 20), threads);
+    log::info("engine: {} KV blocks of {} tokens ({} KV, {:.1f} MiB), {} threads",
+              cache.num_blocks(), kv::kBlockTokens, quant::type_name(shape.type),
+              static_cast<double>(budget) / (1 << 20), threads);
     return std::make_unique<Impl>(*this, threads, std::move(cache), cfg);
   };
   auto impl = load();

@@ -20,13 +20,14 @@ namespace kiln::engine {
 
 struct EngineOptions {
   std::string model_path;
-  int threads = 0;                 // 0: physical cores
-  int32_t n_ctx = 4096;            // context per sequence (prompt + generated)
-  uint64_t kv_memory_bytes = 0;    // KV cache budget; 0: enough for max_seqs full contexts,
-                                   // capped at 2 GiB
-  int32_t max_batch_tokens = 512;  // tokens per step (prefill chunks + decodes)
-  int32_t max_seqs = 16;           // running sequences at most
-  int32_t max_waiting = 256;       // queued requests beyond this are refused (429)
+  int threads = 0;                         // 0: physical cores
+  int32_t n_ctx = 4096;                    // context per sequence (prompt + generated)
+  uint64_t kv_memory_bytes = 0;            // KV cache budget; 0: enough for max_seqs full contexts,
+                                           // capped at 2 GiB
+  quant::Type kv_type = quant::Type::F16;  // KV cache storage: F16, F32 or Q8_0
+  int32_t max_batch_tokens = 512;          // tokens per step (prefill chunks + decodes)
+  int32_t max_seqs = 16;                   // running sequences at most
+  int32_t max_waiting = 256;               // queued requests beyond this are refused (429)
   bool enable_prefix_cache = true;
 };
 

@@ -8,11 +8,13 @@ namespace kiln::engine {
 Expected<std::unique_ptr<SequenceRunner>> SequenceRunner::create(const model::Model& model,
                                                                  util::ThreadPool* pool,
                                                                  int32_t n_ctx,
-                                                                 int32_t max_step_tokens) {
+                                                                 int32_t max_step_tokens,
+                                                                 quant::Type kv_type) {
   const model::HParams& hp = model.hparams();
   if (n_ctx <= 0) n_ctx = static_cast<int32_t>(std::min<uint32_t>(hp.n_ctx_train, 1u << 20));
   if (max_step_tokens <= 0) return err("max_step_tokens must be > 0");
-  const kv::KvShape shape = model::kv_shape(hp);
+  kv::KvShape shape = model::kv_shape(hp);
+  shape.type = kv_type;
   const int32_t n_blocks = (n_ctx + kv::kBlockTokens - 1) / kv::kBlockTokens;
   KILN_TRY(kv::KvCache cache,
            kv::KvCache::create(shape, kv::KvCache::bytes_per_block(shape) * n_blocks));

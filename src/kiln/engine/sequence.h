@@ -23,7 +23,8 @@ class SequenceRunner {
   // max_step_tokens: prefill chunk size (also the activation arena's size).
   static Expected<std::unique_ptr<SequenceRunner>> create(const model::Model& model,
                                                           util::ThreadPool* pool, int32_t n_ctx,
-                                                          int32_t max_step_tokens = 512);
+                                                          int32_t max_step_tokens = 512,
+                                                          quant::Type kv_type = quant::Type::F16);
 
   // Runs `tokens` after those already held; returns the logits [n_vocab] after the last one.
   // Errors: the context would overflow, a token id out of range.

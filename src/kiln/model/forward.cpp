@@ -102,15 +102,12 @@ void Forward::attention_block(int il, const StepInput& in, kv::KvCache& cache, i
   dump("k", il, k_.data(), n, k_width);
   dump("v", il, v_.data(), n, v_width);
 
-  cpu::KvLayerView view;
-  view.k = cache.k_block(il, 0);
-  view.v = cache.v_block(il, 0);
-  view.k_block_elems = int64_t{kv::kBlockTokens} * k_width;
-  view.v_block_elems = int64_t{kv::kBlockTokens} * v_width;
-  view.block_tokens = kv::kBlockTokens;
-  view.n_kv_heads = static_cast<int32_t>(hp.n_head_kv);
-  view.head_dim_k = static_cast<int32_t>(hp.head_dim_k);
-  view.head_dim_v = static_cast<int32_t>(hp.head_dim_v);
+  const cpu::KvLayerView view =
+      cpu::make_kv_view(cache.type(), cache.k_block(il, 0), cache.v_block(il, 0), kv::kBlockTokens,
+                        static_cast<int32_t>(hp.n_head_kv), static_cast<int32_t>(hp.head_dim_k),
+                        static_cast<int32_t>(hp.head_dim_v));
+  KILN_ASSERT(static_cast<uint64_t>(view.k_block_bytes) == cache.k_block_bytes() &&
+              static_cast<uint64_t>(view.v_block_bytes) == cache.v_block_bytes());
   cpu::kv_write(view, in.attn, k_.data(), v_.data());
   cpu::AttnParams ap;
   ap.n_heads = static_cast<int32_t>(hp.n_head);

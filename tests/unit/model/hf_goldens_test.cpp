@@ -49,13 +49,19 @@ Loaded convert_and_load(const std::string& arch, const std::string& type) {
   return l;
 }
 
-// Runs one sequence as a single prefill step, logits for every row: [n, vocab].
-std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& seq) {
+// Runs one sequence as a single prefill step, logits for every row: [n, vocab]. F32 KV by
+// default: the 1e-4 bound against transformers (fp32) leaves no room for F16 KV rounding
+// (KvTypes below bounds F16 and Q8_0 KV against F32).
+std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& seq,
+                              quant::Type kv_type = quant::Type::F32) {
   const HParams& hp = m.hparams();
   kv::KvShape shape = kv_shape(hp);
+  shape.type = kv_type;
   const int32_t n = static_cast<int32_t>(seq.size());
   const int32_t n_blocks = (n + kv::kBlockTokens - 1) / kv::kBlockTokens;
   auto cache = kv::KvCache::create(shape, kv::KvCache::bytes_per_block(shape) * n_blocks);
+  EXPECT_TRUE(cache.ok()) << cache.error().message;
+  if (!cache.ok()) return {};
   std::vector<int32_t> blocks(n_blocks), positions(n), rows(n);
   std::iota(blocks.begin(), blocks.end(), 0);
   std::iota(positions.begin(), positions.end(), 0);
@@ -125,6 +131,44 @@ INSTANTIATE_TEST_SUITE_P(Archs, HfGoldens,
                          ::testing::Values("llama", "llama_tied", "llama3_rope", "qwen2", "qwen3",
                                            "qwen3moe", "mistral_swa", "gemma2", "gemma3", "phi3",
                                            "qwen3_yarn", "llama_linear"));
+
+// KV cache types: logits with F16 and Q8_0 KV stay within a bound of those with F32 KV
+// (same weights, same fast kernels). Bounds are relative to the largest |logit| of the row:
+// F16 rounds K/V to 11 significant bits (rel. 2^-12), Q8_0 to 1/254 of each 32-block's
+// largest value. Q8_0 needs head_dim % 32 == 0: qwen3 (head_dim 32) is the fixture with it.
+TEST(KvTypes, F16AndQ8_0KvStayNearF32Kv) {
+  const std::vector<int32_t> seq = {
+      1,   20, 30, 40, 50, 60, 70, 80, 90, 100, 110,
+      120, 5,  6,  7,  8,  9,  10, 11, 12, 13};  // 21 tokens: two KV blocks
+  auto rel_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
+    float max_diff = 0, max_ref = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
+      max_ref = std::max(max_ref, std::fabs(b[i]));
+    }
+    return max_diff / max_ref;
+  };
+  for (const char* arch : {"llama", "qwen2", "qwen3", "mistral_swa", "gemma2", "phi3"}) {
+    Loaded l = convert_and_load(arch, "f32");
+    ASSERT_NE(l.model, nullptr);
+    const std::vector<float> f32 = all_logits(*l.model, seq, quant::Type::F32);
+    const std::vector<float> f16 = all_logits(*l.model, seq, quant::Type::F16);
+    ASSERT_EQ(f16.size(), f32.size());
+    const float d16 = rel_diff(f16, f32);
+    EXPECT_GT(d16, 0.0f) << arch << ": F16 KV should round something";
+    EXPECT_LE(d16, 2e-3f) << arch;
+    std::printf("%s: F16 KV %g", arch, d16);
+    if (l.model->hparams().head_dim_k % 32 == 0) {
+      const std::vector<float> q8 = all_logits(*l.model, seq, quant::Type::Q8_0);
+      ASSERT_EQ(q8.size(), f32.size());
+      const float d8 = rel_diff(q8, f32);
+      EXPECT_GT(d8, d16) << arch;
+      EXPECT_LE(d8, 3e-2f) << arch;
+      std::printf(", Q8_0 KV %g", d8);
+    }
+    std::printf(" of max |logit|\n");
+  }
+}
 
 // Quantized paths: the Q8_0 / Q4_K / Q6_K model's logits equal, within 1e-3 relative, those of
 // the same quantized values dequantized to F32, when the matmuls run the reference kernel

@@ -1,15 +1,42 @@
 #include "kiln/backend/cpu/ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <optional>
+#include <string_view>
 #include <vector>
 
+#include "kiln/backend/cpu/attention.h"
 #include "kiln/backend/cpu/matmul.h"
 #include "kiln/quant/convert.h"
+#include "kiln/quant/fp16.h"
 #include "kiln/util/status.h"
 
 namespace kiln::backend::cpu {
+
+namespace {
+
+std::atomic<OpsMode> g_ops_mode{[] {
+  const char* env = std::getenv("KILN_SCALAR_OPS");
+  return env != nullptr && std::string_view(env) == "1" ? OpsMode::Reference : OpsMode::Fast;
+}()};
+
+bool use_avx2() {
+  static const bool available = avx2_ops_available();
+  return available && g_ops_mode.load(std::memory_order_relaxed) == OpsMode::Fast;
+}
+
+}  // namespace
+
+void set_ops_mode(OpsMode mode) {
+  g_ops_mode.store(mode, std::memory_order_relaxed);
+}
+OpsMode ops_mode() {
+  return g_ops_mode.load(std::memory_order_relaxed);
+}
 
 void embed(const Weight& table, const int32_t* tokens, int64_t n_tokens, float* out) {
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -20,7 +47,8 @@ void embed(const Weight& table, const int32_t* tokens, int64_t n_tokens, float* 
   }
 }
 
-void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) {
+void rmsnorm_reference(const float* x, const float* w, float* y, int64_t n_rows, int64_t n,
+                       float eps) {
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
@@ -29,6 +57,11 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n
     const float inv = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(n) + eps));
     for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * inv * (w ? w[i] : 1.0f);
   }
+}
+
+void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) {
+  if (use_avx2()) return rmsnorm_avx2(x, w, y, n_rows, n, eps);
+  rmsnorm_reference(x, w, y, n_rows, n, eps);
 }
 
 void matmul(const Weight& w, const float* x, float* y, int64_t n_tokens, util::ThreadPool* pool) {
@@ -41,6 +74,7 @@ void add_bias(float* x, const float* b, int64_t n_tokens, int64_t n) {
 }
 
 void add(float* x, const float* y, int64_t n) {
+  if (use_avx2()) return add_avx2(x, y, n);
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
@@ -102,14 +136,14 @@ void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, i
   }
 }
 
-void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+void swiglu_reference(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
 }
 
-void geglu(const float* gate, const float* up, float* out, int64_t n) {
+void geglu_reference(const float* gate, const float* up, float* out, int64_t n) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
@@ -117,7 +151,18 @@ void geglu(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  if (use_avx2()) return swiglu_avx2(gate, up, out, n);
+  swiglu_reference(gate, up, out, n);
+}
+
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  if (use_avx2()) return geglu_avx2(gate, up, out, n);
+  geglu_reference(gate, up, out, n);
+}
+
 void scale(float* x, float s, int64_t n) {
+  if (use_avx2()) return scale_avx2(x, s, n);
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
@@ -136,6 +181,66 @@ int32_t seq_of_row(const AttnBatch& b, int64_t t) {
 
 }  // namespace
 
+KvLayerView make_kv_view(quant::Type type, uint8_t* k, uint8_t* v, int32_t block_tokens,
+                         int32_t n_kv_heads, int32_t head_dim_k, int32_t head_dim_v) {
+  KvLayerView view;
+  view.type = type;
+  view.k = k;
+  view.v = v;
+  view.block_tokens = block_tokens;
+  view.n_kv_heads = n_kv_heads;
+  view.head_dim_k = head_dim_k;
+  view.head_dim_v = head_dim_v;
+  const auto row = [&](int32_t dim) {
+    const std::optional<uint64_t> bytes = quant::row_bytes(type, static_cast<uint64_t>(dim));
+    KILN_ASSERT(bytes.has_value());
+    return static_cast<int64_t>(*bytes);
+  };
+  view.k_block_bytes = int64_t{block_tokens} * n_kv_heads * row(head_dim_k);
+  view.v_block_bytes = int64_t{block_tokens} * n_kv_heads * row(head_dim_v);
+  return view;
+}
+
+namespace {
+
+// Start of kv head kvh's part of block `block`.
+uint8_t* k_head(const KvLayerView& kv, int64_t block, int32_t kvh) {
+  return kv.k + block * kv.k_block_bytes + kvh * kv.k_head_bytes();
+}
+uint8_t* v_head(const KvLayerView& kv, int64_t block, int32_t kvh) {
+  return kv.v + block * kv.v_block_bytes + kvh * kv.v_head_bytes();
+}
+
+// Row j of a [block_tokens][row] head part, of `dim` elements of the type.
+uint8_t* row_in_head(uint8_t* head, quant::Type type, int32_t j, int32_t dim) {
+  return head + int64_t{j} * static_cast<int64_t>(*quant::row_bytes(type, dim));
+}
+
+}  // namespace
+
+void kv_read_k(const KvLayerView& kv, int64_t block, int32_t in_block, int32_t kvh, float* out) {
+  uint8_t* head = k_head(kv, block, kvh);
+  if (kv.type == quant::Type::F32) {
+    const float* kt = reinterpret_cast<const float*>(head);
+    for (int32_t d = 0; d < kv.head_dim_k; ++d) out[d] = kt[d * kv.block_tokens + in_block];
+  } else if (kv.type == quant::Type::F16) {
+    const uint16_t* kt = reinterpret_cast<const uint16_t*>(head);
+    for (int32_t d = 0; d < kv.head_dim_k; ++d)
+      out[d] = quant::fp16_to_fp32(kt[d * kv.block_tokens + in_block]);
+  } else {
+    Status st = quant::dequantize_row(kv.type, row_in_head(head, kv.type, in_block, kv.head_dim_k),
+                                      out, kv.head_dim_k);
+    KILN_ASSERT(st.ok());
+  }
+}
+
+void kv_read_v(const KvLayerView& kv, int64_t block, int32_t in_block, int32_t kvh, float* out) {
+  Status st = quant::dequantize_row(
+      kv.type, row_in_head(v_head(kv, block, kvh), kv.type, in_block, kv.head_dim_v), out,
+      kv.head_dim_v);
+  KILN_ASSERT(st.ok());
+}
+
 void kv_write(const KvLayerView& kv, const AttnBatch& b, const float* k, const float* v) {
   const int64_t k_row = int64_t{kv.n_kv_heads} * kv.head_dim_k;
   const int64_t v_row = int64_t{kv.n_kv_heads} * kv.head_dim_v;
@@ -145,24 +250,50 @@ void kv_write(const KvLayerView& kv, const AttnBatch& b, const float* k, const f
       const int32_t slot = b.kv_indptr[s] + pos / kv.block_tokens;
       KILN_ASSERT(slot < b.kv_indptr[s + 1]);
       const int64_t block = b.kv_indices[slot];
-      const int32_t in_block = pos % kv.block_tokens;
-      float* kd = kv.k + block * kv.k_block_elems + in_block * k_row;
-      float* vd = kv.v + block * kv.v_block_elems + in_block * v_row;
-      for (int64_t i = 0; i < k_row; ++i) kd[i] = k[t * k_row + i];
-      for (int64_t i = 0; i < v_row; ++i) vd[i] = v[t * v_row + i];
+      const int32_t j = pos % kv.block_tokens;
+      for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
+        const float* ks = k + t * k_row + int64_t{h} * kv.head_dim_k;
+        const float* vs = v + t * v_row + int64_t{h} * kv.head_dim_v;
+        uint8_t* kh = k_head(kv, block, h);
+        if (kv.type == quant::Type::F16 && use_avx2()) {  // same bits as fp32_to_fp16
+          fp32_to_fp16_avx2(ks, reinterpret_cast<uint16_t*>(kh) + j, kv.head_dim_k,
+                            kv.block_tokens);
+          fp32_to_fp16_avx2(vs,
+                            reinterpret_cast<uint16_t*>(
+                                row_in_head(v_head(kv, block, h), kv.type, j, kv.head_dim_v)),
+                            kv.head_dim_v, 1);
+          continue;
+        }
+        if (kv.type == quant::Type::F32) {
+          float* kt = reinterpret_cast<float*>(kh);
+          for (int32_t d = 0; d < kv.head_dim_k; ++d) kt[d * kv.block_tokens + j] = ks[d];
+        } else if (kv.type == quant::Type::F16) {
+          uint16_t* kt = reinterpret_cast<uint16_t*>(kh);
+          for (int32_t d = 0; d < kv.head_dim_k; ++d)
+            kt[d * kv.block_tokens + j] = quant::fp32_to_fp16(ks[d]);
+        } else {
+          Status st = quant::quantize_row(kv.type, ks, row_in_head(kh, kv.type, j, kv.head_dim_k),
+                                          kv.head_dim_k);
+          KILN_ASSERT(st.ok());
+        }
+        Status st = quant::quantize_row(
+            kv.type, vs, row_in_head(v_head(kv, block, h), kv.type, j, kv.head_dim_v),
+            kv.head_dim_v);
+        KILN_ASSERT(st.ok());
+      }
     }
   }
 }
 
-void attention(const KvLayerView& kv, const AttnBatch& b, const float* q, float* out,
-               const AttnParams& params, util::ThreadPool* pool) {
+void attention_reference(const KvLayerView& kv, const AttnBatch& b, const float* q, float* out,
+                         const AttnParams& params, util::ThreadPool* pool) {
   const int32_t n_heads = params.n_heads;
   const int32_t group = n_heads / kv.n_kv_heads;
-  const int64_t k_row = int64_t{kv.n_kv_heads} * kv.head_dim_k;
-  const int64_t v_row = int64_t{kv.n_kv_heads} * kv.head_dim_v;
   const int64_t n_tokens = b.qo_indptr[b.num_seqs];
   auto rows = [&](int64_t begin, int64_t end, int) {
     std::vector<float> acc(static_cast<size_t>(kv.head_dim_v));
+    std::vector<float> kp(static_cast<size_t>(kv.head_dim_k));
+    std::vector<float> vp(static_cast<size_t>(kv.head_dim_v));
     for (int64_t th = begin; th < end; ++th) {
       const int64_t t = th / n_heads;
       const int32_t h = static_cast<int32_t>(th % n_heads);
@@ -179,8 +310,8 @@ void attention(const KvLayerView& kv, const AttnBatch& b, const float* q, float*
       for (int32_t p = first; p <= pos; ++p) {
         const int64_t block = b.kv_indices[b.kv_indptr[s] + p / kv.block_tokens];
         const int32_t in_block = p % kv.block_tokens;
-        const float* kp = kv.k + block * kv.k_block_elems + in_block * k_row + kvh * kv.head_dim_k;
-        const float* vp = kv.v + block * kv.v_block_elems + in_block * v_row + kvh * kv.head_dim_v;
+        kv_read_k(kv, block, in_block, kvh, kp.data());
+        kv_read_v(kv, block, in_block, kvh, vp.data());
         float dot = 0.0f;
         for (int32_t i = 0; i < kv.head_dim_k; ++i) dot += qh[i] * kp[i];
         float score = dot * params.scale;
@@ -201,6 +332,12 @@ void attention(const KvLayerView& kv, const AttnBatch& b, const float* q, float*
   } else {
     rows(0, n_tokens * n_heads, 0);
   }
+}
+
+void attention(const KvLayerView& kv, const AttnBatch& b, const float* q, float* out,
+               const AttnParams& params, util::ThreadPool* pool) {
+  if (use_avx2() && attention_avx2_supports(kv)) return attention_avx2(kv, b, q, out, params, pool);
+  attention_reference(kv, b, q, out, params, pool);
 }
 
 int32_t argmax(const float* x, int64_t n) {

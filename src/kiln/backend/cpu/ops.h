@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kiln/backend/weight.h"
+#include "kiln/quant/types.h"
 #include "kiln/util/thread_pool.h"
 
 namespace kiln::backend::cpu {
@@ -58,22 +59,40 @@ void scale(float* x, float s, int64_t n);
 // x = cap * tanh(x / cap), n elements (logit soft-capping, Gemma 2).
 void softcap(float* x, float cap, int64_t n);
 
-// One layer's paged KV memory: block b holds K as [kBlockTokens][n_kv_heads][head_dim_k] at
-// k + b * k_block_elems (V likewise).
+// One layer's paged KV memory. Block b starts at k + b * k_block_bytes (V likewise). Per
+// block and kv head (head-major, so one head's block is contiguous):
+//  - F32/F16 K: [head_dim_k][block_tokens], transposed, so attention reads 16 keys of one
+//    dim as one vector;
+//  - Q8_0 K: [block_tokens][head_dim_k / 32 block_q8_0] (ggml's layout along head_dim);
+//  - V (every type): [block_tokens][head_dim_v] rows of the type.
 struct KvLayerView {
-  float* k = nullptr;
-  float* v = nullptr;
-  int64_t k_block_elems = 0;
-  int64_t v_block_elems = 0;
+  quant::Type type = quant::Type::F32;  // F32, F16 or Q8_0
+  uint8_t* k = nullptr;
+  uint8_t* v = nullptr;
+  int64_t k_block_bytes = 0;
+  int64_t v_block_bytes = 0;
   int32_t block_tokens = 16;
   int32_t n_kv_heads = 0;
   int32_t head_dim_k = 0;
   int32_t head_dim_v = 0;
+
+  // Bytes of one kv head's part of a block.
+  int64_t k_head_bytes() const { return k_block_bytes / n_kv_heads; }
+  int64_t v_head_bytes() const { return v_block_bytes / n_kv_heads; }
 };
 
-// Writes each row's K and V ([n_tokens, n_kv_heads, head_dim]) to its sequence's blocks at
-// its position.
+// A view of a layer of a cache of `type` with the given geometry (block_tokens per block).
+KvLayerView make_kv_view(quant::Type type, uint8_t* k, uint8_t* v, int32_t block_tokens,
+                         int32_t n_kv_heads, int32_t head_dim_k, int32_t head_dim_v);
+
+// Writes each row's K and V ([n_tokens, n_kv_heads, head_dim], fp32) to its sequence's blocks
+// at its position, converted to the cache type (F16 rounds to nearest even; Q8_0 as ggml's
+// quantize_row_q8_0).
 void kv_write(const KvLayerView& kv, const AttnBatch& b, const float* k, const float* v);
+
+// Token `in_block` of kv head `kvh` in `block`, as fp32 (exact decoding of the stored type).
+void kv_read_k(const KvLayerView& kv, int64_t block, int32_t in_block, int32_t kvh, float* out);
+void kv_read_v(const KvLayerView& kv, int64_t block, int32_t in_block, int32_t kvh, float* out);
 
 struct AttnParams {
   int32_t n_heads = 0;
@@ -85,9 +104,17 @@ struct AttnParams {
 // Causal attention over the paged cache. q: [n_tokens, n_heads, head_dim_k], out: [n_tokens,
 // n_heads, head_dim_v]. Query row at position p sees cache positions 0..p of its sequence
 // (the last sliding_window of them when set). GQA: head h reads kv head
-// h / (n_heads / n_kv_heads). Online softmax.
+// h / (n_heads / n_kv_heads). Online softmax. The fast path is attention_avx2
+// (attention.h); attention_reference is the scalar oracle.
 void attention(const KvLayerView& kv, const AttnBatch& b, const float* q, float* out,
                const AttnParams& params, util::ThreadPool* pool);
+
+// Which implementation attention() and the small ops run: the SIMD path when the CPU has
+// one (AVX2+FMA+F16C), or the scalar references. KILN_SCALAR_OPS=1 in the environment starts
+// in Reference (for before/after measurements).
+enum class OpsMode { Fast, Reference };
+void set_ops_mode(OpsMode mode);
+OpsMode ops_mode();
 
 // Index of the largest value (first on ties).
 int32_t argmax(const float* x, int64_t n);
