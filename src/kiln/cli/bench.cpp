@@ -158,9 +158,10 @@ int run_bench(const BenchOptions& o) {
 }  // namespace
 
 RunFn add_bench(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "Prompt-processing and generation speed");
+  auto* cmd = app.add_subcommand(
+      "bench", "Prompt-processing and generation speed (`kiln bench http`: a server under load)");
   auto o = std::make_shared<BenchOptions>();
-  cmd->add_option("-m,--model", o->model, "GGUF file")->required();
+  cmd->add_option("-m,--model", o->model, "GGUF file (required unless `http`)");
   cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (0: skip)")->capture_default_str();
   cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens (0: skip)")->capture_default_str();
   cmd->add_option("-r,--repetitions", o->reps, "repetitions")
@@ -174,7 +175,17 @@ RunFn add_bench(CLI::App& app) {
                   "KV cache type: f16, f32 or q8_0 (q8_0 needs head dims that are multiples of 32)")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "JSON output");
-  return [o]() { return run_bench(*o); };
+  auto http_chosen = std::make_shared<std::function<bool()>>();
+  auto http_run = std::make_shared<RunFn>();
+  add_bench_http(*cmd, http_chosen.get(), http_run.get());
+  return [o, http_chosen, http_run]() {
+    if ((*http_chosen)()) return (*http_run)();
+    if (o->model.empty()) {
+      fmt::print(stderr, "kiln bench: -m,--model is required (or `kiln bench http --help`)\n");
+      return 2;
+    }
+    return run_bench(*o);
+  };
 }
 
 }  // namespace kiln::cli

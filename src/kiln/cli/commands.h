@@ -17,6 +17,9 @@ RunFn add_tokenize(CLI::App& app);
 RunFn add_template(CLI::App& app);
 RunFn add_run(CLI::App& app);
 RunFn add_bench(CLI::App& app);
+// `kiln bench http` (bench_http.cpp), a subcommand of `kiln bench`: sets *chosen (was it on
+// the command line?) and *run.
+void add_bench_http(CLI::App& bench, std::function<bool()>* chosen, RunFn* run);
 RunFn add_serve(CLI::App& app);
 
 }  // namespace kiln::cli

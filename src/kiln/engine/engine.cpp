@@ -141,8 +141,12 @@ struct Engine::Impl {
       Active& a = it->second;
       FinishEvent ev;
       ev.reason = to_api(f.reason);
-      if (!a.stopped_by_string && ev.reason != FinishReason::kCancelled)
-        ev.text = a.stop.feed(a.decoder.flush()).text + a.stop.flush();
+      if (!a.stopped_by_string && ev.reason != FinishReason::kCancelled) {
+        // Two statements: the operands of + are unsequenced, and flush() before feed() would
+        // put the held-back text after the decoder's tail (and trip the matcher's assert).
+        ev.text = a.stop.feed(a.decoder.flush()).text;
+        ev.text += a.stop.flush();
+      }
       ev.usage = {f.num_prompt_tokens, f.num_output_tokens, f.num_cached_prompt_tokens};
       finish(f.id, std::move(ev));
     }

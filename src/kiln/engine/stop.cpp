@@ -128,6 +128,8 @@ StopMatcher::Result StopMatcher::feed(std::string_view new_text) {
 std::string StopMatcher::flush() {
   std::string out;
   out.swap(held_);
+  // The held text is gone, so no partial match can continue into a later feed.
+  for (Pattern& p : patterns_) p.state = 0;
   return out;
 }
 

@@ -126,6 +126,27 @@ TEST_F(EngineTest, StopStringAndPrefixCache) {
   EXPECT_EQ(b.finish.usage.cached_tokens, 32);
 }
 
+// A generation that ends by length while the tail is held back as a possible stop-string
+// prefix releases it at the end, after the rest: the text equals the run without stops.
+// (The engine used to call flush() and feed() in one unsequenced expression, which
+// reordered the tail and tripped the matcher's assert: found by the serving soak.)
+TEST_F(EngineTest, LengthFinishReleasesHeldStopPrefix) {
+  std::ifstream f(kModels + "stories260K.greedy64.nodellamacpp.json");
+  const nlohmann::json g = nlohmann::json::parse(f);
+  int num_held_at_end = 0;
+  for (int32_t n = 1; n <= 16; ++n) {
+    Result plain = drain(submit_ok(*engine_, greedy(g["prompt_ids"], n)));
+    if (plain.text.find("named Lily") != std::string::npos) break;
+    GenerationRequest req = greedy(g["prompt_ids"], n);
+    req.stop = {"named Lily", "girl named Tom"};
+    Result held = drain(submit_ok(*engine_, req));
+    EXPECT_EQ(held.text, plain.text) << n;
+    EXPECT_EQ(held.finish.reason, FinishReason::kLength) << n;
+    if (plain.text.ends_with(" named") || plain.text.ends_with(" girl")) ++num_held_at_end;
+  }
+  EXPECT_GE(num_held_at_end, 1);  // the case this test exists for did occur
+}
+
 TEST_F(EngineTest, CancelFreesBlocks) {
   std::vector<std::shared_ptr<RequestChannel>> chans;
   for (int i = 0; i < 6; ++i) {

@@ -76,6 +76,18 @@ TEST(StopMatcher, HeldTextIsReleasedWhenContinuationDiverges) {
   EXPECT_FALSE(m.stopped());
 }
 
+// flush() ends the text: a partial match does not continue into a later feed (this used to
+// trip an assert when the engine happened to flush before its last feed).
+TEST(StopMatcher, FeedAfterFlushStartsClean) {
+  StopMatcher m({"lo W"});
+  EXPECT_EQ(m.feed("Hello").text, "Hel");
+  EXPECT_EQ(m.flush(), "lo");
+  EXPECT_EQ(m.num_held_bytes(), 0u);
+  const StopMatcher::Result r = m.feed(" World");  // " W" alone is no match
+  EXPECT_FALSE(r.stopped);
+  EXPECT_EQ(r.text, " World");
+}
+
 TEST(StopMatcher, EarliestCompletedStopWins) {
   Outcome r = feed_all({"World", "lo"}, {"Hello World"});
   EXPECT_TRUE(r.stopped);
