@@ -2,7 +2,8 @@
 // GB/s against the machine's copy bandwidth (BM_memcpy), and GEMM (prefill, 512 tokens) in
 // GFLOP/s, per weight type and kernel path, on util::default_num_threads() threads; plus
 // llama.cpp's test-backend-ops MUL_MAT perf shape (4096 x 14336) on the best path, and the
-// single-thread decode kernel cost at a model shape (gemv1t/..., minimum of 20 repetitions).
+// single-thread decode kernel cost at a model shape (gemv1t/..., CPU time, minimum of 20
+// repetitions).
 //
 //   ./build/bench_matmul_bench --benchmark_min_time=1
 #include <benchmark/benchmark.h>
@@ -147,7 +148,6 @@ void register_all() {
     const std::string name = "gemv1t/" + std::string(kiln::quant::type_name(t)) + "/" +
                              kiln::backend::cpu::path_name(p) + "/3072x1024";
     benchmark::RegisterBenchmark(name.c_str(), bm_gemv_1t, t, p)
-        ->UseRealTime()
         ->Unit(benchmark::kMicrosecond)
         ->MinTime(0.05)
         ->Repetitions(20)
