@@ -1,7 +1,9 @@
 // CPU matmul kernels: GEMV (decode, one token) over a 4096 x 4096 weight, reported as weight
 // GB/s against the machine's copy bandwidth (BM_memcpy), and GEMM (prefill, 512 tokens) in
 // GFLOP/s, per weight type and kernel path, on util::default_num_threads() threads; plus
-// llama.cpp's test-backend-ops MUL_MAT perf shape (4096 x 14336) on the best path.
+// llama.cpp's test-backend-ops MUL_MAT perf shape (4096 x 14336) on the best path, and the
+// single-thread decode kernel cost at a model shape (gemv1t/..., CPU time, minimum of 20
+// repetitions).
 //
 //   ./build/bench_matmul_bench --benchmark_min_time=1
 #include <benchmark/benchmark.h>
@@ -36,22 +38,26 @@ struct BenchWeight {
   Weight w;
 };
 
-const BenchWeight& weight(Type type, int64_t n_in) {
-  static std::vector<std::pair<std::pair<Type, int64_t>, BenchWeight>> cache;
+const BenchWeight& weight(Type type, int64_t n_in, int64_t n_out = kDim) {
+  struct Key {
+    Type type;
+    int64_t n_in, n_out;
+  };
+  static std::vector<std::pair<Key, BenchWeight>> cache;
   for (auto& [key, bw] : cache)
-    if (key.first == type && key.second == n_in) return bw;
+    if (key.type == type && key.n_in == n_in && key.n_out == n_out) return bw;
   std::mt19937 rng(1);
   std::normal_distribution<float> g(0.0f, 1.0f);
   BenchWeight bw;
   const uint64_t rb = *kiln::quant::row_bytes(type, static_cast<uint64_t>(n_in));
-  bw.bytes.resize(rb * kDim);
+  bw.bytes.resize(rb * static_cast<uint64_t>(n_out));
   std::vector<float> row(static_cast<size_t>(n_in));
-  for (int64_t o = 0; o < kDim; ++o) {
+  for (int64_t o = 0; o < n_out; ++o) {
     for (float& v : row) v = g(rng);
     (void)kiln::quant::quantize_row(type, row.data(), bw.bytes.data() + o * rb, n_in);
   }
-  bw.w = Weight{type, n_in, kDim, bw.bytes.data(), rb};
-  cache.emplace_back(std::make_pair(type, n_in), std::move(bw));
+  bw.w = Weight{type, n_in, n_out, bw.bytes.data(), rb};
+  cache.emplace_back(Key{type, n_in, n_out}, std::move(bw));
   return cache.back().second;
 }
 
@@ -110,7 +116,44 @@ void bm_matmul(benchmark::State& state, Type type, KernelPath path, int64_t n_to
       benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Decode kernel cost on one thread at a model shape (Qwen3-0.6B's FFN up: 3072 x 1024, 3 MB
+// or less, L3-resident): compute, not DRAM. Reported with the minimum over repetitions,
+// which a machine shared with other jobs disturbs least.
+void bm_gemv_1t(benchmark::State& state, Type type, KernelPath path) {
+  if (!kiln::backend::cpu::path_available(path)) {
+    state.SkipWithError("path not available on this CPU");
+    return;
+  }
+  constexpr int64_t kIn = 1024, kOut = 3072;
+  const BenchWeight& bw = weight(type, kIn, kOut);
+  const std::vector<float> x = acts(1, kIn);
+  std::vector<float> y(static_cast<size_t>(kOut));
+  for (auto _ : state) {
+    kiln::backend::cpu::matmul_on_path(bw.w, x.data(), y.data(), 1, nullptr, path);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(bw.bytes.size()));
+}
+
+double min_of(const std::vector<double>& v) {
+  double m = v.empty() ? 0.0 : v[0];
+  for (double d : v) m = d < m ? d : m;
+  return m;
+}
+
 void register_all() {
+  for (Type t : {Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::Q8_0, Type::Q4_0}) {
+    const KernelPath p = kiln::backend::cpu::best_kernel_path();
+    const std::string name = "gemv1t/" + std::string(kiln::quant::type_name(t)) + "/" +
+                             kiln::backend::cpu::path_name(p) + "/3072x1024";
+    benchmark::RegisterBenchmark(name.c_str(), bm_gemv_1t, t, p)
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.05)
+        ->Repetitions(20)
+        ->ComputeStatistics("min", min_of)
+        ->ReportAggregatesOnly(true);
+  }
   benchmark::RegisterBenchmark("memcpy_256MiB", bm_memcpy)->UseRealTime();
   benchmark::RegisterBenchmark("memcpy_256MiB_pool", bm_memcpy_threads)->UseRealTime();
   const Type types[] = {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::Q5_K,

@@ -422,6 +422,61 @@ TEST(Matmul, BatchAndThreadInvariant) {
   }
 }
 
+// Decode (fewer than 4 tokens: the K-quants' register dots, no panel) against prefill (the
+// panel and register tiles) on random block bytes, i.e. every 6-bit scale / min pattern and
+// f16 scales over the whole range: the same bits for every token, on every path.
+TEST(Matmul, DecodeEqualsPrefillBitwiseOnRandomBlocks) {
+  struct Case {
+    Type type;
+    quant::testing::RandomLayout layout;
+  };
+  const Case cases[] = {{Type::Q8_0, {34, {0, -1}, -1}},
+                        {Type::Q4_0, {18, {0, -1}, -1}},
+                        {Type::Q4_K, {144, {0, 2}, -1}},
+                        {Type::Q5_K, {176, {0, 2}, -1}},
+                        {Type::Q6_K, {210, {208, -1}, -1}}};
+  for (const Case& c : cases) {
+    const int64_t blk = block_of(c.type);
+    const int64_t n_in = 5 * blk, n_out = 23, n_batch = 9;
+    std::vector<uint8_t> bytes =
+        quant::testing::random_blocks(c.layout, static_cast<int>(n_in / blk * n_out), 123);
+    const Weight w{c.type, n_in, n_out, bytes.data(), *quant::row_bytes(c.type, n_in)};
+    const std::vector<float> x = make_acts(n_batch, n_in, 6);
+    for (KernelPath p : available_paths()) {
+      const std::vector<float> full = run_kernel(p, w, x, n_batch);
+      for (int64_t n : {1, 2, 3}) {
+        for (int64_t t0 = 0; t0 + n <= n_batch; t0 += 4) {
+          const std::vector<float> xs(x.begin() + t0 * n_in, x.begin() + (t0 + n) * n_in);
+          const std::vector<float> part = run_kernel(p, w, xs, n);
+          ASSERT_TRUE(same_bits(part.data(), full.data() + t0 * n_out, part.size()))
+              << quant::type_name(c.type) << " " << path_name(p) << " " << n << " at " << t0;
+        }
+      }
+    }
+  }
+}
+
+// Decode over many rows: the rows go to the threads in dynamic chunks; 1 and 2 threads and
+// the single-token and batched results agree bit for bit.
+TEST(Matmul, ThreadedDecodeOverManyRows) {
+  util::ThreadPool pool2(2);
+  for (Type type : {Type::Q8_0, Type::Q4_K, Type::Q6_K}) {
+    const int64_t n_in = 512, n_out = 600, n_batch = 4;
+    TestWeight tw = make_weight(type, n_in, n_out, 31);
+    const std::vector<float> x = make_acts(n_batch, n_in, 32);
+    std::vector<float> batched(static_cast<size_t>(n_batch * n_out));
+    matmul_fast(tw.w, x.data(), batched.data(), n_batch, nullptr);
+    for (int64_t t = 0; t < n_batch; ++t) {
+      std::vector<float> one(static_cast<size_t>(n_out)), one2(one.size());
+      matmul_fast(tw.w, x.data() + t * n_in, one.data(), 1, nullptr);
+      matmul_fast(tw.w, x.data() + t * n_in, one2.data(), 1, &pool2);
+      ASSERT_TRUE(same_bits(one.data(), one2.data(), one.size())) << quant::type_name(type);
+      ASSERT_TRUE(same_bits(one.data(), batched.data() + t * n_out, one.size()))
+          << quant::type_name(type) << " token " << t;
+    }
+  }
+}
+
 // The AVX-512 path runs the AVX2 kernel bodies with VNNI instructions that compute the same
 // integers, so the two paths agree bit for bit (skipped where the CPU lacks AVX-512 VNNI).
 TEST(Matmul, Avx512EqualsAvx2Bitwise) {
@@ -436,6 +491,11 @@ TEST(Matmul, Avx512EqualsAvx2Bitwise) {
     const std::vector<float> a = run_kernel(KernelPath::Avx2, tw.w, x, n_tokens);
     const std::vector<float> b = run_kernel(KernelPath::Avx512, tw.w, x, n_tokens);
     EXPECT_TRUE(same_bits(a.data(), b.data(), a.size())) << quant::type_name(type);
+    // One token: the decode kernels.
+    const std::vector<float> x1(x.begin(), x.begin() + n_in);
+    const std::vector<float> a1 = run_kernel(KernelPath::Avx2, tw.w, x1, 1);
+    const std::vector<float> b1 = run_kernel(KernelPath::Avx512, tw.w, x1, 1);
+    EXPECT_TRUE(same_bits(a1.data(), b1.data(), a1.size())) << quant::type_name(type) << " decode";
   }
 }
 

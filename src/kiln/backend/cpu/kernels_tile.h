@@ -6,7 +6,9 @@
 // K-quant nibbles and scales; empty for kernels that read the blocks directly) and
 // `template <int R, int T> static void tile(const GemmArgs&, const Panel&, int64_t row0,
 // int64_t token0)` computing rows [row0, row0 + R) for tokens [token0, token0 + T) over the
-// whole reduction. Every instantiation performs the same per-(row, token) arithmetic, so the
+// whole reduction. A kernel may also provide kHasGemv and `static void gemv(const GemmArgs&)`
+// for n_tokens < kTokens (decode), which must compute the same operations as tile (it only
+// skips the panel). Every instantiation performs the same per-(row, token) arithmetic, so the
 // result never depends on R, T or the tiling below.
 // Included inside an anonymous namespace (internal linkage per instruction set): no
 // include guard, no namespace of its own.
@@ -37,6 +39,12 @@ inline void row_tile(const GemmArgs& g, typename K::Panel& p, int64_t r, int64_t
 template <class K>
 void gemm(const GemmArgs& g) {
   constexpr int64_t kTokenChunk = 64;
+  if constexpr (requires { K::kHasGemv; }) {
+    if (K::kHasGemv && g.n_tokens < K::kTokens) {
+      K::gemv(g);
+      return;
+    }
+  }
   thread_local typename K::Panel panel;  // grown once per thread, reused
   for (int64_t tb = 0; tb < g.n_tokens; tb += kTokenChunk) {
     const int64_t te = tb + kTokenChunk < g.n_tokens ? tb + kTokenChunk : g.n_tokens;

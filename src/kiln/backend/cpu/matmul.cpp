@@ -51,6 +51,8 @@ GemmFn kernel_for(quant::Type t, KernelPath p) {
 
 // Output rows go to threads in chunks of this many (a multiple of every kernel's row tile).
 constexpr int64_t kRowChunk = 16;
+// Dynamic chunks per thread for the row split.
+constexpr int64_t kChunksPerThread = 8;
 
 }  // namespace
 
@@ -79,17 +81,22 @@ void matmul_on_path(const Weight& w, const float* x, float* y, int64_t n_tokens,
     quantize_acts(format, x, n_tokens, w.n_in, &acts, pool);
     args.a = &acts;
   }
-  const int64_t num_chunks = (w.n_out + kRowChunk - 1) / kRowChunk;
+  const int64_t num_units = (w.n_out + kRowChunk - 1) / kRowChunk;
   auto rows = [&](int64_t begin, int64_t end, int) {
     GemmArgs a = args;
     a.row_begin = begin * kRowChunk;
     a.row_end = std::min(end * kRowChunk, w.n_out);
     fn(a);
   };
-  if (pool != nullptr) {
-    pool->parallel_for(num_chunks, rows);
+  if (pool != nullptr && pool->num_threads() > 1) {
+    // Dynamic chunks, about kChunksPerThread per thread: a thread that loses its core (the
+    // machine is shared) or a slower row range does not hold the others up. Which thread
+    // computes a row does not change its bits (kernels.h).
+    const int64_t per_chunk =
+        std::max<int64_t>(1, num_units / (int64_t{pool->num_threads()} * kChunksPerThread));
+    pool->parallel_for_dynamic(num_units, per_chunk, rows);
   } else {
-    rows(0, num_chunks, 0);
+    rows(0, num_units, 0);
   }
 }
 
