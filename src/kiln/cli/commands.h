@@ -18,5 +18,6 @@ RunFn add_template(CLI::App& app);
 RunFn add_run(CLI::App& app);
 RunFn add_bench(CLI::App& app);
 RunFn add_serve(CLI::App& app);
+RunFn add_perplexity(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -1,0 +1,25 @@
+#!/bin/bash
+# kiln perplexity on the bundled kiln-tiny (models/kiln-tiny.gguf, Q8_0) over the first
+# chunks of the held-out text agrees within 1% with the perplexity tools/tiny/train.py
+# computed in PyTorch, on the GPU machine, from the same Q8_0 weights (dequantized) and the
+# same chunking (tests/fixtures/kiln_tiny/reference.json: ppl_q8_0_small).
+#   tiny_perplexity_test.sh KILN_BIN SOURCE_DIR
+set -euo pipefail
+kiln=$1
+src=$2
+fx=$src/tests/fixtures/kiln_tiny
+read -r ctx chunks expected < <(python3 -c "
+import json; r = json.load(open('$fx/reference.json'))['ppl_q8_0_small']
+print(r['n_ctx'], r['chunks'], r['ppl'])")
+out=$("$kiln" perplexity -m "$src/models/kiln-tiny.gguf" -f "$fx/heldout_head.txt" -c "$ctx" \
+      --chunks "$chunks" -t 2 2>/dev/null)
+echo "$out"
+got=$(echo "$out" | sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p')
+[ -n "$got" ] || { echo "FAIL: no 'Final estimate' line"; exit 1; }
+python3 -c "
+got, exp = $got, $expected
+rel = abs(got - exp) / exp
+print(f'kiln {got:.4f}  train.py {exp:.4f}  relative difference {rel:.5f}')
+assert rel < 0.01, 'perplexities differ by more than 1%'
+"
+echo PASS
