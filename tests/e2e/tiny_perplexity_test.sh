@@ -1,15 +1,16 @@
 #!/bin/bash
 # kiln perplexity on the bundled kiln-tiny (models/kiln-tiny.gguf, Q8_0) over the first
 # chunks of the held-out text agrees within 1% with the perplexity tools/tiny/train.py
-# computed in PyTorch, on the GPU machine, from the same Q8_0 weights (dequantized) and the
-# same chunking (tests/fixtures/kiln_tiny/reference.json: ppl_q8_0_small).
+# computed in PyTorch (fp32, on the GPU machine) from the exported bf16 weights, with the
+# same chunking (tests/fixtures/kiln_tiny/reference.json: ppl_bf16_small). (An F32
+# conversion gives train.py's number to 4 decimals; Q8_0 moves it by about 0.2%.)
 #   tiny_perplexity_test.sh KILN_BIN SOURCE_DIR
 set -euo pipefail
 kiln=$1
 src=$2
 fx=$src/tests/fixtures/kiln_tiny
 read -r ctx chunks expected < <(python3 -c "
-import json; r = json.load(open('$fx/reference.json'))['ppl_q8_0_small']
+import json; r = json.load(open('$fx/reference.json'))['ppl_bf16_small']
 print(r['n_ctx'], r['chunks'], r['ppl'])")
 out=$("$kiln" perplexity -m "$src/models/kiln-tiny.gguf" -f "$fx/heldout_head.txt" -c "$ctx" \
       --chunks "$chunks" -t 2 2>/dev/null)

@@ -3,7 +3,7 @@
 CPU: for each prompt of eval.json's refs, the last-position logits and 32 greedy tokens, for
 the bf16 weights and for their Q8_0 round trip as kiln quantizes (train.q8_0_roundtrip).
 
-  reference_logits.py RUN_DIR OUT.json
+  reference_logits.py RUN_DIR OUT.json [bf16,q8_0]
 """
 import json
 import os
@@ -26,7 +26,10 @@ def main():
                              "max_position_embeddings", "rms_norm_eps", "rope_theta")}
     sd = train.load_safetensors_dir(run)
     res = {}
+    which = sys.argv[3].split(",") if len(sys.argv) > 3 else ["bf16", "q8_0"]
     for name, q8 in (("bf16", False), ("q8_0", True)):
+        if name not in which:
+            continue
         m = train.Llama(c)
         m.load_state_dict({k: (train.q8_0_roundtrip(v) if q8 and v.dim() == 2 else v)
                            for k, v in sd.items()})
