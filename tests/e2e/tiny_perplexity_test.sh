@@ -23,4 +23,10 @@ rel = abs(got - exp) / exp
 print(f'kiln {got:.4f}  train.py {exp:.4f}  relative difference {rel:.5f}')
 assert rel < 0.01, 'perplexities differ by more than 1%'
 "
+# The default-model lookup fails clearly when $KILN_MODEL names nothing.
+if msg=$(KILN_MODEL=/nonexistent/kiln-tiny.gguf "$kiln" run -p hi 2>&1); then
+  echo "FAIL: kiln run with a bad \$KILN_MODEL succeeded"; exit 1
+fi
+echo "$msg" | grep -q "KILN_MODEL names '/nonexistent/kiln-tiny.gguf', which does not exist" ||
+  { echo "FAIL: unexpected error: $msg"; exit 1; }
 echo PASS
