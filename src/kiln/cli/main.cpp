@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   add(kiln::cli::add_run);
   add(kiln::cli::add_bench);
   add(kiln::cli::add_serve);
+  add(kiln::cli::add_perplexity);
 
   try {
     app.parse(argc, argv);

@@ -229,6 +229,12 @@ int run(RunOptions o) {
     }
     o.prompt = std::move(*t);
   }
+  auto path = model_path_or_default(o.model);
+  if (!path.ok()) {
+    fmt::print(stderr, "kiln run: {}\n", path.error().message);
+    return 1;
+  }
+  o.model = *path;
   o.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
   double load_s = 0;
   auto rt = load(o, &load_s);
@@ -274,7 +280,7 @@ RunFn add_run(CLI::App& app) {
   o->sampling.top_k = 40;
   o->sampling.top_p = 0.95f;
   o->sampling.min_p = 0.05f;
-  cmd->add_option("-m,--model", o->model, "GGUF file")->required();
+  cmd->add_option("-m,--model", o->model, kDefaultModelHelp);
   cmd->add_option("-p,--prompt", o->prompt, "prompt text (with --chat: the first message)");
   cmd->add_option("-f,--file", o->prompt_file, "read the prompt from a file ('-': stdin)");
   cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();

@@ -69,6 +69,12 @@ int run_serve(ServeOptions o) {
   o.engine.kv_type = *kv_type;
   o.server.drain_timeout = std::chrono::seconds(o.drain_timeout_s);
   o.server.request_timeout = std::chrono::seconds(o.request_timeout_s);
+  auto path = model_path_or_default(o.engine.model_path);
+  if (!path.ok()) {
+    fmt::print(stderr, "kiln serve: {}\n", path.error().message);
+    return 1;
+  }
+  o.engine.model_path = *path;
   // The tokenizer and template come from the metadata, which loads in moments.
   auto tm = load_text_model(o.engine.model_path);
   if (!tm.ok()) {
@@ -106,7 +112,7 @@ int run_serve(ServeOptions o) {
 RunFn add_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   auto o = std::make_shared<ServeOptions>();
-  cmd->add_option("-m,--model", o->engine.model_path, "GGUF file")->required();
+  cmd->add_option("-m,--model", o->engine.model_path, kDefaultModelHelp);
   cmd->add_option("--host", o->server.host, "listen address")->capture_default_str();
   cmd->add_option("--port", o->server.port, "listen port (0: any free port)")
       ->capture_default_str();

@@ -83,6 +83,9 @@ def load_templates(repo):
             tmpl = next((t["template"] for t in tmpl if t.get("name") == "default"), None)
         if isinstance(tmpl, str):
             templates["npm-tokenizer-" + pkg] = tmpl
+    # kiln's own model (kiln-tiny) ships this template.
+    with open(os.path.join(repo, "tools", "tiny", "chat_template.jinja"), encoding="utf-8") as f:
+        templates["kiln-tiny"] = f.read()
     # Small templates of our own that exercise one language area each.
     here = os.path.dirname(os.path.abspath(__file__))
     for path in sorted(glob.glob(os.path.join(here, "features", "*.jinja"))):

@@ -1,0 +1,71 @@
+// kiln perplexity: llama-perplexity's measure of a model on a text (see
+// engine/perplexity.h). Progress goes to stderr as "[chunk]running-ppl,"; the last line on
+// stdout is "Final estimate: PPL = x +/- y", the form llama-perplexity prints.
+#include <cstdio>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "kiln/cli/commands.h"
+#include "kiln/cli/model_files.h"
+#include "kiln/engine/perplexity.h"
+#include "kiln/tokenizer/gguf_vocab.h"
+#include "kiln/util/thread_pool.h"
+
+namespace kiln::cli {
+namespace {
+
+struct PerplexityCliOptions {
+  std::string model;
+  std::string file;
+  int32_t n_ctx = 512;
+  int32_t chunks = -1;
+  int threads = 0;
+};
+
+Status run_perplexity(const PerplexityCliOptions& o) {
+  KILN_TRY(std::unique_ptr<model::Model> m, model::Model::load(o.model));
+  KILN_TRY(tokenizer::VocabData vocab, tokenizer::load_vocab(m->file()));
+  KILN_TRY(tokenizer::Tokenizer tok, tokenizer::Tokenizer::create(std::move(vocab)));
+  KILN_TRY(std::string text, read_text_file(o.file));
+  util::ThreadPool pool(o.threads > 0 ? o.threads : util::default_num_threads());
+  engine::PerplexityOptions po;
+  po.n_ctx = o.n_ctx;
+  po.max_chunks = o.chunks;
+  KILN_TRY(engine::PerplexityResult r,
+           engine::perplexity(*m, tok, text, po, &pool, [](int32_t i, double ppl) {
+             fmt::print(stderr, "[{}]{:.4f},", i + 1, ppl);
+             std::fflush(stderr);
+           }));
+  fmt::print(stderr, "\n");
+  fmt::print("tokens {}, chunks {} of {} tokens, scored {}, mean nll {:.6f}\n", r.num_tokens,
+             r.num_chunks, o.n_ctx, r.num_scored, r.mean_nll);
+  fmt::print("Final estimate: PPL = {:.4f} +/- {:.5f}\n", r.ppl, r.ppl_err);
+  return {};
+}
+
+}  // namespace
+
+RunFn add_perplexity(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "perplexity",
+      "Perplexity of a text, as llama-perplexity measures it (chunks of -c tokens, the second "
+      "half of each scored)");
+  auto o = std::make_shared<PerplexityCliOptions>();
+  cmd->add_option("-m,--model", o->model, "GGUF file")->required();
+  cmd->add_option("-f,--file", o->file, "text file ('-': stdin)")->required();
+  cmd->add_option("-c,--ctx", o->n_ctx, "tokens per chunk")->capture_default_str();
+  cmd->add_option("--chunks", o->chunks, "score at most this many chunks (-1: all)")
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "threads (default: physical cores)");
+  return [o]() {
+    Status st = run_perplexity(*o);
+    if (!st.ok()) {
+      fmt::print(stderr, "kiln perplexity: {}\n", st.error().message);
+      return 1;
+    }
+    return 0;
+  };
+}
+
+}  // namespace kiln::cli

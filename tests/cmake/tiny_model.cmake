@@ -1,0 +1,20 @@
+# kiln-tiny, the bundled model (models/kiln-tiny.gguf): its held-out perplexity in kiln
+# against the training script's, and `kiln serve` with no -m answering definitions and
+# calling the dictionary tool through the openai client.
+if(EXISTS ${PROJECT_SOURCE_DIR}/models/kiln-tiny.gguf)
+  find_program(KILN_TINY_PYTHON3 python3)
+  if(KILN_TINY_PYTHON3)
+    add_test(NAME e2e.tiny_perplexity
+             COMMAND ${PROJECT_SOURCE_DIR}/tests/e2e/tiny_perplexity_test.sh $<TARGET_FILE:kiln>
+                     ${PROJECT_SOURCE_DIR})
+    set_tests_properties(e2e.tiny_perplexity PROPERTIES LABELS e2e TIMEOUT 300)
+  endif()
+  find_program(KILN_TINY_NODE node)
+  if(KILN_TINY_NODE)
+    add_test(NAME e2e.tiny_serve
+             COMMAND ${KILN_TINY_NODE} --test ${PROJECT_SOURCE_DIR}/tests/e2e/tiny_serve_test.mjs
+             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(e2e.tiny_serve PROPERTIES LABELS e2e TIMEOUT 300
+      ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>")
+  endif()
+endif()
