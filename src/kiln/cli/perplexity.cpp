@@ -9,6 +9,7 @@
 #include "kiln/cli/commands.h"
 #include "kiln/cli/model_files.h"
 #include "kiln/engine/perplexity.h"
+#include "kiln/kv/kv_cache.h"
 #include "kiln/tokenizer/gguf_vocab.h"
 #include "kiln/util/thread_pool.h"
 
@@ -21,6 +22,7 @@ struct PerplexityCliOptions {
   int32_t n_ctx = 512;
   int32_t chunks = -1;
   int threads = 0;
+  std::string kv_type = "f16";
 };
 
 Status run_perplexity(const PerplexityCliOptions& o) {
@@ -32,6 +34,7 @@ Status run_perplexity(const PerplexityCliOptions& o) {
   engine::PerplexityOptions po;
   po.n_ctx = o.n_ctx;
   po.max_chunks = o.chunks;
+  KILN_TRY(po.kv_type, kv::parse_kv_type(o.kv_type));
   KILN_TRY(engine::PerplexityResult r,
            engine::perplexity(*m, tok, text, po, &pool, [](int32_t i, double ppl) {
              fmt::print(stderr, "[{}]{:.4f},", i + 1, ppl);
@@ -58,6 +61,8 @@ RunFn add_perplexity(CLI::App& app) {
   cmd->add_option("--chunks", o->chunks, "score at most this many chunks (-1: all)")
       ->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "threads (default: physical cores)");
+  cmd->add_option("--kv-type", o->kv_type, "KV cache type: f16, f32 or q8_0")
+      ->capture_default_str();
   return [o]() {
     Status st = run_perplexity(*o);
     if (!st.ok()) {

@@ -25,7 +25,7 @@ Expected<PerplexityResult> perplexity_of_tokens(
       return err("perplexity: token id {} is outside the model's vocabulary of {}", t, n_vocab);
 
   KILN_TRY(std::unique_ptr<SequenceRunner> seq,
-           SequenceRunner::create(model, pool, n_ctx, std::min(n_ctx, 512)));
+           SequenceRunner::create(model, pool, n_ctx, std::min(n_ctx, 512), opts.kv_type));
   seq->set_keep_all_logits(true);
   const int32_t first = n_ctx / 2;
   PerplexityResult r;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/model/model.h"
+#include "kiln/quant/types.h"
 #include "kiln/tokenizer/tokenizer.h"
 #include "kiln/util/status.h"
 #include "kiln/util/thread_pool.h"
@@ -20,7 +21,8 @@ namespace kiln::engine {
 
 struct PerplexityOptions {
   int32_t n_ctx = 512;
-  int32_t max_chunks = -1;  // < 0: every whole chunk of the text
+  int32_t max_chunks = -1;                 // < 0: every whole chunk of the text
+  quant::Type kv_type = quant::Type::F16;  // KV cache storage (F16, F32 or Q8_0)
 };
 
 struct PerplexityResult {

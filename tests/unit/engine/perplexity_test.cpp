@@ -44,6 +44,7 @@ constexpr double kPrinted = 1.5e-4;  // 4 printed decimals, plus float summation
 TEST_F(PerplexityTest, MatchesLlamaPerplexityCtx64) {
   PerplexityOptions o;
   o.n_ctx = 64;
+  o.kv_type = quant::Type::F32;
   std::vector<std::pair<int32_t, double>> seen;
   auto r = perplexity(*model_, *tok_, text_, o, &pool_,
                       [&](int32_t i, double p) { seen.emplace_back(i, p); });
@@ -66,6 +67,7 @@ TEST_F(PerplexityTest, MatchesLlamaPerplexityCtx64) {
 TEST_F(PerplexityTest, MatchesLlamaPerplexityCtx128) {
   PerplexityOptions o;
   o.n_ctx = 128;
+  o.kv_type = quant::Type::F32;
   auto r = perplexity(*model_, *tok_, text_, o, &pool_);
   ASSERT_TRUE(r.ok()) << r.error().message;
   ASSERT_EQ(r->num_chunks, 2);
