@@ -120,5 +120,8 @@ void add_moe_ffn(std::vector<TensorSpec>& out, const HParams& hp, uint32_t layer
 // The whole llama-family manifest for `f`: embeddings, then attention and FFN per layer.
 std::vector<TensorSpec> standard_manifest(const HParams& hp, const ArchFeatures& f);
 std::string blk(uint32_t layer, std::string_view suffix);
+// Llama's manifest (arch/llama.cpp): the standard one plus the optional rope_freqs.weight of
+// Llama 3.x files; mistral3 files have the same tensors.
+std::vector<TensorSpec> llama_manifest(const HParams& hp);
 
 }  // namespace kiln::model

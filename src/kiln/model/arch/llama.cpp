@@ -5,11 +5,9 @@
 #include "kiln/model/arch/registry.h"
 
 namespace kiln::model {
-namespace {
 
-constexpr ArchFeatures kFeatures{};
-
-std::vector<TensorSpec> manifest(const HParams& hp) {
+std::vector<TensorSpec> llama_manifest(const HParams& hp) {
+  constexpr ArchFeatures kFeatures{};
   std::vector<TensorSpec> out;
   add_embeddings(out, hp);
   // Llama 3.x files with rope scaling may carry precomputed frequency factors.
@@ -21,8 +19,6 @@ std::vector<TensorSpec> manifest(const HParams& hp) {
   return out;
 }
 
-}  // namespace
-
-const ArchDef kArchLlama{"llama", kFeatures, manifest};
+const ArchDef kArchLlama{"llama", ArchFeatures{}, llama_manifest};
 
 }  // namespace kiln::model

@@ -5,27 +5,12 @@
 // (attention.temperature_scale), both read by hparams.cpp. llama.cpp's graph also has a MoE
 // branch (ffn_gate_inp); no released mistral3 model uses it and kiln refuses such a file
 // (unexpected tensor 'blk.0.ffn_gate_inp.weight').
+// Its manifest is llama's (llama_manifest).
 #include "kiln/model/arch/arch.h"
 #include "kiln/model/arch/registry.h"
 
 namespace kiln::model {
-namespace {
 
-constexpr ArchFeatures kFeatures{};
-
-std::vector<TensorSpec> manifest(const HParams& hp) {
-  std::vector<TensorSpec> out;
-  add_embeddings(out, hp);
-  out.push_back({"rope_freqs.weight", {hp.n_rot / 2}, TensorKind::kNorm, false});
-  for (uint32_t i = 0; i < hp.n_layer; ++i) {
-    add_attention(out, hp, i, kFeatures);
-    add_dense_ffn(out, hp, i, kFeatures);
-  }
-  return out;
-}
-
-}  // namespace
-
-const ArchDef kArchMistral3{"mistral3", kFeatures, manifest};
+const ArchDef kArchMistral3{"mistral3", ArchFeatures{}, llama_manifest};
 
 }  // namespace kiln::model
