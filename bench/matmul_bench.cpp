@@ -3,7 +3,8 @@
 // GFLOP/s, per weight type and kernel path, on util::default_num_threads() threads; plus
 // llama.cpp's test-backend-ops MUL_MAT perf shape (4096 x 14336) on the best path, and the
 // single-thread decode kernel cost at a model shape (gemv1t/..., CPU time, minimum of 20
-// repetitions).
+// repetitions), and small decode batches (batch/TYPE/PATH/N: N tokens at once, as a server
+// steps N concurrent sequences) whose cost per step should stay near one token's.
 //
 //   ./build/bench_matmul_bench --benchmark_min_time=1
 #include <benchmark/benchmark.h>
@@ -142,7 +143,31 @@ double min_of(const std::vector<double>& v) {
   return m;
 }
 
+void bm_shape(benchmark::State& state, Type type, int64_t n_in, int64_t n_out) {
+  const KernelPath path = kiln::backend::cpu::best_kernel_path();
+  const BenchWeight& bw = weight(type, n_in, n_out);
+  const std::vector<float> x = acts(1, n_in);
+  std::vector<float> y(static_cast<size_t>(n_out));
+  for (auto _ : state) {
+    kiln::backend::cpu::matmul_on_path(bw.w, x.data(), y.data(), 1, &pool(), path);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(bw.bytes.size()));
+}
+
 void register_all() {
+  for (Type t : {Type::Q8_0, Type::Q4_K, Type::Q6_K}) {
+    for (auto [ni, no] :
+         {std::pair<int64_t, int64_t>{2048, 128256}, {2048, 65536}, {8192, 16384}, {16384, 8192}}) {
+      const std::string name = "shape/" + std::string(kiln::quant::type_name(t)) + "/" +
+                               std::to_string(ni) + "x" + std::to_string(no);
+      benchmark::RegisterBenchmark(name.c_str(), bm_shape, t, ni, no)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+
   for (Type t : {Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::Q8_0, Type::Q4_0}) {
     const KernelPath p = kiln::backend::cpu::best_kernel_path();
     const std::string name = "gemv1t/" + std::string(kiln::quant::type_name(t)) + "/" +
@@ -153,6 +178,16 @@ void register_all() {
         ->Repetitions(20)
         ->ComputeStatistics("min", min_of)
         ->ReportAggregatesOnly(true);
+  }
+  for (Type t : {Type::Q4_K, Type::Q6_K, Type::Q8_0}) {
+    const KernelPath p = kiln::backend::cpu::best_kernel_path();
+    for (int64_t n : {1, 2, 4, 8, 16, 32}) {
+      const std::string name = "batch/" + std::string(kiln::quant::type_name(t)) + "/" +
+                               kiln::backend::cpu::path_name(p) + "/" + std::to_string(n);
+      benchmark::RegisterBenchmark(name.c_str(), bm_matmul, t, p, n, kDim)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
   benchmark::RegisterBenchmark("memcpy_256MiB", bm_memcpy)->UseRealTime();
   benchmark::RegisterBenchmark("memcpy_256MiB_pool", bm_memcpy_threads)->UseRealTime();

@@ -422,9 +422,10 @@ TEST(Matmul, BatchAndThreadInvariant) {
   }
 }
 
-// Decode (fewer than 4 tokens: the K-quants' register dots, no panel) against prefill (the
-// panel and register tiles) on random block bytes, i.e. every 6-bit scale / min pattern and
-// f16 scales over the whole range: the same bits for every token, on every path.
+// Decode and small batches (up to 8 or 16 tokens: the K-quants' register dots, no panel)
+// against prefill (40 tokens: the panel and register tiles) on random block bytes, i.e. every
+// 6-bit scale / min pattern and f16 scales over the whole range: the same bits for every
+// token, on every path.
 TEST(Matmul, DecodeEqualsPrefillBitwiseOnRandomBlocks) {
   struct Case {
     Type type;
@@ -437,15 +438,15 @@ TEST(Matmul, DecodeEqualsPrefillBitwiseOnRandomBlocks) {
                         {Type::Q6_K, {210, {208, -1}, -1}}};
   for (const Case& c : cases) {
     const int64_t blk = block_of(c.type);
-    const int64_t n_in = 5 * blk, n_out = 23, n_batch = 9;
+    const int64_t n_in = 5 * blk, n_out = 23, n_batch = 40;
     std::vector<uint8_t> bytes =
         quant::testing::random_blocks(c.layout, static_cast<int>(n_in / blk * n_out), 123);
     const Weight w{c.type, n_in, n_out, bytes.data(), *quant::row_bytes(c.type, n_in)};
     const std::vector<float> x = make_acts(n_batch, n_in, 6);
     for (KernelPath p : available_paths()) {
       const std::vector<float> full = run_kernel(p, w, x, n_batch);
-      for (int64_t n : {1, 2, 3}) {
-        for (int64_t t0 = 0; t0 + n <= n_batch; t0 += 4) {
+      for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17}) {
+        for (int64_t t0 : {int64_t{0}, n_batch - n}) {
           const std::vector<float> xs(x.begin() + t0 * n_in, x.begin() + (t0 + n) * n_in);
           const std::vector<float> part = run_kernel(p, w, xs, n);
           ASSERT_TRUE(same_bits(part.data(), full.data() + t0 * n_out, part.size()))

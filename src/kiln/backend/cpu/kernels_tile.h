@@ -6,9 +6,11 @@
 // K-quant nibbles and scales; empty for kernels that read the blocks directly) and
 // `template <int R, int T> static void tile(const GemmArgs&, const Panel&, int64_t row0,
 // int64_t token0)` computing rows [row0, row0 + R) for tokens [token0, token0 + T) over the
-// whole reduction. A kernel may also provide kHasGemv and `static void gemv(const GemmArgs&)`
-// for n_tokens < kTokens (decode), which must compute the same operations as tile (it only
-// skips the panel). Every instantiation performs the same per-(row, token) arithmetic, so the
+// whole reduction. A kernel may also provide kHasGemv, kGemvMaxTokens and `static void
+// gemv(const GemmArgs&)` for n_tokens <= kGemvMaxTokens (decode and small decode batches),
+// which must compute the same operations as tile (it only skips the panel), and
+// kSingleRowTokens: up to that many tokens, 1-row tiles only. Every instantiation performs
+// the same per-(row, token) arithmetic, so the
 // result never depends on R, T or the tiling below.
 // Included inside an anonymous namespace (internal linkage per instruction set): no
 // include guard, no namespace of its own.
@@ -40,7 +42,7 @@ template <class K>
 void gemm(const GemmArgs& g) {
   constexpr int64_t kTokenChunk = 64;
   if constexpr (requires { K::kHasGemv; }) {
-    if (K::kHasGemv && g.n_tokens < K::kTokens) {
+    if (K::kHasGemv && g.n_tokens <= K::kGemvMaxTokens) {
       K::gemv(g);
       return;
     }
@@ -49,7 +51,12 @@ void gemm(const GemmArgs& g) {
   for (int64_t tb = 0; tb < g.n_tokens; tb += kTokenChunk) {
     const int64_t te = tb + kTokenChunk < g.n_tokens ? tb + kTokenChunk : g.n_tokens;
     int64_t r = g.row_begin;
-    for (; r + K::kRows <= g.row_end; r += K::kRows) row_tile<K, K::kRows>(g, panel, r, tb, te);
+    bool single_rows = false;  // rows one at a time: one sequential stream of weights
+    if constexpr (requires { K::kSingleRowTokens; })
+      single_rows = g.n_tokens <= K::kSingleRowTokens;
+    if (!single_rows) {
+      for (; r + K::kRows <= g.row_end; r += K::kRows) row_tile<K, K::kRows>(g, panel, r, tb, te);
+    }
     for (; r < g.row_end; ++r) row_tile<K, 1>(g, panel, r, tb, te);
   }
 }
