@@ -1,5 +1,6 @@
 #include "kiln/model/model.h"
 
+#include "kiln/backend/cpu/pack.h"
 #include "kiln/model/hparams.h"
 #include "kiln/quant/convert.h"
 
@@ -13,6 +14,7 @@ kv::KvShape kv_shape(const HParams& hp) {
 backend::Weight expert(const backend::Weight& stacked, int64_t e) {
   backend::Weight w = stacked;
   w.data = stacked.data + static_cast<uint64_t>(e) * stacked.n_out * stacked.row_bytes;
+  w.packed = nullptr;  // stacked experts are not packed
   return w;
 }
 
@@ -93,6 +95,17 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<gguf::File> fi
     }
     KILN_TRY(l.w_up, m->weight(blk(i, "ffn_up.weight")));
     KILN_TRY(l.w_down, m->weight(blk(i, "ffn_down.weight")));
+  }
+  if (backend::cpu::packing_enabled()) {
+    // Interleaved copies for the CPU kernels (backend/cpu/pack.h). The tied output matrix
+    // is packed for the logits; tok_embd_ keeps the rows for the embedding lookup.
+    m->packed_.pack(&m->output_);
+    for (LayerWeights& l : m->layers_) {
+      for (backend::Weight* w :
+           {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
+        m->packed_.pack(w);
+      }
+    }
   }
   return m;
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/backend/cpu/pack.h"
 #include "kiln/backend/weight.h"
 #include "kiln/gguf/gguf.h"
 #include "kiln/kv/kv_cache.h"
@@ -70,6 +71,7 @@ class Model {
   const float* rope_freqs_ = nullptr;
   std::vector<LayerWeights> layers_;
   std::vector<std::vector<float>> f32_vectors_;  // owned F32 copies of norm/bias vectors
+  backend::cpu::PackedStore packed_;             // interleaved copies of the matmul weights
 };
 
 }  // namespace kiln::model

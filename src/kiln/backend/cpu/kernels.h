@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kiln/backend/cpu/matmul.h"
+#include "kiln/backend/cpu/pack.h"
 #include "kiln/backend/cpu/quantize_act.h"
 #include "kiln/backend/weight.h"
 
@@ -36,6 +37,10 @@ using GemmFn = void (*)(const GemmArgs&);
 GemmFn gemm_scalar(quant::Type t);
 GemmFn gemm_avx2(quant::Type t);
 GemmFn gemm_avx512(quant::Type t);
+// Kernels for weights with a packed copy (w->packed, pack.h); null for types without one.
+// The SIMD paths compute the same integers and fp32 operations, so they agree bit for bit.
+GemmFn gemm_packed_avx2(quant::Type t);
+GemmFn gemm_packed_avx512(quant::Type t);
 
 // Scalar reference dots (the oracles): one weight row against one activation row.
 // Quantized: per block acc += (d_w * d_x) * isum (minus the dmin term for Q4_K/Q5_K), in

@@ -54,12 +54,19 @@ GemmFn gemm_avx512(quant::Type t) {
   }
 }
 
+GemmFn gemm_packed_avx512(quant::Type t) {
+  return t == quant::Type::Q8_0 ? PackedQ8Kernel::gemm : nullptr;
+}
+
 }  // namespace kiln::backend::cpu
 
 #else  // not x86-64
 
 namespace kiln::backend::cpu {
 GemmFn gemm_avx512(quant::Type) {
+  return nullptr;
+}
+GemmFn gemm_packed_avx512(quant::Type) {
   return nullptr;
 }
 }  // namespace kiln::backend::cpu

@@ -37,7 +37,18 @@ KernelPath best_kernel_path() {
 
 namespace {
 
-GemmFn kernel_for(quant::Type t, KernelPath p) {
+GemmFn kernel_for(const Weight& w, KernelPath p) {
+  const quant::Type t = w.type;
+  if (w.packed != nullptr) {
+    switch (p) {
+      case KernelPath::Scalar:
+        break;  // the reference dots read the rows as stored
+      case KernelPath::Avx2:
+        return gemm_packed_avx2(t);
+      case KernelPath::Avx512:
+        return gemm_packed_avx512(t);
+    }
+  }
   switch (p) {
     case KernelPath::Scalar:
       return gemm_scalar(t);
@@ -57,13 +68,15 @@ constexpr int64_t kChunksPerThread = 8;
 }  // namespace
 
 bool has_kernel(quant::Type type, KernelPath path) {
-  return kernel_for(type, path) != nullptr;
+  Weight w;
+  w.type = type;
+  return kernel_for(w, path) != nullptr;
 }
 
 void matmul_on_path(const Weight& w, const float* x, float* y, int64_t n_tokens,
                     util::ThreadPool* pool, KernelPath path) {
   KILN_ASSERT(path_available(path));
-  const GemmFn fn = kernel_for(w.type, path);
+  const GemmFn fn = kernel_for(w, path);
   const ActFormat format = act_format(w.type);
   if (fn == nullptr || w.n_in % act_block_elems(format) != 0) {
     matmul_reference(w, x, y, n_tokens, pool);

@@ -37,9 +37,14 @@ struct QuantizedActs {
   int64_t qs_stride = 0;
   int64_t d_stride = 0;
   int64_t bsums_stride = 0;  // 0 unless Q8_K
+  int64_t offs_stride = 0;   // 0 unless Q8_0
   std::vector<int8_t> qs;
   std::vector<float> d;
   std::vector<int16_t> bsums;
+  // Q8_0: -128 x the sum of each block's qs, the starting value of a VNNI accumulator whose
+  // weight bytes were stored offset by +128 (unsigned): sum((w + 128) x) - 128 sum(x) is
+  // sum(w x) exactly (backend/cpu/pack.h).
+  std::vector<int32_t> offs;
 };
 
 // Quantizes one row of n elements (a multiple of the block) into qs[n], d[n / block] and,

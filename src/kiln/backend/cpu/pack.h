@@ -1,0 +1,59 @@
+// Interleaved ("packed") weight layouts for the CPU kernels, made once at load.
+//
+// A GGUF matrix stores each output row's blocks one after another, so a SIMD dot works on
+// one row at a time and pays its per-block fp32 work (scale conversion, multiply-add,
+// final horizontal sum) once per row. Packed, the blocks of 8 consecutive rows sit side by
+// side: one 256-bit vector holds 4 consecutive weights of each of the 8 rows, a VNNI
+// `vpdpbusd` against 4 activation bytes broadcast to all lanes yields 8 rows' partial dots,
+// and the block's fp32 work is one vector operation for 8 rows. Each lane is one output
+// row, accumulated over its blocks in order: the result no longer needs a horizontal sum,
+// and every token count (decode or prefill) runs the same per-(row, token) operations.
+//
+// Q8_0 x 8 rows (kPackRows), per block b of group g (rows 8g .. 8g+7), 272 bytes at
+// (g * n_blocks + b) * 272:
+//   [0, 16)    the 8 rows' f16 scales d, row order
+//   [16, 272)  8 vectors of 32 bytes; vector j holds bytes 4j..4j+3 of each row's 32 qs
+//              (row i at bytes 4i..4i+3), each stored as q + 128 (unsigned, as vpdpbusd's
+//              first operand wants; the activations' offs term removes the 128 x sum)
+// Only matrices with n_out a multiple of 8 are packed; the values are exactly the file's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kiln/backend/weight.h"
+
+namespace kiln::backend::cpu {
+
+inline constexpr int64_t kPackRows = 8;
+inline constexpr int64_t kPackedQ8BlockBytes = 272;
+
+// Whether the CPU backend has a packed layout and kernel for this weight on this machine.
+bool can_pack(const Weight& w);
+// Bytes of the packed copy of w (can_pack(w) must hold).
+uint64_t packed_bytes(const Weight& w);
+// Writes the packed copy of w to dst (packed_bytes(w) bytes).
+void pack_weight(const Weight& w, uint8_t* dst);
+
+// Owns the packed copies of a model's weights.
+class PackedStore {
+ public:
+  // Packs *w when can_pack(*w) and sets w->packed; otherwise (or when the copy cannot be
+  // allocated) leaves it unchanged.
+  void pack(Weight* w);
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::vector<std::unique_ptr<uint8_t, Free>> buffers_;
+  uint64_t bytes_ = 0;
+};
+
+// Whether weights get packed at load (default on; KILN_PACK=0 in the environment turns it
+// off, for side-by-side measurements).
+bool packing_enabled();
+
+}  // namespace kiln::backend::cpu
