@@ -12,6 +12,7 @@
 #include "kiln/backend/cpu/matmul.h"
 #include "kiln/backend/cpu/pack.h"
 #include "kiln/backend/cpu/quantize_act.h"
+#include "kiln/quant/blocks.h"
 #include "kiln/quant/fp16.h"
 #include "kiln/quant/types.h"
 #include "kiln/util/thread_pool.h"
@@ -28,18 +29,22 @@ struct Packed {
   Weight w;                     // both
 };
 
-// Random Q8_0 block bytes (random int8 values, finite random f16 scales).
-Packed make_packed(int64_t n_in, int64_t n_out, uint64_t seed) {
+// Random block bytes (random quants and scales, finite random f16 d / dmin).
+Packed make_packed(Type type, int64_t n_in, int64_t n_out, uint64_t seed) {
   Packed p;
-  p.bytes =
-      quant::testing::random_blocks({34, {0, -1}, -1}, static_cast<int>(n_in / 32 * n_out), seed);
-  // Keep the scales moderate so the products stay finite: exponent bits 8..22.
-  for (size_t b = 0; b < p.bytes.size(); b += 34) p.bytes[b + 1] = (p.bytes[b + 1] & 0x83) | 0x20;
-  p.w = Weight{Type::Q8_0, n_in, n_out, p.bytes.data(), static_cast<uint64_t>(n_in / 32 * 34)};
+  const bool q8 = type == Type::Q8_0;
+  const int64_t blk = q8 ? 32 : 256, bb = q8 ? 34 : 144;
+  const quant::testing::RandomLayout layout = q8 ? quant::testing::RandomLayout{34, {0, -1}, -1}
+                                                 : quant::testing::RandomLayout{144, {0, 2}, -1};
+  p.bytes = quant::testing::random_blocks(layout, static_cast<int>(n_in / blk * n_out), seed);
+  p.w = Weight{type, n_in, n_out, p.bytes.data(), static_cast<uint64_t>(n_in / blk * bb)};
   p.packed.resize(packed_bytes(p.w));
   pack_weight(p.w, p.packed.data());
   p.w.packed = p.packed.data();
   return p;
+}
+Packed make_packed(int64_t n_in, int64_t n_out, uint64_t seed) {
+  return make_packed(Type::Q8_0, n_in, n_out, seed);
 }
 
 std::vector<float> make_acts(int64_t n_tokens, int64_t n_in, uint32_t seed) {
@@ -91,40 +96,99 @@ TEST(Pack, Q8LayoutByteForByte) {
   }
 }
 
+TEST(Pack, Q4KLayoutMatchesTheBlockFields) {
+  if (simd_paths().empty()) {
+    GTEST_SKIP() << "no SIMD path";
+  }
+  const Packed p = make_packed(Type::Q4_K, 512, 8, 2);
+  for (int64_t r = 0; r < 8; ++r) {
+    for (int64_t b = 0; b < 2; ++b) {
+      const uint8_t* src = p.bytes.data() + r * 288 + b * 144;
+      const uint8_t* dst = p.packed.data() + b * kPackedQ4KBlockBytes;
+      EXPECT_EQ(0, std::memcmp(dst + 2 * r, src, 2));
+      EXPECT_EQ(0, std::memcmp(dst + 16 + 2 * r, src + 2, 2));
+      for (int j = 0; j < 8; ++j) {
+        uint8_t sc, mn;
+        quant::unpack_scale_min_k4(j, src + 4, &sc, &mn);
+        EXPECT_EQ(dst[32 + 8 * j + r], sc);
+        int16_t m16;
+        std::memcpy(&m16, dst + 96 + 32 * (j / 2) + 4 * r + 2 * (j % 2), 2);
+        EXPECT_EQ(m16, mn);
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t byte = src[16 + 32 * (j / 2) + l];
+          const int q = j % 2 == 0 ? byte & 15 : byte >> 4;
+          const int v = (l % 16) / 4, e = l % 4;
+          const uint8_t packed = dst[224 + 128 * j + 32 * v + 4 * r + e];
+          ASSERT_EQ(l < 16 ? packed & 15 : packed >> 4, q) << r << " " << b << " " << j << " " << l;
+        }
+      }
+    }
+  }
+}
+
+// Sum over the row of |each element's contribution| (Q8_0: |d q x|; Q4_K: |d sc q x| +
+// |dmin m x|), the scale of the fp32 rounding the kernels may add.
+double magnitude(Type type, const uint8_t* row, const QuantizedActs& a, int64_t t, int64_t n_in) {
+  const int8_t* xq = a.qs.data() + t * a.qs_stride;
+  const float* xd = a.d.data() + t * a.d_stride;
+  double mag = 0;
+  if (type == Type::Q8_0) {
+    for (int64_t b = 0; b < n_in / 32; ++b) {
+      uint16_t h;
+      std::memcpy(&h, row + b * 34, 2);
+      for (int k = 0; k < 32; ++k) {
+        mag += std::fabs(static_cast<double>(quant::fp16_to_fp32(h)) * xd[b] *
+                         static_cast<int8_t>(row[b * 34 + 2 + k]) * xq[b * 32 + k]);
+      }
+    }
+    return mag;
+  }
+  for (int64_t b = 0; b < n_in / 256; ++b) {
+    const uint8_t* blk = row + b * 144;
+    uint16_t h[2];
+    std::memcpy(h, blk, 4);
+    const double d = quant::fp16_to_fp32(h[0]), dmin = quant::fp16_to_fp32(h[1]);
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, mn;
+      quant::unpack_scale_min_k4(j, blk + 4, &sc, &mn);
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t byte = blk[16 + 32 * (j / 2) + l];
+        const int q = j % 2 == 0 ? byte & 15 : byte >> 4;
+        const int x = xq[b * 256 + 32 * j + l];
+        mag += (std::fabs(d * sc * q * x) + std::fabs(dmin * mn * x)) * xd[b];
+      }
+    }
+  }
+  return mag;
+}
+
 // Each output against the scalar reference dot on the same quantized activations: the same
-// exact integers per block and the same block order, so only fp32 rounding may differ
-// (fma vs multiply then add).
-TEST(Pack, Q8MatchesScalarReferenceDots) {
-  for (KernelPath path : simd_paths()) {
-    for (int64_t n_in : {32, 96, 2080}) {
-      const int64_t n_out = 24;
-      const Packed p = make_packed(n_in, n_out, 7 + n_in);
-      for (int64_t n : {1, 3, 9, 40}) {
-        const std::vector<float> x = make_acts(n, n_in, static_cast<uint32_t>(n));
-        const std::vector<float> y = run(path, p.w, x, n);
-        QuantizedActs a;
-        quantize_acts(ActFormat::Q8_0, x.data(), n, n_in, &a, nullptr);
-        for (int64_t t = 0; t < n; ++t) {
-          for (int64_t o = 0; o < n_out; ++o) {
-            const float ref = vec_dot_q8_0_scalar(p.w.row(o), a.qs.data() + t * a.qs_stride,
-                                                  a.d.data() + t * a.d_stride, n_in);
-            // Bound: one fp32 rounding of the running sum per block, 2^-23 x sum of |terms|
-            // per step (the integers are exact; fma and multiply-then-add differ by that).
-            double mag = 0;
-            for (int64_t b = 0; b < n_in / 32; ++b) {
-              const uint8_t* blk = p.w.row(o) + b * 34;
-              uint16_t h;
-              std::memcpy(&h, blk, 2);
-              int32_t isum = 0;
-              for (int k = 0; k < 32; ++k)
-                isum += static_cast<int8_t>(blk[2 + k]) * a.qs[t * a.qs_stride + b * 32 + k];
-              mag += std::fabs(static_cast<double>(quant::fp16_to_fp32(h)) *
-                               a.d[t * a.d_stride + b] * isum);
+// exact integers per block, so only fp32 rounding may differ: a few roundings per block,
+// each at most 2^-23 of the magnitude.
+TEST(Pack, MatchesScalarReferenceDots) {
+  for (Type type : {Type::Q8_0, Type::Q4_K}) {
+    for (KernelPath path : simd_paths()) {
+      for (int64_t n_in : {256, 768, 2048}) {
+        const int64_t n_out = 24;
+        const Packed p = make_packed(type, n_in, n_out, 7 + n_in);
+        for (int64_t n : {1, 3, 9, 40}) {
+          const std::vector<float> x = make_acts(n, n_in, static_cast<uint32_t>(n));
+          const std::vector<float> y = run(path, p.w, x, n);
+          QuantizedActs a;
+          quantize_acts(act_format(type), x.data(), n, n_in, &a, nullptr);
+          const int64_t steps = type == Type::Q8_0 ? n_in / 32 : n_in / 256;
+          for (int64_t t = 0; t < n; ++t) {
+            for (int64_t o = 0; o < n_out; ++o) {
+              const int8_t* xq = a.qs.data() + t * a.qs_stride;
+              const float* xd = a.d.data() + t * a.d_stride;
+              const float ref = type == Type::Q8_0 ? vec_dot_q8_0_scalar(p.w.row(o), xq, xd, n_in)
+                                                   : vec_dot_q4_k_scalar(p.w.row(o), xq, xd, n_in);
+              const double bound = (4.0 * static_cast<double>(steps) + 4.0) * std::ldexp(1.0, -23) *
+                                   magnitude(type, p.w.row(o), a, t, n_in);
+              ASSERT_LE(std::fabs(static_cast<double>(y[t * n_out + o]) - ref), bound + 1e-30)
+                  << quant::type_name(type) << " " << path_name(path) << " n_in " << n_in << " n "
+                  << n << " t " << t << " o " << o << " ref " << ref;
             }
-            mag *= static_cast<double>(n_in / 32) * std::ldexp(1.0, -22);
-            const float got = y[t * n_out + o];
-            ASSERT_LE(std::fabs(static_cast<double>(got) - ref), mag + 1e-30)
-                << path_name(path) << " n_in " << n_in << " n " << n << " t " << t << " o " << o;
           }
         }
       }
@@ -134,27 +198,30 @@ TEST(Pack, Q8MatchesScalarReferenceDots) {
 
 // A token's outputs are the same bits alone, inside batches of every size, at any position
 // of the batch, and on 1 or 2 threads; AVX2 and AVX-512 agree bit for bit.
-TEST(Pack, Q8BatchThreadAndPathInvariant) {
+TEST(Pack, BatchThreadAndPathInvariant) {
   util::ThreadPool pool2(2);
-  const int64_t n_in = 320, n_out = 48, n_batch = 40;
-  const Packed p = make_packed(n_in, n_out, 99);
-  const std::vector<float> x = make_acts(n_batch, n_in, 5);
-  std::vector<std::vector<float>> fulls;
-  for (KernelPath path : simd_paths()) {
-    const std::vector<float> full = run(path, p.w, x, n_batch);
-    EXPECT_TRUE(same_bits(full.data(), run(path, p.w, x, n_batch, &pool2).data(), full.size()));
-    for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17}) {
-      for (int64_t t0 : {int64_t{0}, int64_t{11}, n_batch - n}) {
-        const std::vector<float> xs(x.begin() + t0 * n_in, x.begin() + (t0 + n) * n_in);
-        const std::vector<float> part = run(path, p.w, xs, n, n % 2 ? &pool2 : nullptr);
-        ASSERT_TRUE(same_bits(part.data(), full.data() + t0 * n_out, part.size()))
-            << path_name(path) << " " << n << " at " << t0;
+  for (Type type : {Type::Q8_0, Type::Q4_K}) {
+    const int64_t n_in = type == Type::Q8_0 ? 320 : 768, n_out = 48, n_batch = 40;
+    const Packed p = make_packed(type, n_in, n_out, 99);
+    const std::vector<float> x = make_acts(n_batch, n_in, 5);
+    std::vector<std::vector<float>> fulls;
+    for (KernelPath path : simd_paths()) {
+      const std::vector<float> full = run(path, p.w, x, n_batch);
+      EXPECT_TRUE(same_bits(full.data(), run(path, p.w, x, n_batch, &pool2).data(), full.size()));
+      for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17}) {
+        for (int64_t t0 : {int64_t{0}, int64_t{11}, n_batch - n}) {
+          const std::vector<float> xs(x.begin() + t0 * n_in, x.begin() + (t0 + n) * n_in);
+          const std::vector<float> part = run(path, p.w, xs, n, n % 2 ? &pool2 : nullptr);
+          ASSERT_TRUE(same_bits(part.data(), full.data() + t0 * n_out, part.size()))
+              << quant::type_name(type) << " " << path_name(path) << " " << n << " at " << t0;
+        }
       }
+      fulls.push_back(full);
     }
-    fulls.push_back(full);
-  }
-  if (fulls.size() == 2) {
-    EXPECT_TRUE(same_bits(fulls[0].data(), fulls[1].data(), fulls[0].size()));
+    if (fulls.size() == 2) {
+      EXPECT_TRUE(same_bits(fulls[0].data(), fulls[1].data(), fulls[0].size()))
+          << quant::type_name(type);
+    }
   }
 }
 
@@ -170,9 +237,10 @@ TEST(Pack, ScalarPathAndUnpackableShapes) {
   Weight odd = plain;
   odd.n_out = 7;
   EXPECT_FALSE(can_pack(odd));
-  Weight k4 = plain;
-  k4.type = Type::Q4_K;
-  EXPECT_FALSE(can_pack(k4));
+  Weight k6 = plain;
+  k6.type = Type::Q6_K;
+  k6.n_in = 256;
+  EXPECT_FALSE(can_pack(k6));
   if (!simd_paths().empty()) {
     EXPECT_TRUE(can_pack(plain));
     PackedStore store;

@@ -56,7 +56,14 @@ GemmFn gemm_avx2(quant::Type t) {
 }
 
 GemmFn gemm_packed_avx2(quant::Type t) {
-  return t == quant::Type::Q8_0 ? PackedQ8Kernel::gemm : nullptr;
+  switch (t) {
+    case quant::Type::Q8_0:
+      return gemm_packed<PackedQ8Kernel>;
+    case quant::Type::Q4_K:
+      return gemm_packed<PackedQ4KKernel>;
+    default:
+      return nullptr;
+  }
 }
 
 }  // namespace kiln::backend::cpu

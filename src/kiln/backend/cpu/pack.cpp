@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kiln/backend/cpu/matmul.h"
+#include "kiln/quant/blocks.h"
 #include "kiln/util/status.h"
 
 namespace kiln::backend::cpu {
@@ -13,16 +14,65 @@ namespace kiln::backend::cpu {
 bool can_pack(const Weight& w) {
   if (w.empty() || w.n_out % kPackRows != 0) return false;
   if (best_kernel_path() == KernelPath::Scalar) return false;
-  return w.type == quant::Type::Q8_0 && w.n_in % 32 == 0 && w.n_in > 0;
+  if (w.n_in <= 0) return false;
+  if (w.type == quant::Type::Q8_0) return w.n_in % 32 == 0;
+  if (w.type == quant::Type::Q4_K) return w.n_in % 256 == 0;
+  return false;
 }
 
 uint64_t packed_bytes(const Weight& w) {
-  return static_cast<uint64_t>(w.n_out / kPackRows) * static_cast<uint64_t>(w.n_in / 32) *
-         kPackedQ8BlockBytes;
+  const uint64_t groups = static_cast<uint64_t>(w.n_out / kPackRows);
+  if (w.type == quant::Type::Q4_K) {
+    return groups * static_cast<uint64_t>(w.n_in / 256) * kPackedQ4KBlockBytes;
+  }
+  return groups * static_cast<uint64_t>(w.n_in / 32) * kPackedQ8BlockBytes;
 }
 
+namespace {
+
+void pack_q4_k(const Weight& w, uint8_t* dst) {
+  const int64_t nb = w.n_in / 256;
+  for (int64_t g = 0; g < w.n_out / kPackRows; ++g) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* out = dst + static_cast<uint64_t>(g * nb + b) * kPackedQ4KBlockBytes;
+      for (int64_t i = 0; i < kPackRows; ++i) {
+        const uint8_t* blk = w.row(g * kPackRows + i) + b * 144;
+        std::memcpy(out + 2 * i, blk, 2);
+        std::memcpy(out + 16 + 2 * i, blk + 2, 2);
+        for (int j = 0; j < 8; ++j) {
+          uint8_t sc = 0, mn = 0;
+          quant::unpack_scale_min_k4(j, blk + 4, &sc, &mn);
+          out[32 + 8 * j + i] = sc;
+          const int16_t m16 = mn;
+          std::memcpy(out + 96 + 32 * (j / 2) + 4 * i + 2 * (j % 2), &m16, 2);
+        }
+        // Element l of sub-block j: chunk c = j / 2 of 64, low nibble when j is even.
+        const auto q = [&](int j, int l) -> uint8_t {
+          const uint8_t byte = blk[16 + 32 * (j / 2) + l];
+          return j % 2 == 0 ? byte & 0x0f : byte >> 4;
+        };
+        for (int j = 0; j < 8; ++j) {
+          for (int v = 0; v < 4; ++v) {
+            for (int e = 0; e < 4; ++e) {
+              out[224 + 128 * j + 32 * v + 4 * i + e] =
+                  static_cast<uint8_t>(q(j, 4 * v + e) | (q(j, 16 + 4 * v + e) << 4));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void pack_weight(const Weight& w, uint8_t* dst) {
-  KILN_ASSERT(w.type == quant::Type::Q8_0 && w.n_out % kPackRows == 0);
+  KILN_ASSERT(w.n_out % kPackRows == 0);
+  if (w.type == quant::Type::Q4_K) {
+    pack_q4_k(w, dst);
+    return;
+  }
+  KILN_ASSERT(w.type == quant::Type::Q8_0);
   const int64_t nb = w.n_in / 32;
   for (int64_t g = 0; g < w.n_out / kPackRows; ++g) {
     for (int64_t b = 0; b < nb; ++b) {

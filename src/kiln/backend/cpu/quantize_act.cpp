@@ -80,6 +80,7 @@ void quantize_acts(ActFormat format, const float* x, int64_t n_tokens, int64_t n
   out->d_stride = n_in / block;
   out->bsums_stride = format == ActFormat::Q8_K ? n_in / 16 : 0;
   out->offs_stride = format == ActFormat::Q8_0 ? n_in / 32 : 0;
+  out->bsums32_stride = format == ActFormat::Q8_K ? n_in / 32 : 0;
   const auto grow = [](auto& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
   };
@@ -87,6 +88,7 @@ void quantize_acts(ActFormat format, const float* x, int64_t n_tokens, int64_t n
   grow(out->d, n_tokens * out->d_stride);
   grow(out->bsums, n_tokens * out->bsums_stride);
   grow(out->offs, n_tokens * out->offs_stride);
+  grow(out->bsums32, n_tokens * out->bsums32_stride);
   auto rows = [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       quantize_act_row(x + t * n_in, n_in, block, out->qs.data() + t * out->qs_stride,
@@ -99,6 +101,13 @@ void quantize_acts(ActFormat format, const float* x, int64_t n_tokens, int64_t n
           int32_t s = 0;
           for (int i = 0; i < 32; ++i) s += q[b * 32 + i];
           o[b] = -128 * s;
+        }
+      }
+      if (out->bsums32_stride != 0) {
+        const int16_t* bs = out->bsums.data() + t * out->bsums_stride;
+        int16_t* s32 = out->bsums32.data() + t * out->bsums32_stride;
+        for (int64_t k = 0; k < out->bsums32_stride; ++k) {
+          s32[k] = static_cast<int16_t>(bs[2 * k] + bs[2 * k + 1]);
         }
       }
     }

@@ -36,8 +36,9 @@ struct QuantizedActs {
   int64_t n_tokens = 0;
   int64_t qs_stride = 0;
   int64_t d_stride = 0;
-  int64_t bsums_stride = 0;  // 0 unless Q8_K
-  int64_t offs_stride = 0;   // 0 unless Q8_0
+  int64_t bsums_stride = 0;    // 0 unless Q8_K
+  int64_t offs_stride = 0;     // 0 unless Q8_0
+  int64_t bsums32_stride = 0;  // 0 unless Q8_K
   std::vector<int8_t> qs;
   std::vector<float> d;
   std::vector<int16_t> bsums;
@@ -45,6 +46,8 @@ struct QuantizedActs {
   // weight bytes were stored offset by +128 (unsigned): sum((w + 128) x) - 128 sum(x) is
   // sum(w x) exactly (backend/cpu/pack.h).
   std::vector<int32_t> offs;
+  // Q8_K: the sum of every 32 consecutive qs (the packed Q4_K kernel's min term).
+  std::vector<int16_t> bsums32;
 };
 
 // Quantizes one row of n elements (a multiple of the block) into qs[n], d[n / block] and,
