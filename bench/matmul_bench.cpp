@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kiln/backend/cpu/matmul.h"
+#include "kiln/backend/cpu/pack.h"
 #include "kiln/quant/convert.h"
 #include "kiln/quant/types.h"
 #include "kiln/util/thread_pool.h"
@@ -97,17 +98,35 @@ void bm_memcpy_threads(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 2 * n);
 }
 
-void bm_matmul(benchmark::State& state, Type type, KernelPath path, int64_t n_tokens,
-               int64_t n_in) {
+// The weight with its packed copy (pack.h), as the model loader makes it.
+Weight packed_weight(Type type, int64_t n_in) {
+  static kiln::backend::cpu::PackedStore store;
+  static std::vector<std::pair<const uint8_t*, Weight>> done;
+  const Weight& w = weight(type, n_in).w;
+  for (auto& [data, pw] : done)
+    if (data == w.data) return pw;
+  Weight pw = w;
+  store.pack(&pw);
+  done.emplace_back(w.data, pw);
+  return pw;
+}
+
+void bm_matmul(benchmark::State& state, Type type, KernelPath path, int64_t n_tokens, int64_t n_in,
+               bool packed = false) {
   if (!kiln::backend::cpu::path_available(path)) {
     state.SkipWithError("path not available on this CPU");
     return;
   }
   const BenchWeight& bw = weight(type, n_in);
+  const Weight w = packed ? packed_weight(type, n_in) : bw.w;
+  if (packed && w.packed == nullptr) {
+    state.SkipWithError("no packed layout for this type here");
+    return;
+  }
   const std::vector<float> x = acts(n_tokens, n_in);
   std::vector<float> y(static_cast<size_t>(n_tokens * kDim));
   for (auto _ : state) {
-    kiln::backend::cpu::matmul_on_path(bw.w, x.data(), y.data(), n_tokens, &pool(), path);
+    kiln::backend::cpu::matmul_on_path(w, x.data(), y.data(), n_tokens, &pool(), path);
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
@@ -184,7 +203,10 @@ void register_all() {
     for (int64_t n : {1, 2, 4, 8, 16, 32}) {
       const std::string name = "batch/" + std::string(kiln::quant::type_name(t)) + "/" +
                                kiln::backend::cpu::path_name(p) + "/" + std::to_string(n);
-      benchmark::RegisterBenchmark(name.c_str(), bm_matmul, t, p, n, kDim)
+      benchmark::RegisterBenchmark(name.c_str(), bm_matmul, t, p, n, kDim, false)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("packed" + name).c_str(), bm_matmul, t, p, n, kDim, true)
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     }
@@ -199,11 +221,12 @@ void register_all() {
       if (!kiln::backend::cpu::path_available(p)) continue;
       const std::string name =
           std::string(kiln::quant::type_name(t)) + "/" + kiln::backend::cpu::path_name(p);
-      benchmark::RegisterBenchmark(("gemv/" + name).c_str(), bm_matmul, t, p, int64_t{1}, kDim)
+      benchmark::RegisterBenchmark(("gemv/" + name).c_str(), bm_matmul, t, p, int64_t{1}, kDim,
+                                   false)
           ->UseRealTime();
       if (p != KernelPath::Scalar) {  // scalar prefill takes minutes per iteration
         benchmark::RegisterBenchmark(("gemm512/" + name).c_str(), bm_matmul, t, p, kPrefillTokens,
-                                     kDim)
+                                     kDim, false)
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
       }
@@ -219,9 +242,10 @@ void register_ggml_shape() {
     const KernelPath p = kiln::backend::cpu::best_kernel_path();
     const std::string name =
         std::string(kiln::quant::type_name(t)) + "/" + kiln::backend::cpu::path_name(p) + "/k14336";
-    benchmark::RegisterBenchmark(("gemv/" + name).c_str(), bm_matmul, t, p, int64_t{1}, kFfn)
+    benchmark::RegisterBenchmark(("gemv/" + name).c_str(), bm_matmul, t, p, int64_t{1}, kFfn, false)
         ->UseRealTime();
-    benchmark::RegisterBenchmark(("gemm512/" + name).c_str(), bm_matmul, t, p, kPrefillTokens, kFfn)
+    benchmark::RegisterBenchmark(("gemm512/" + name).c_str(), bm_matmul, t, p, kPrefillTokens, kFfn,
+                                 false)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }

@@ -32,10 +32,11 @@ struct Packed {
 // Random block bytes (random quants and scales, finite random f16 d / dmin).
 Packed make_packed(Type type, int64_t n_in, int64_t n_out, uint64_t seed) {
   Packed p;
-  const bool q8 = type == Type::Q8_0;
-  const int64_t blk = q8 ? 32 : 256, bb = q8 ? 34 : 144;
-  const quant::testing::RandomLayout layout = q8 ? quant::testing::RandomLayout{34, {0, -1}, -1}
-                                                 : quant::testing::RandomLayout{144, {0, 2}, -1};
+  const bool q8 = type == Type::Q8_0, q6 = type == Type::Q6_K;
+  const int64_t blk = q8 ? 32 : 256, bb = q8 ? 34 : q6 ? 210 : 144;
+  quant::testing::RandomLayout layout{144, {0, 2}, -1};
+  if (q8) layout = {34, {0, -1}, -1};
+  if (q6) layout = {210, {208, -1}, -1};
   p.bytes = quant::testing::random_blocks(layout, static_cast<int>(n_in / blk * n_out), seed);
   p.w = Weight{type, n_in, n_out, p.bytes.data(), static_cast<uint64_t>(n_in / blk * bb)};
   p.packed.resize(packed_bytes(p.w));
@@ -126,6 +127,32 @@ TEST(Pack, Q4KLayoutMatchesTheBlockFields) {
   }
 }
 
+// Element e of a Q6_K block, read the way ggml's dequantize_row_q6_K does.
+int q6_value(const uint8_t* blk, int e) {
+  const int n = e / 128, j = (e % 128) / 32, l = e % 32;
+  const int lo = blk[64 * n + l + 32 * (j & 1)] >> (j >= 2 ? 4 : 0) & 15;
+  return lo | ((blk[128 + 32 * n + l] >> (2 * j)) & 3) << 4;
+}
+
+TEST(Pack, Q6KLayoutMatchesTheBlockFields) {
+  if (simd_paths().empty()) {
+    GTEST_SKIP() << "no SIMD path";
+  }
+  const Packed p = make_packed(Type::Q6_K, 256, 8, 3);
+  for (int64_t r = 0; r < 8; ++r) {
+    const uint8_t* src = p.bytes.data() + r * 210;
+    const uint8_t* dst = p.packed.data();
+    EXPECT_EQ(0, std::memcmp(dst + 2 * r, src + 208, 2));
+    for (int k = 0; k < 16; ++k) EXPECT_EQ(dst[16 + 8 * k + r], src[192 + k]);
+    for (int e = 0; e < 256; ++e) {
+      const int v = e / 4, k = v / 4, c = v % 4, at = 4 * static_cast<int>(r) + e % 4;
+      const int lo = dst[144 + 32 * (2 * k + c / 2) + at] >> (4 * (c % 2)) & 15;
+      const int hi = dst[1168 + 32 * k + at] >> (2 * c) & 3;
+      ASSERT_EQ(lo | hi << 4, q6_value(src, e)) << "row " << r << " element " << e;
+    }
+  }
+}
+
 // Sum over the row of |each element's contribution| (Q8_0: |d q x|; Q4_K: |d sc q x| +
 // |dmin m x|), the scale of the fp32 rounding the kernels may add.
 double magnitude(Type type, const uint8_t* row, const QuantizedActs& a, int64_t t, int64_t n_in) {
@@ -139,6 +166,19 @@ double magnitude(Type type, const uint8_t* row, const QuantizedActs& a, int64_t 
       for (int k = 0; k < 32; ++k) {
         mag += std::fabs(static_cast<double>(quant::fp16_to_fp32(h)) * xd[b] *
                          static_cast<int8_t>(row[b * 34 + 2 + k]) * xq[b * 32 + k]);
+      }
+    }
+    return mag;
+  }
+  if (type == Type::Q6_K) {
+    for (int64_t b = 0; b < n_in / 256; ++b) {
+      const uint8_t* blk = row + b * 210;
+      uint16_t h;
+      std::memcpy(&h, blk + 208, 2);
+      for (int e = 0; e < 256; ++e) {
+        const int sc = static_cast<int8_t>(blk[192 + e / 16]);
+        mag += std::fabs(static_cast<double>(quant::fp16_to_fp32(h)) * sc *
+                         (q6_value(blk, e) - 32) * xq[b * 256 + e] * xd[b]);
       }
     }
     return mag;
@@ -166,7 +206,7 @@ double magnitude(Type type, const uint8_t* row, const QuantizedActs& a, int64_t 
 // exact integers per block, so only fp32 rounding may differ: a few roundings per block,
 // each at most 2^-23 of the magnitude.
 TEST(Pack, MatchesScalarReferenceDots) {
-  for (Type type : {Type::Q8_0, Type::Q4_K}) {
+  for (Type type : {Type::Q8_0, Type::Q4_K, Type::Q6_K}) {
     for (KernelPath path : simd_paths()) {
       for (int64_t n_in : {256, 768, 2048}) {
         const int64_t n_out = 24;
@@ -182,7 +222,9 @@ TEST(Pack, MatchesScalarReferenceDots) {
               const int8_t* xq = a.qs.data() + t * a.qs_stride;
               const float* xd = a.d.data() + t * a.d_stride;
               const float ref = type == Type::Q8_0 ? vec_dot_q8_0_scalar(p.w.row(o), xq, xd, n_in)
-                                                   : vec_dot_q4_k_scalar(p.w.row(o), xq, xd, n_in);
+                                : type == Type::Q4_K
+                                    ? vec_dot_q4_k_scalar(p.w.row(o), xq, xd, n_in)
+                                    : vec_dot_q6_k_scalar(p.w.row(o), xq, xd, n_in);
               const double bound = (4.0 * static_cast<double>(steps) + 4.0) * std::ldexp(1.0, -23) *
                                    magnitude(type, p.w.row(o), a, t, n_in);
               ASSERT_LE(std::fabs(static_cast<double>(y[t * n_out + o]) - ref), bound + 1e-30)
@@ -200,7 +242,7 @@ TEST(Pack, MatchesScalarReferenceDots) {
 // of the batch, and on 1 or 2 threads; AVX2 and AVX-512 agree bit for bit.
 TEST(Pack, BatchThreadAndPathInvariant) {
   util::ThreadPool pool2(2);
-  for (Type type : {Type::Q8_0, Type::Q4_K}) {
+  for (Type type : {Type::Q8_0, Type::Q4_K, Type::Q6_K}) {
     const int64_t n_in = type == Type::Q8_0 ? 320 : 768, n_out = 48, n_batch = 40;
     const Packed p = make_packed(type, n_in, n_out, 99);
     const std::vector<float> x = make_acts(n_batch, n_in, 5);
@@ -237,10 +279,10 @@ TEST(Pack, ScalarPathAndUnpackableShapes) {
   Weight odd = plain;
   odd.n_out = 7;
   EXPECT_FALSE(can_pack(odd));
-  Weight k6 = plain;
-  k6.type = Type::Q6_K;
-  k6.n_in = 256;
-  EXPECT_FALSE(can_pack(k6));
+  Weight k5 = plain;
+  k5.type = Type::Q5_K;
+  k5.n_in = 256;
+  EXPECT_FALSE(can_pack(k5));
   if (!simd_paths().empty()) {
     EXPECT_TRUE(can_pack(plain));
     PackedStore store;

@@ -61,6 +61,8 @@ GemmFn gemm_packed_avx2(quant::Type t) {
       return gemm_packed<PackedQ8Kernel>;
     case quant::Type::Q4_K:
       return gemm_packed<PackedQ4KKernel>;
+    case quant::Type::Q6_K:
+      return gemm_packed<PackedQ6KKernel>;
     default:
       return nullptr;
   }

@@ -60,6 +60,8 @@ GemmFn gemm_packed_avx512(quant::Type t) {
       return gemm_packed<PackedQ8Kernel>;
     case quant::Type::Q4_K:
       return gemm_packed<PackedQ4KKernel>;
+    case quant::Type::Q6_K:
+      return gemm_packed<PackedQ6KKernel>;
     default:
       return nullptr;
   }

@@ -16,7 +16,7 @@ bool can_pack(const Weight& w) {
   if (best_kernel_path() == KernelPath::Scalar) return false;
   if (w.n_in <= 0) return false;
   if (w.type == quant::Type::Q8_0) return w.n_in % 32 == 0;
-  if (w.type == quant::Type::Q4_K) return w.n_in % 256 == 0;
+  if (w.type == quant::Type::Q4_K || w.type == quant::Type::Q6_K) return w.n_in % 256 == 0;
   return false;
 }
 
@@ -24,6 +24,9 @@ uint64_t packed_bytes(const Weight& w) {
   const uint64_t groups = static_cast<uint64_t>(w.n_out / kPackRows);
   if (w.type == quant::Type::Q4_K) {
     return groups * static_cast<uint64_t>(w.n_in / 256) * kPackedQ4KBlockBytes;
+  }
+  if (w.type == quant::Type::Q6_K) {
+    return groups * static_cast<uint64_t>(w.n_in / 256) * kPackedQ6KBlockBytes;
   }
   return groups * static_cast<uint64_t>(w.n_in / 32) * kPackedQ8BlockBytes;
 }
@@ -64,12 +67,46 @@ void pack_q4_k(const Weight& w, uint8_t* dst) {
   }
 }
 
+// The 6-bit value of element e (0..255) of a Q6_K block (ggml's dequantize_row_q6_K order:
+// halves of 128, each four quarters of 32 from ql's nibbles and qh's 2-bit fields).
+uint8_t q6_k_value(const uint8_t* blk, int e) {
+  const int n = e / 128, j = (e % 128) / 32, l = e % 32;
+  const uint8_t lo = blk[64 * n + l + 32 * (j & 1)];
+  const uint8_t hi = blk[128 + 32 * n + l];
+  return static_cast<uint8_t>(((j >= 2 ? lo >> 4 : lo) & 0x0f) | (((hi >> (2 * j)) & 3) << 4));
+}
+
+void pack_q6_k(const Weight& w, uint8_t* dst) {
+  const int64_t nb = w.n_in / 256;
+  for (int64_t g = 0; g < w.n_out / kPackRows; ++g) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* out = dst + static_cast<uint64_t>(g * nb + b) * kPackedQ6KBlockBytes;
+      std::memset(out, 0, kPackedQ6KBlockBytes);
+      for (int64_t i = 0; i < kPackRows; ++i) {
+        const uint8_t* blk = w.row(g * kPackRows + i) + b * 210;
+        std::memcpy(out + 2 * i, blk + 208, 2);
+        for (int k = 0; k < 16; ++k) out[16 + 8 * k + i] = blk[192 + k];
+        for (int e = 0; e < 256; ++e) {
+          const uint8_t q = q6_k_value(blk, e);
+          const int v = e / 4, k = v / 4, c = v % 4, at = 4 * static_cast<int>(i) + e % 4;
+          out[144 + 32 * (2 * k + c / 2) + at] |= static_cast<uint8_t>((q & 0x0f) << (4 * (c % 2)));
+          out[1168 + 32 * k + at] |= static_cast<uint8_t>((q >> 4) << (2 * c));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void pack_weight(const Weight& w, uint8_t* dst) {
   KILN_ASSERT(w.n_out % kPackRows == 0);
   if (w.type == quant::Type::Q4_K) {
     pack_q4_k(w, dst);
+    return;
+  }
+  if (w.type == quant::Type::Q6_K) {
+    pack_q6_k(w, dst);
     return;
   }
   KILN_ASSERT(w.type == quant::Type::Q8_0);

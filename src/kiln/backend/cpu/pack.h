@@ -24,6 +24,16 @@
 //   [224, 1248)  nibbles: sub-block j at 224 + 128 j, 4 vectors of 32 bytes; byte 4i + e of
 //                vector v holds element 4v + e of row i's sub-block j (low nibble) and element
 //                16 + 4v + e (high nibble)
+//
+// Q6_K x 8 rows, per super-block b of group g, 1680 bytes at (g * n_blocks + b) * 1680, the
+// 6-bit values q (0..63; the weight is d * scale * (q - 32)) as 64 "element vectors" of 32
+// bytes, vector v holding elements 4v..4v+3 of each row (row i at bytes 4i..4i+3):
+//   [0, 16)       the 8 rows' f16 d
+//   [16, 144)     int8 scales: byte 8k + i = scale of 16-element sub-block k of row i
+//   [144, 1168)   low 4 bits: 32 vectors of 32 bytes; vector 2k + h holds element vectors
+//                 4k + 2h (low nibbles) and 4k + 2h + 1 (high nibbles)
+//   [1168, 1680)  high 2 bits: 16 vectors of 32 bytes; vector k holds element vector 4k + c
+//                 in bits 2c..2c+1
 // Only matrices with n_out a multiple of 8 are packed; the values are exactly the file's.
 #pragma once
 
@@ -38,6 +48,7 @@ namespace kiln::backend::cpu {
 inline constexpr int64_t kPackRows = 8;
 inline constexpr int64_t kPackedQ8BlockBytes = 272;
 inline constexpr int64_t kPackedQ4KBlockBytes = 1248;
+inline constexpr int64_t kPackedQ6KBlockBytes = 1680;
 
 // Whether the CPU backend has a packed layout and kernel for this weight on this machine.
 bool can_pack(const Weight& w);

@@ -79,7 +79,7 @@ void quantize_acts(ActFormat format, const float* x, int64_t n_tokens, int64_t n
   out->qs_stride = (n_in + 63) / 64 * 64;
   out->d_stride = n_in / block;
   out->bsums_stride = format == ActFormat::Q8_K ? n_in / 16 : 0;
-  out->offs_stride = format == ActFormat::Q8_0 ? n_in / 32 : 0;
+  out->offs_stride = format == ActFormat::Q8_0 ? n_in / 32 : n_in / 16;
   out->bsums32_stride = format == ActFormat::Q8_K ? n_in / 32 : 0;
   const auto grow = [](auto& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
@@ -94,14 +94,17 @@ void quantize_acts(ActFormat format, const float* x, int64_t n_tokens, int64_t n
       quantize_act_row(x + t * n_in, n_in, block, out->qs.data() + t * out->qs_stride,
                        out->d.data() + t * out->d_stride,
                        out->bsums_stride ? out->bsums.data() + t * out->bsums_stride : nullptr);
-      if (out->offs_stride != 0) {
+      int32_t* o = out->offs.data() + t * out->offs_stride;
+      if (format == ActFormat::Q8_0) {
         const int8_t* q = out->qs.data() + t * out->qs_stride;
-        int32_t* o = out->offs.data() + t * out->offs_stride;
         for (int64_t b = 0; b < out->offs_stride; ++b) {
           int32_t s = 0;
           for (int i = 0; i < 32; ++i) s += q[b * 32 + i];
           o[b] = -128 * s;
         }
+      } else {
+        const int16_t* bs = out->bsums.data() + t * out->bsums_stride;
+        for (int64_t g = 0; g < out->offs_stride; ++g) o[g] = -32 * bs[g];
       }
       if (out->bsums32_stride != 0) {
         const int16_t* bs = out->bsums.data() + t * out->bsums_stride;

@@ -42,9 +42,9 @@ struct QuantizedActs {
   std::vector<int8_t> qs;
   std::vector<float> d;
   std::vector<int16_t> bsums;
-  // Q8_0: -128 x the sum of each block's qs, the starting value of a VNNI accumulator whose
-  // weight bytes were stored offset by +128 (unsigned): sum((w + 128) x) - 128 sum(x) is
-  // sum(w x) exactly (backend/cpu/pack.h).
+  // Starting values of the packed kernels' integer accumulators (backend/cpu/pack.h). Q8_0:
+  // -128 x the sum of each block's qs (the weight bytes are stored +128, unsigned: sum((w +
+  // 128) x) - 128 sum(x) is sum(w x) exactly). Q8_K: -32 x each 16-sum (Q6_K's -32 offset).
   std::vector<int32_t> offs;
   // Q8_K: the sum of every 32 consecutive qs (the packed Q4_K kernel's min term).
   std::vector<int16_t> bsums32;
