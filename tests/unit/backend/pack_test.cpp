@@ -146,8 +146,8 @@ TEST(Pack, Q6KLayoutMatchesTheBlockFields) {
     for (int k = 0; k < 16; ++k) EXPECT_EQ(dst[16 + 8 * k + r], src[192 + k]);
     for (int e = 0; e < 256; ++e) {
       const int v = e / 4, k = v / 4, c = v % 4, at = 4 * static_cast<int>(r) + e % 4;
-      const int lo = dst[144 + 32 * (2 * k + c / 2) + at] >> (4 * (c % 2)) & 15;
-      const int hi = dst[1168 + 32 * k + at] >> (2 * c) & 3;
+      const int lo = dst[144 + 96 * k + 32 * (c / 2) + at] >> (4 * (c % 2)) & 15;
+      const int hi = dst[144 + 96 * k + 64 + at] >> (2 * c) & 3;
       ASSERT_EQ(lo | hi << 4, q6_value(src, e)) << "row " << r << " element " << e;
     }
   }

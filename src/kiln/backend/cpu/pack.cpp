@@ -89,8 +89,9 @@ void pack_q6_k(const Weight& w, uint8_t* dst) {
         for (int e = 0; e < 256; ++e) {
           const uint8_t q = q6_k_value(blk, e);
           const int v = e / 4, k = v / 4, c = v % 4, at = 4 * static_cast<int>(i) + e % 4;
-          out[144 + 32 * (2 * k + c / 2) + at] |= static_cast<uint8_t>((q & 0x0f) << (4 * (c % 2)));
-          out[1168 + 32 * k + at] |= static_cast<uint8_t>((q >> 4) << (2 * c));
+          uint8_t* sub = out + 144 + 96 * k;  // sub-block k: low bits, then high bits
+          sub[32 * (c / 2) + at] |= static_cast<uint8_t>((q & 0x0f) << (4 * (c % 2)));
+          sub[64 + at] |= static_cast<uint8_t>((q >> 4) << (2 * c));
         }
       }
     }
