@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { spawn, execFile } from 'node:child_process';
 import os from 'node:os';
 import fs from 'node:fs';
+import http from 'node:http';
 import OpenAI from 'openai';
 
 const KILN = process.env.KILN_BIN;
@@ -246,6 +247,31 @@ test('bench http: errors are reported, not hidden', async () => {
   assert.equal(l.num_ok, 0);
   assert.equal(l.num_errors, 3);
   assert.match(l.errors[0], /HTTP 401/);
+});
+
+// A server whose stream is not JSON, with a multibyte character cut by bench http's 120-byte
+// quote of it: the report must still be valid JSON (invalid bytes replaced), not a crash.
+test('bench http: a garbled stream from another server is an error in the report', async () => {
+  const junk = 'x'.repeat(119) + '\u00e9\u00e9\u00e9';  // the cut falls inside a 2-byte UTF-8 sequence
+  const fake = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'Content-Type': 'text/event-stream' });
+      res.end(`data: ${junk}\n\ndata: [DONE]\n\n`);
+    });
+  });
+  await new Promise((resolve) => fake.listen(0, '127.0.0.1', resolve));
+  try {
+    const url = `http://127.0.0.1:${fake.address().port}`;
+    const out = await new Promise((resolve) => execFile(KILN, ['bench', 'http', '--url', url, '--no-warmup',
+      '--concurrency', '1', '--requests', '2', '--json'], (e, stdout, stderr) => resolve({ e, stdout, stderr })));
+    assert.equal(out.e?.code, 1, out.stderr);
+    const l = JSON.parse(out.stdout).levels[0];
+    assert.equal(l.num_errors, 2);
+    assert.match(l.errors[0], /not JSON: x+/);
+  } finally {
+    fake.close();
+  }
 });
 
 // tool_choice on a model whose template renders tools (a tiny random Qwen3 with the real

@@ -160,7 +160,8 @@ void on_event(const std::string& data, Clock::time_point t0, Clock::time_point n
     return;
   }
   if (j.contains("error")) {
-    r->error = "error frame: " + j["error"].dump().substr(0, 200);
+    r->error = "error frame: " +
+               j["error"].dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 200);
     return;
   }
   if (j.contains("usage") && j["usage"].is_object()) {
@@ -488,7 +489,9 @@ int run_bench_http(const HttpBenchOptions& o) {
     j["requests_per_level"] = o.requests;
     j["levels"] = Json::array();
     for (const Level& l : levels) j["levels"].push_back(l.to_json());
-    fmt::print("{}\n", j.dump(2));
+    // Error texts quote server output cut at a byte count, which may split a UTF-8 sequence:
+    // replace invalid bytes rather than throw.
+    fmt::print("{}\n", j.dump(2, ' ', false, Json::error_handler_t::replace));
   } else {
     print_table(o, levels);
   }
