@@ -46,8 +46,7 @@ void pack_q4_k(const Weight& w, uint8_t* dst) {
           uint8_t sc = 0, mn = 0;
           quant::unpack_scale_min_k4(j, blk + 4, &sc, &mn);
           out[32 + 8 * j + i] = sc;
-          const int16_t m16 = mn;
-          std::memcpy(out + 96 + 32 * (j / 2) + 4 * i + 2 * (j % 2), &m16, 2);
+          out[96 + 16 * (j / 2) + 2 * i + j % 2] = mn;
         }
         // Element l of sub-block j: chunk c = j / 2 of 64, low nibble when j is even.
         const auto q = [&](int j, int l) -> uint8_t {
@@ -57,7 +56,7 @@ void pack_q4_k(const Weight& w, uint8_t* dst) {
         for (int j = 0; j < 8; ++j) {
           for (int v = 0; v < 4; ++v) {
             for (int e = 0; e < 4; ++e) {
-              out[224 + 128 * j + 32 * v + 4 * i + e] =
+              out[160 + 128 * j + 32 * v + 4 * i + e] =
                   static_cast<uint8_t>(q(j, 4 * v + e) | (q(j, 16 + 4 * v + e) << 4));
             }
           }

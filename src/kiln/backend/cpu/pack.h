@@ -16,12 +16,12 @@
 //              (row i at bytes 4i..4i+3), each stored as q + 128 (unsigned, as vpdpbusd's
 //              first operand wants; the activations' offs term removes the 128 x sum)
 //
-// Q4_K x 8 rows, per super-block b of group g, 1248 bytes at (g * n_blocks + b) * 1248:
+// Q4_K x 8 rows, per super-block b of group g, 1184 bytes at (g * n_blocks + b) * 1184:
 //   [0, 16)      the 8 rows' f16 d;  [16, 32) the 8 rows' f16 dmin
 //   [32, 96)     6-bit scales: byte 8j + i = scale of sub-block j of row i
-//   [96, 224)    6-bit mins as int16 pairs for vpdpwssd: vector k (32 bytes), lane i =
-//                (min of sub-block 2k, min of sub-block 2k + 1) of row i
-//   [224, 1248)  nibbles: sub-block j at 224 + 128 j, 4 vectors of 32 bytes; byte 4i + e of
+//   [96, 160)    6-bit mins in pairs: 16 bytes per k, bytes 2i and 2i + 1 = mins of
+//                sub-blocks 2k and 2k + 1 of row i (widened to int16 pairs for vpdpwssd)
+//   [160, 1184)  nibbles: sub-block j at 160 + 128 j, 4 vectors of 32 bytes; byte 4i + e of
 //                vector v holds element 4v + e of row i's sub-block j (low nibble) and element
 //                16 + 4v + e (high nibble)
 //
@@ -49,7 +49,7 @@ namespace kiln::backend::cpu {
 
 inline constexpr int64_t kPackRows = 8;
 inline constexpr int64_t kPackedQ8BlockBytes = 272;
-inline constexpr int64_t kPackedQ4KBlockBytes = 1248;
+inline constexpr int64_t kPackedQ4KBlockBytes = 1184;  // 8 x 144 + 32
 inline constexpr int64_t kPackedQ6KBlockBytes = 1680;
 
 // Whether the CPU backend has a packed layout and kernel for this weight on this machine.
