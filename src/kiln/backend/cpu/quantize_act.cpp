@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
+#include "kiln/util/cpu.h"
 #include "kiln/util/status.h"
 
 namespace kiln::backend::cpu {
@@ -46,6 +49,22 @@ inline int32_t round_even(float v) {
 
 void quantize_act_row(const float* x, int64_t n, int block_elems, int8_t* qs, float* d,
                       int16_t* bsums) {
+#if defined(__x86_64__)
+  static const bool avx2 = [] {
+    const util::CpuFeatures& f = util::cpu_features();
+    const char* env = std::getenv("KILN_SCALAR_OPS");
+    return f.avx2 && f.fma && (env == nullptr || std::string_view(env) != "1");
+  }();
+  if (avx2 && block_elems % 32 == 0) {
+    quantize_act_row_avx2(x, n, block_elems, qs, d, bsums);
+    return;
+  }
+#endif
+  quantize_act_row_scalar(x, n, block_elems, qs, d, bsums);
+}
+
+void quantize_act_row_scalar(const float* x, int64_t n, int block_elems, int8_t* qs, float* d,
+                             int16_t* bsums) {
   const int64_t nb = n / block_elems;
   for (int64_t b = 0; b < nb; ++b) {
     const float* xb = x + b * block_elems;

@@ -51,9 +51,16 @@ struct QuantizedActs {
 };
 
 // Quantizes one row of n elements (a multiple of the block) into qs[n], d[n / block] and,
-// when bsums is non-null, bsums[n / 16].
+// when bsums is non-null, bsums[n / 16]. Uses the AVX2 version where the CPU has it (and
+// KILN_SCALAR_OPS is not 1); both give the same bits.
 void quantize_act_row(const float* x, int64_t n, int block_elems, int8_t* qs, float* d,
                       int16_t* bsums);
+// The scalar reference and the AVX2 version (x86-64 with AVX2 only; block_elems a multiple
+// of 32).
+void quantize_act_row_scalar(const float* x, int64_t n, int block_elems, int8_t* qs, float* d,
+                             int16_t* bsums);
+void quantize_act_row_avx2(const float* x, int64_t n, int block_elems, int8_t* qs, float* d,
+                           int16_t* bsums);
 
 // Quantizes x ([n_tokens, n_in]) into out (grown as needed, never shrunk). format must not
 // be F32 and n_in must be a multiple of its block. Splits tokens over pool when given.
