@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string_view>
 
-#include "kiln/util/cpu.h"
+#include "kiln/backend/cpu/attention.h"
+#include "kiln/backend/cpu/ops.h"
 #include "kiln/util/status.h"
 
 namespace kiln::backend::cpu {
@@ -50,12 +49,9 @@ inline int32_t round_even(float v) {
 void quantize_act_row(const float* x, int64_t n, int block_elems, int8_t* qs, float* d,
                       int16_t* bsums) {
 #if defined(__x86_64__)
-  static const bool avx2 = [] {
-    const util::CpuFeatures& f = util::cpu_features();
-    const char* env = std::getenv("KILN_SCALAR_OPS");
-    return f.avx2 && f.fma && (env == nullptr || std::string_view(env) != "1");
-  }();
-  if (avx2 && block_elems % 32 == 0) {
+  // The small ops' switch (ops.h): AVX2 where available, unless the ops mode is Reference.
+  static const bool avx2 = avx2_ops_available();
+  if (avx2 && ops_mode() == OpsMode::Fast && block_elems % 32 == 0) {
     quantize_act_row_avx2(x, n, block_elems, qs, d, bsums);
     return;
   }

@@ -51,8 +51,9 @@ struct QuantizedActs {
 };
 
 // Quantizes one row of n elements (a multiple of the block) into qs[n], d[n / block] and,
-// when bsums is non-null, bsums[n / 16]. Uses the AVX2 version where the CPU has it (and
-// KILN_SCALAR_OPS is not 1); both give the same bits.
+// when bsums is non-null, bsums[n / 16]. Uses the AVX2 version where the small ops do
+// (ops.h: the CPU has AVX2 and the ops mode is Fast, i.e. KILN_SCALAR_OPS is not 1); both
+// give the same bits.
 void quantize_act_row(const float* x, int64_t n, int block_elems, int8_t* qs, float* d,
                       int16_t* bsums);
 // The scalar reference and the AVX2 version (x86-64 with AVX2 only; block_elems a multiple
