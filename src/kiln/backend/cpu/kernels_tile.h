@@ -15,14 +15,15 @@
 // Included inside an anonymous namespace (internal linkage per instruction set): no
 // include guard, no namespace of its own.
 
-template <class K, int R, int N>
-inline void tile_tail(const GemmArgs& g, const typename K::Panel& p, int64_t r, int64_t t,
-                      int64_t n) {
+// Calls f.template operator()<n>() for a runtime n in [1, N] (nothing otherwise): turns a
+// tail count of tokens into a compile-time tile size.
+template <int N, class F>
+inline void with_count(int64_t n, F&& f) {
   if constexpr (N > 0) {
     if (n == N) {
-      K::template tile<R, N>(g, p, r, t);
+      f.template operator()<N>();
     } else {
-      tile_tail<K, R, N - 1>(g, p, r, t, n);
+      with_count<N - 1>(n, f);
     }
   }
 }
@@ -32,7 +33,7 @@ inline void row_tile(const GemmArgs& g, typename K::Panel& p, int64_t r, int64_t
   p.prepare(g, r, R);
   int64_t t = tb;
   for (; t + K::kTokens <= te; t += K::kTokens) K::template tile<R, K::kTokens>(g, p, r, t);
-  tile_tail<K, R, K::kTokens - 1>(g, p, r, t, te - t);
+  with_count<K::kTokens - 1>(te - t, [&]<int T>() { K::template tile<R, T>(g, p, r, t); });
 }
 
 // Tokens go in chunks whose activations stay in L2 while the row tiles of [row_begin,
