@@ -15,10 +15,11 @@ struct Weight {
   const uint8_t* data = nullptr;
   uint64_t row_bytes = 0;
   // Optional interleaved copy of the same values made at load by the CPU backend
-  // (backend/cpu/pack.h): 8 rows side by side per block, so one SIMD instruction serves 8
-  // output rows. Null when the weight is used only as stored. `data` stays valid either way
-  // (row access, the reference kernel).
+  // (backend/cpu/pack.h): packed_rows rows side by side per block, so one SIMD instruction
+  // serves that many output rows. Null when the weight is used only as stored. `data` stays
+  // valid either way (row access, the reference kernel, a path with another row count).
   const uint8_t* packed = nullptr;
+  int32_t packed_rows = 0;
 
   const uint8_t* row(int64_t r) const { return data + static_cast<uint64_t>(r) * row_bytes; }
   bool empty() const { return data == nullptr; }

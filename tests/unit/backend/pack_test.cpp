@@ -1,7 +1,7 @@
-// Packed (interleaved) weights, pack.h: the layout byte for byte, the packed kernels
-// against the scalar reference dots, bitwise batch and thread invariance (a token alone, in
-// any batch, on 1 or 2 threads), and AVX2 == AVX-512 on random block bytes (every scale,
-// weights of -128 included).
+// Packed (interleaved) weights, pack.h: the layout byte for byte for 8- and 16-row groups,
+// the packed kernels against the scalar reference dots, bitwise batch and thread invariance
+// (a token alone, in any batch, on 1 or 2 threads), and AVX2 (8 rows) == AVX-512 (16 rows)
+// on random block bytes (every scale, weights of -128 included).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,8 +29,9 @@ struct Packed {
   Weight w;                     // both
 };
 
-// Random block bytes (random quants and scales, finite random f16 d / dmin).
-Packed make_packed(Type type, int64_t n_in, int64_t n_out, uint64_t seed) {
+// Random block bytes (random quants and scales, finite random f16 d / dmin), packed in groups
+// of `rows`.
+Packed make_packed(Type type, int64_t n_in, int64_t n_out, uint64_t seed, int64_t rows) {
   Packed p;
   const bool q8 = type == Type::Q8_0, q6 = type == Type::Q6_K;
   const int64_t blk = q8 ? 32 : 256, bb = q8 ? 34 : q6 ? 210 : 144;
@@ -39,13 +40,11 @@ Packed make_packed(Type type, int64_t n_in, int64_t n_out, uint64_t seed) {
   if (q6) layout = {210, {208, -1}, -1};
   p.bytes = quant::testing::random_blocks(layout, static_cast<int>(n_in / blk * n_out), seed);
   p.w = Weight{type, n_in, n_out, p.bytes.data(), static_cast<uint64_t>(n_in / blk * bb)};
-  p.packed.resize(packed_bytes(p.w));
-  pack_weight(p.w, p.packed.data());
+  p.packed.resize(packed_bytes(p.w, rows));
+  pack_weight(p.w, rows, p.packed.data());
   p.w.packed = p.packed.data();
+  p.w.packed_rows = static_cast<int32_t>(rows);
   return p;
-}
-Packed make_packed(int64_t n_in, int64_t n_out, uint64_t seed) {
-  return make_packed(Type::Q8_0, n_in, n_out, seed);
 }
 
 std::vector<float> make_acts(int64_t n_tokens, int64_t n_in, uint32_t seed) {
@@ -78,47 +77,47 @@ std::vector<KernelPath> simd_paths() {
 }
 
 TEST(Pack, Q8LayoutByteForByte) {
-  if (simd_paths().empty()) {
-    GTEST_SKIP() << "no SIMD path";
-  }
-  const Packed p = make_packed(96, 16, 1);
-  const int64_t nb = 3;
-  for (int64_t r = 0; r < 16; ++r) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* src = p.bytes.data() + r * nb * 34 + b * 34;
-      const uint8_t* dst = p.packed.data() + ((r / 8) * nb + b) * kPackedQ8BlockBytes;
-      const int64_t i = r % 8;
-      EXPECT_EQ(0, std::memcmp(dst + 2 * i, src, 2)) << r << " " << b;
-      for (int64_t e = 0; e < 32; ++e) {
-        ASSERT_EQ(dst[16 + 32 * (e / 4) + 4 * i + e % 4], static_cast<uint8_t>(src[2 + e] ^ 0x80))
-            << "row " << r << " block " << b << " element " << e;
+  for (const int64_t R : {8, 16}) {
+    const Packed p = make_packed(Type::Q8_0, 96, 32, 1, R);
+    const int64_t nb = 3;
+    for (int64_t r = 0; r < 32; ++r) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* src = p.bytes.data() + r * nb * 34 + b * 34;
+        const uint8_t* dst = p.packed.data() + ((r / R) * nb + b) * 34 * R;
+        const int64_t i = r % R;
+        EXPECT_EQ(0, std::memcmp(dst + 2 * i, src, 2)) << r << " " << b;
+        for (int64_t e = 0; e < 32; ++e) {
+          ASSERT_EQ(dst[2 * R + 4 * R * (e / 4) + 4 * i + e % 4],
+                    static_cast<uint8_t>(src[2 + e] ^ 0x80))
+              << "R " << R << " row " << r << " block " << b << " element " << e;
+        }
       }
     }
   }
 }
 
 TEST(Pack, Q4KLayoutMatchesTheBlockFields) {
-  if (simd_paths().empty()) {
-    GTEST_SKIP() << "no SIMD path";
-  }
-  const Packed p = make_packed(Type::Q4_K, 512, 8, 2);
-  for (int64_t r = 0; r < 8; ++r) {
-    for (int64_t b = 0; b < 2; ++b) {
-      const uint8_t* src = p.bytes.data() + r * 288 + b * 144;
-      const uint8_t* dst = p.packed.data() + b * kPackedQ4KBlockBytes;
-      EXPECT_EQ(0, std::memcmp(dst + 2 * r, src, 2));
-      EXPECT_EQ(0, std::memcmp(dst + 16 + 2 * r, src + 2, 2));
-      for (int j = 0; j < 8; ++j) {
-        uint8_t sc, mn;
-        quant::unpack_scale_min_k4(j, src + 4, &sc, &mn);
-        EXPECT_EQ(dst[32 + 8 * j + r], sc);
-        EXPECT_EQ(dst[96 + 16 * (j / 2) + 2 * r + j % 2], mn);
-        for (int l = 0; l < 32; ++l) {
-          const uint8_t byte = src[16 + 32 * (j / 2) + l];
-          const int q = j % 2 == 0 ? byte & 15 : byte >> 4;
-          const int v = (l % 16) / 4, e = l % 4;
-          const uint8_t packed = dst[160 + 128 * j + 32 * v + 4 * r + e];
-          ASSERT_EQ(l < 16 ? packed & 15 : packed >> 4, q) << r << " " << b << " " << j << " " << l;
+  for (const int64_t R : {8, 16}) {
+    const Packed p = make_packed(Type::Q4_K, 512, R, 2, R);
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t b = 0; b < 2; ++b) {
+        const uint8_t* src = p.bytes.data() + r * 288 + b * 144;
+        const uint8_t* dst = p.packed.data() + b * 148 * R;
+        EXPECT_EQ(0, std::memcmp(dst + 2 * r, src, 2));
+        EXPECT_EQ(0, std::memcmp(dst + 2 * R + 2 * r, src + 2, 2));
+        for (int j = 0; j < 8; ++j) {
+          uint8_t sc, mn;
+          quant::unpack_scale_min_k4(j, src + 4, &sc, &mn);
+          EXPECT_EQ(dst[4 * R + R * j + r], sc);
+          EXPECT_EQ(dst[12 * R + 2 * R * (j / 2) + 2 * r + j % 2], mn);
+          for (int l = 0; l < 32; ++l) {
+            const uint8_t byte = src[16 + 32 * (j / 2) + l];
+            const int q = j % 2 == 0 ? byte & 15 : byte >> 4;
+            const int v = (l % 16) / 4, e = l % 4;
+            const uint8_t packed = dst[20 * R + 16 * R * j + 4 * R * v + 4 * r + e];
+            ASSERT_EQ(l < 16 ? packed & 15 : packed >> 4, q)
+                << R << " " << r << " " << b << " " << j << " " << l;
+          }
         }
       }
     }
@@ -133,20 +132,20 @@ int q6_value(const uint8_t* blk, int e) {
 }
 
 TEST(Pack, Q6KLayoutMatchesTheBlockFields) {
-  if (simd_paths().empty()) {
-    GTEST_SKIP() << "no SIMD path";
-  }
-  const Packed p = make_packed(Type::Q6_K, 256, 8, 3);
-  for (int64_t r = 0; r < 8; ++r) {
-    const uint8_t* src = p.bytes.data() + r * 210;
-    const uint8_t* dst = p.packed.data();
-    EXPECT_EQ(0, std::memcmp(dst + 2 * r, src + 208, 2));
-    for (int k = 0; k < 16; ++k) EXPECT_EQ(dst[16 + 8 * k + r], src[192 + k]);
-    for (int e = 0; e < 256; ++e) {
-      const int v = e / 4, k = v / 4, c = v % 4, at = 4 * static_cast<int>(r) + e % 4;
-      const int lo = dst[144 + 96 * k + 32 * (c / 2) + at] >> (4 * (c % 2)) & 15;
-      const int hi = dst[144 + 96 * k + 64 + at] >> (2 * c) & 3;
-      ASSERT_EQ(lo | hi << 4, q6_value(src, e)) << "row " << r << " element " << e;
+  for (const int R : {8, 16}) {
+    const Packed p = make_packed(Type::Q6_K, 256, R, 3, R);
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* src = p.bytes.data() + r * 210;
+      const uint8_t* dst = p.packed.data();
+      EXPECT_EQ(0, std::memcmp(dst + 2 * r, src + 208, 2));
+      for (int k = 0; k < 16; ++k) EXPECT_EQ(dst[2 * R + R * k + r], src[192 + k]);
+      for (int e = 0; e < 256; ++e) {
+        const int v = e / 4, k = v / 4, c = v % 4, at = 4 * r + e % 4;
+        const uint8_t* sub = dst + 18 * R + 12 * R * k;
+        const int lo = sub[4 * R * (c / 2) + at] >> (4 * (c % 2)) & 15;
+        const int hi = sub[8 * R + at] >> (2 * c) & 3;
+        ASSERT_EQ(lo | hi << 4, q6_value(src, e)) << "R " << R << " row " << r << " element " << e;
+      }
     }
   }
 }
@@ -207,8 +206,8 @@ TEST(Pack, MatchesScalarReferenceDots) {
   for (Type type : {Type::Q8_0, Type::Q4_K, Type::Q6_K}) {
     for (KernelPath path : simd_paths()) {
       for (int64_t n_in : {256, 768, 2048}) {
-        const int64_t n_out = 24;
-        const Packed p = make_packed(type, n_in, n_out, 7 + n_in);
+        const int64_t n_out = 48;
+        const Packed p = make_packed(type, n_in, n_out, 7 + n_in, pack_rows(path));
         for (int64_t n : {1, 3, 9, 40}) {
           const std::vector<float> x = make_acts(n, n_in, static_cast<uint32_t>(n));
           const std::vector<float> y = run(path, p.w, x, n);
@@ -237,15 +236,16 @@ TEST(Pack, MatchesScalarReferenceDots) {
 }
 
 // A token's outputs are the same bits alone, inside batches of every size, at any position
-// of the batch, and on 1 or 2 threads; AVX2 and AVX-512 agree bit for bit.
+// of the batch, and on 1 or 2 threads; AVX2 (8-row groups) and AVX-512 (16-row groups) agree
+// bit for bit.
 TEST(Pack, BatchThreadAndPathInvariant) {
   util::ThreadPool pool2(2);
   for (Type type : {Type::Q8_0, Type::Q4_K, Type::Q6_K}) {
     const int64_t n_in = type == Type::Q8_0 ? 320 : 768, n_out = 48, n_batch = 40;
-    const Packed p = make_packed(type, n_in, n_out, 99);
     const std::vector<float> x = make_acts(n_batch, n_in, 5);
     std::vector<std::vector<float>> fulls;
     for (KernelPath path : simd_paths()) {
+      const Packed p = make_packed(type, n_in, n_out, 99, pack_rows(path));
       const std::vector<float> full = run(path, p.w, x, n_batch);
       EXPECT_TRUE(same_bits(full.data(), run(path, p.w, x, n_batch, &pool2).data(), full.size()));
       for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17}) {
@@ -265,30 +265,45 @@ TEST(Pack, BatchThreadAndPathInvariant) {
   }
 }
 
-// Packing changes only the SIMD kernels: the scalar path reads the rows as stored, and a
-// weight whose n_out is not a multiple of 8 is not packed.
-TEST(Pack, ScalarPathAndUnpackableShapes) {
-  const Packed p = make_packed(64, 8, 3);
+// Packing changes only the SIMD kernels: the scalar path reads the rows as stored, a path
+// whose packed kernels take another row count uses its row-major kernels (the same bits as
+// the unpacked weight), and a weight whose n_out is not a multiple of R is not packed.
+TEST(Pack, ScalarPathOtherRowCountsAndUnpackableShapes) {
+  const Packed p = make_packed(Type::Q8_0, 64, 16, 3, 8);
   Weight plain = p.w;
   plain.packed = nullptr;
+  plain.packed_rows = 0;
   const std::vector<float> x = make_acts(3, 64, 4);
   EXPECT_TRUE(same_bits(run(KernelPath::Scalar, p.w, x, 3).data(),
-                        run(KernelPath::Scalar, plain, x, 3).data(), 24));
+                        run(KernelPath::Scalar, plain, x, 3).data(), 48));
+  if (path_available(KernelPath::Avx512)) {
+    EXPECT_TRUE(same_bits(run(KernelPath::Avx512, p.w, x, 3).data(),
+                          run(KernelPath::Avx512, plain, x, 3).data(), 48));
+  }
   Weight odd = plain;
   odd.n_out = 7;
-  EXPECT_FALSE(can_pack(odd));
+  EXPECT_FALSE(can_pack(odd, 8));
+  Weight eight = plain;
+  eight.n_out = 8;
+  EXPECT_TRUE(can_pack(eight, 8));
+  EXPECT_FALSE(can_pack(eight, 16));
+  EXPECT_FALSE(can_pack(plain, 4));
   Weight k5 = plain;
   k5.type = Type::Q5_K;
   k5.n_in = 256;
-  EXPECT_FALSE(can_pack(k5));
-  if (!simd_paths().empty()) {
-    EXPECT_TRUE(can_pack(plain));
+  EXPECT_FALSE(can_pack(k5, 8));
+  EXPECT_EQ(pack_rows(KernelPath::Scalar), 0);
+  const int64_t rows = pack_rows(best_kernel_path());
+  if (rows > 0) {
+    EXPECT_TRUE(can_pack(plain, rows));
     PackedStore store;
     Weight w = plain;
     store.pack(&w);
     ASSERT_NE(w.packed, nullptr);
-    EXPECT_EQ(store.bytes(), packed_bytes(plain));
-    EXPECT_EQ(0, std::memcmp(w.packed, p.packed.data(), p.packed.size()));
+    EXPECT_EQ(w.packed_rows, rows);
+    EXPECT_EQ(store.bytes(), packed_bytes(plain, rows));
+    const Packed q = make_packed(Type::Q8_0, 64, 16, 3, rows);
+    EXPECT_EQ(0, std::memcmp(w.packed, q.packed.data(), q.packed.size()));
   }
 }
 

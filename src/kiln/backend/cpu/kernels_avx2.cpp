@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/backend/cpu/kernels.h"
+#include "kiln/backend/cpu/pack.h"
 #include "kiln/quant/blocks.h"
 
 #if defined(__x86_64__)

@@ -1,12 +1,13 @@
 // AVX-512 VL + VNNI kernels (Ice Lake, Sapphire Rapids, Zen 4 and later): the AVX2 kernel
-// bodies (kernels_x86.inc) with vpdpbusd / vpdpwssd, on 256-bit vectors. Compiled with a
-// target pragma so the build needs no -march flag; matmul.cpp calls them only when
-// util::cpu_features() reports AVX-512 F/BW/VL/VNNI.
+// bodies (kernels_x86.inc) with vpdpbusd / vpdpwssd, on 256-bit vectors (512-bit, 16-row
+// groups for the packed kernels). Compiled with a target pragma so the build needs no -march
+// flag; matmul.cpp calls them only when util::cpu_features() reports AVX-512 F/BW/VL/VNNI.
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "kiln/backend/cpu/kernels.h"
+#include "kiln/backend/cpu/pack.h"
 #include "kiln/quant/blocks.h"
 
 #if defined(__x86_64__)
@@ -14,6 +15,10 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+// GCC 12's avx512fintrin.h starts several 512-bit conversions (cvtepi8_epi32, cvtph_ps, ...)
+// from _mm512_undefined_*(), which -Wmaybe-uninitialized reports as an uninitialized read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace kiln::backend::cpu {
 namespace {
@@ -27,6 +32,7 @@ namespace {
 }  // namespace
 }  // namespace kiln::backend::cpu
 
+#pragma GCC diagnostic pop
 #pragma GCC pop_options
 
 namespace kiln::backend::cpu {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kiln/backend/cpu/kernels.h"
+#include "kiln/backend/cpu/pack.h"
 #include "kiln/backend/cpu/quantize_act.h"
 #include "kiln/quant/convert.h"
 #include "kiln/util/cpu.h"
@@ -39,7 +40,7 @@ namespace {
 
 GemmFn kernel_for(const Weight& w, KernelPath p) {
   const quant::Type t = w.type;
-  if (w.packed != nullptr) {
+  if (w.packed != nullptr && w.packed_rows == pack_rows(p)) {
     switch (p) {
       case KernelPath::Scalar:
         break;  // the reference dots read the rows as stored
