@@ -130,6 +130,11 @@ RunFn add_serve(CLI::App& app) {
   cmd->add_option("--max-batch-tokens", o->engine.max_batch_tokens,
                   "tokens computed per engine step (prefill chunks + decodes)")
       ->capture_default_str();
+  cmd->add_option("--step-prompt-tokens", o->engine.step_prompt_tokens,
+                  "a step takes no further prompt once it holds this many prompt tokens, so "
+                  "prompts arriving together get first tokens in turn (0: fill the budget)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-seqs", o->engine.max_seqs, "concurrently running sequences")
       ->capture_default_str();
   cmd->add_option("--max-waiting", o->engine.max_waiting,

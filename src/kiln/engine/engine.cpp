@@ -286,6 +286,7 @@ void Engine::thread_main() {
     KILN_TRY(kv::KvCache cache, kv::KvCache::create(shape, budget));
     SchedulerConfig cfg;
     cfg.max_batch_tokens = opts_.max_batch_tokens;
+    cfg.step_prompt_tokens = opts_.step_prompt_tokens;
     cfg.max_seqs = opts_.max_seqs;
     cfg.num_blocks = cache.num_blocks();
     cfg.max_context = opts_.n_ctx;

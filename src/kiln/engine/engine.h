@@ -26,6 +26,8 @@ struct EngineOptions {
                                            // capped at 2 GiB
   quant::Type kv_type = quant::Type::F16;  // KV cache storage: F16, F32 or Q8_0
   int32_t max_batch_tokens = 512;          // tokens per step (prefill chunks + decodes)
+  int32_t step_prompt_tokens = 64;         // a step takes no further prompt once it holds
+                                           // this many prompt tokens (0: up to the budget)
   int32_t max_seqs = 16;                   // running sequences at most
   int32_t max_waiting = 256;               // queued requests beyond this are refused (429)
   bool enable_prefix_cache = true;

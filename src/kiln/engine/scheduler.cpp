@@ -111,12 +111,13 @@ StepPlan Scheduler::schedule() {
   StepPlan plan;
   apply_cancels(&plan);
   int32_t budget = cfg_.max_batch_tokens;
+  int32_t prompt_tokens = 0;
   std::vector<Chosen> chosen;
-  schedule_running(/*decodes=*/true, &budget, &chosen, &plan);
-  schedule_running(/*decodes=*/false, &budget, &chosen, &plan);
+  schedule_running(/*decodes=*/true, &budget, nullptr, &chosen, &plan);
+  schedule_running(/*decodes=*/false, &budget, &prompt_tokens, &chosen, &plan);
   // After a preemption the pool is tight: admitting now would only take back the blocks just
   // freed (and likely preempt again next step). vLLM v1 makes the same call.
-  if (plan.preempted.empty()) admit_waiting(&budget, &chosen);
+  if (plan.preempted.empty()) admit_waiting(&budget, &prompt_tokens, &chosen);
   build_plan(chosen, &plan);
   step_in_flight_ = true;
   ++stats_.num_steps;
@@ -141,20 +142,26 @@ void Scheduler::apply_cancels(StepPlan* plan) {
 
 // One pass over the running sequences, oldest first: the decode pass takes those with one
 // token left, the chunk pass those still catching up on a prompt (or on recompute).
-void Scheduler::schedule_running(bool decodes, int32_t* budget, std::vector<Chosen>* chosen,
-                                 StepPlan* plan) {
+void Scheduler::schedule_running(bool decodes, int32_t* budget, int32_t* prompt_tokens,
+                                 std::vector<Chosen>* chosen, StepPlan* plan) {
   for (size_t i = 0; i < running_.size() && *budget > 0; ++i) {
     Sequence* seq = running_[i];
     const int32_t num_left = seq->num_tokens() - seq->num_computed_tokens;
     KILN_ASSERT(num_left >= 1);
     if ((num_left == 1) != decodes) continue;
+    if (!decodes && !takes_prompts(*prompt_tokens)) break;
     const int32_t n = std::min(num_left, *budget);
     // grow() only ever preempts running_.back(), which is newer than seq (index > i) or seq
     // itself (then the loop ends), so index i stays valid.
     if (!grow(seq, n, budget, chosen, plan)) break;
     chosen->push_back({seq, n});
     *budget -= n;
+    if (!decodes) *prompt_tokens += n;
   }
+}
+
+bool Scheduler::takes_prompts(int32_t prompt_tokens) const {
+  return cfg_.step_prompt_tokens <= 0 || prompt_tokens < cfg_.step_prompt_tokens;
 }
 
 // Makes seq's block table cover num_computed_tokens + n tokens, preempting the newest running
@@ -194,8 +201,9 @@ void Scheduler::preempt(Sequence* seq, int32_t* budget, std::vector<Chosen>* cho
 }
 
 // FCFS: the front waits until it fits; nobody behind it jumps the queue.
-void Scheduler::admit_waiting(int32_t* budget, std::vector<Chosen>* chosen) {
-  while (!waiting_.empty() && *budget > 0 &&
+void Scheduler::admit_waiting(int32_t* budget, int32_t* prompt_tokens,
+                              std::vector<Chosen>* chosen) {
+  while (!waiting_.empty() && *budget > 0 && takes_prompts(*prompt_tokens) &&
          static_cast<int32_t>(running_.size()) < cfg_.max_seqs) {
     Sequence* seq = waiting_.front();
     KILN_ASSERT(seq->block_table.empty() && seq->num_computed_tokens == 0);
@@ -220,6 +228,7 @@ void Scheduler::admit_waiting(int32_t* budget, std::vector<Chosen>* chosen) {
     insert_running(seq);
     chosen->push_back({seq, n});
     *budget -= n;
+    *prompt_tokens += n;
   }
 }
 

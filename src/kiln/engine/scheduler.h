@@ -7,6 +7,9 @@
 //   3. waiting sequences, strictly FCFS, admitted while budget, max_seqs and blocks allow,
 //      each first reusing its longest cached prefix (prefix_cache.h); none in a step that
 //      had to preempt.
+// Steps 2 and 3 stop taking prompts once the step holds step_prompt_tokens prompt tokens
+// (when set): prompts that arrive together then finish prefill, and sample their first
+// token, a few per step instead of all at the end of one big step.
 // When a running sequence needs a block and none is free, the newest running sequence is
 // preempted by recompute: its blocks go back (into the prefix cache, so it gets most of them
 // back cheaply), num_computed_tokens = 0, and it is queued at the front of the waiting queue.
@@ -33,6 +36,9 @@ struct SchedulerConfig {
   int32_t num_blocks = 1024;        // KV blocks of kv::kBlockTokens tokens in the pool
   int32_t max_context = 4096;       // prompt + max_tokens of one sequence at most
   int32_t max_waiting = 256;        // waiting queue bound: add() beyond it is queue_full
+  // Once a step holds this many prompt tokens it takes no further prompt (one already taken
+  // still gets its whole chunk); 0: prompts fill the step's budget.
+  int32_t step_prompt_tokens = 0;
   bool enable_prefix_cache = true;
   kv::BlockHashFn block_hash = kv::hash_block;  // tests swap in a colliding one
 };
@@ -146,11 +152,15 @@ class Scheduler {
   };
 
   void apply_cancels(StepPlan* plan);
-  void schedule_running(bool decodes, int32_t* budget, std::vector<Chosen>* chosen, StepPlan* plan);
+  // prompt_tokens: the step's prompt tokens so far (the chunk pass adds to it; null for the
+  // decode pass).
+  void schedule_running(bool decodes, int32_t* budget, int32_t* prompt_tokens,
+                        std::vector<Chosen>* chosen, StepPlan* plan);
   bool grow(Sequence* seq, int32_t num_tokens, int32_t* budget, std::vector<Chosen>* chosen,
             StepPlan* plan);
   void preempt(Sequence* seq, int32_t* budget, std::vector<Chosen>* chosen, StepPlan* plan);
-  void admit_waiting(int32_t* budget, std::vector<Chosen>* chosen);
+  void admit_waiting(int32_t* budget, int32_t* prompt_tokens, std::vector<Chosen>* chosen);
+  bool takes_prompts(int32_t prompt_tokens) const;
   void build_plan(const std::vector<Chosen>& chosen, StepPlan* plan) const;
   void insert_running(Sequence* seq);
   void insert_waiting(Sequence* seq);

@@ -152,6 +152,7 @@ class FakeEngine {
     EXPECT_EQ(plan.positions.size(), plan.token_ids.size());
     // Decodes of running sequences come before any prompt chunk of them.
     bool seen_chunk = false;
+    int32_t prompt_tokens = 0, last_prompt_slice = 0;
     std::set<SeqId> seen;
     int32_t num_logits = 0;
     for (int32_t i = 0; i < plan.num_seqs(); ++i) {
@@ -167,10 +168,15 @@ class FakeEngine {
       if (sc.needs_logits) {
         EXPECT_EQ(plan.logits_rows[num_logits++], plan.qo_indptr[i + 1] - 1);
       }
+      const bool decode =
+          running_before_.count(sc.id) != 0 && seq->num_tokens() - sc.first_token == 1;
       if (running_before_.count(sc.id) != 0) {
-        const bool decode = seq->num_tokens() - sc.first_token == 1;
         EXPECT_FALSE(decode && seen_chunk) << "decode after a prompt chunk";
         seen_chunk = seen_chunk || !decode;
+      }
+      if (!decode) {
+        prompt_tokens += sc.num_tokens;
+        last_prompt_slice = sc.num_tokens;
       }
       for (int32_t r = plan.qo_indptr[i]; r < plan.qo_indptr[i + 1]; ++r) {
         EXPECT_EQ(plan.positions[r], sc.first_token + (r - plan.qo_indptr[i]));
@@ -178,6 +184,10 @@ class FakeEngine {
       }
     }
     EXPECT_EQ(num_logits, static_cast<int32_t>(plan.logits_rows.size()));
+    // No prompt was taken after the step held step_prompt_tokens prompt tokens.
+    if (cfg.step_prompt_tokens > 0) {
+      EXPECT_LT(prompt_tokens - last_prompt_slice, cfg.step_prompt_tokens);
+    }
     // A sequence preempted or cancelled in this step is not in it; a step that preempted
     // admits nobody new.
     for (SeqId id : plan.preempted) EXPECT_EQ(seen.count(id), 0u);
@@ -332,6 +342,45 @@ TEST(Scheduler, LongPromptIsChunkedWhileAnotherKeepsDecodingEveryStep) {
   e.drain();
   e.expect_outputs_match_reference();
   EXPECT_EQ(s.kv().num_free_blocks(), 64);
+}
+
+// With step_prompt_tokens, prompts that arrive together finish prefill a few per step (each
+// samples its first token as soon as its own prefill is done) instead of all in one step; a
+// prompt once taken still gets its whole chunk of the budget.
+TEST(Scheduler, StepPromptTokensLetPromptsArrivingTogetherSampleInTurn) {
+  SchedulerConfig cfg = config(512, 64);
+  cfg.step_prompt_tokens = 64;
+  Scheduler s(cfg);
+  FakeEngine e(&s);
+  for (SeqId id = 1; id <= 6; ++id) ASSERT_TRUE(e.add(id, iota_tokens(100 * id, 37), 4).ok());
+  StepPlan p = e.step();
+  EXPECT_THAT(ids_of(p), ElementsAre(1, 2));  // 74 prompt tokens >= 64: no third
+  EXPECT_EQ(p.logits_rows.size(), 2u);
+  p = e.step();
+  EXPECT_THAT(ids_of(p), ElementsAre(1, 2, 3, 4));  // the decodes, then two more prompts
+  EXPECT_EQ(p.num_tokens(), 2 + 74);
+  p = e.step();
+  EXPECT_THAT(ids_of(p), ElementsAre(1, 2, 3, 4, 5, 6));
+  e.drain();
+  e.expect_outputs_match_reference();
+
+  // A long prompt takes its whole chunk; the short one behind it waits one step.
+  ASSERT_TRUE(e.add(7, iota_tokens(7000, 300), 2).ok());
+  ASSERT_TRUE(e.add(8, iota_tokens(8000, 10), 2).ok());
+  p = e.step();
+  ASSERT_THAT(ids_of(p), ElementsAre(7));
+  EXPECT_EQ(p.num_tokens(), 300);
+  p = e.step();
+  EXPECT_THAT(ids_of(p), ElementsAre(7, 8));
+  e.drain();
+  e.expect_outputs_match_reference();
+
+  // 0 (the SchedulerConfig default): prompts fill the budget.
+  cfg.step_prompt_tokens = 0;
+  Scheduler all(cfg);
+  FakeEngine f(&all);
+  for (SeqId id = 1; id <= 6; ++id) ASSERT_TRUE(f.add(id, iota_tokens(100 * id, 37), 4).ok());
+  EXPECT_EQ(f.step().num_seqs(), 6);
 }
 
 TEST(Scheduler, AdmitsFirstComeFirstServedUnderTheSequenceCap) {
@@ -511,6 +560,7 @@ void soak(bool enable_prefix_cache, uint32_t seed, kv::BlockHashFn hash = kv::ha
   cfg.max_context = 300;
   cfg.enable_prefix_cache = enable_prefix_cache;
   cfg.block_hash = hash;
+  cfg.step_prompt_tokens = seed % 2 == 0 ? 20 : 0;
   Scheduler s(cfg);
   FakeEngine e(&s);
   e.set_stop([](int32_t t) { return t % 50 == 0; });
