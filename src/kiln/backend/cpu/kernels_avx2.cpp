@@ -24,6 +24,7 @@ namespace {
 
 #define KILN_X86_VNNI 0
 #include "kiln/backend/cpu/kernels_x86.inc"
+static_assert(PV::kRows == pack_rows(KernelPath::Avx2));
 #undef KILN_X86_VNNI
 
 }  // namespace

@@ -28,6 +28,7 @@ namespace {
 #define KILN_X86_VNNI 1
 #include "kiln/backend/cpu/kernels_x86.inc"
 #undef KILN_X86_VNNI
+static_assert(PV::kRows == pack_rows(KernelPath::Avx512));
 
 }  // namespace
 }  // namespace kiln::backend::cpu

@@ -116,18 +116,6 @@ void pack_groups(const Weight& w, const PackedFormat& f, int64_t R, uint8_t* dst
 
 }  // namespace
 
-int64_t pack_rows(KernelPath path) {
-  switch (path) {
-    case KernelPath::Scalar:
-      return 0;
-    case KernelPath::Avx2:
-      return 8;
-    case KernelPath::Avx512:
-      return 16;
-  }
-  return 0;
-}
-
 bool can_pack(const Weight& w, int64_t rows) {
   if (rows != 8 && rows != 16) return false;
   if (w.empty() || w.n_out % rows != 0 || w.n_in <= 0) return false;

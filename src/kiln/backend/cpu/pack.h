@@ -56,8 +56,20 @@ inline constexpr int64_t kPackedQ8RowBytes = 34;
 inline constexpr int64_t kPackedQ4KRowBytes = 148;  // the file's 144, mins widened to int16
 inline constexpr int64_t kPackedQ6KRowBytes = 210;
 
-// Rows per packed group for a kernel path's packed kernels (0: the path has none).
-int64_t pack_rows(KernelPath path);
+// Rows per packed group for a kernel path's packed kernels (0: the path has none): the
+// path's int32 lanes per vector. kernels_avx2.cpp / kernels_avx512.cpp assert that their
+// packed kernels' vector has this many.
+constexpr int64_t pack_rows(KernelPath path) {
+  switch (path) {
+    case KernelPath::Scalar:
+      return 0;
+    case KernelPath::Avx2:
+      return 8;
+    case KernelPath::Avx512:
+      return 16;
+  }
+  return 0;
+}
 // Whether there is a packed layout of R = rows rows for this weight.
 bool can_pack(const Weight& w, int64_t rows);
 // Bytes of the packed copy of w (can_pack(w, rows) must hold).
