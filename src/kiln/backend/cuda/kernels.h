@@ -1,0 +1,122 @@
+// CUDA kernels of the ops interface, as free functions over device pointers on a stream.
+// CudaBackend (cuda_backend.cpp) calls them; tests/unit/cuda/ checks each against the CPU op
+// of the same name (backend/cpu/ops.h, matmul.h) on random inputs. Shapes are row-major with
+// the last index contiguous, as on the CPU: [n_tokens, n] means row t starts at t * n.
+// Every pointer named *_dev / every float* argument is device memory unless said otherwise.
+// No kernel allocates, and none synchronises the host: all are capturable in a CUDA graph.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "kiln/backend/weight.h"
+#include "kiln/quant/types.h"
+
+namespace kiln::backend::cuda {
+
+// ---- elementwise and row ops (ops_elementwise.cu) ----------------------------------------
+
+// y = x / sqrt(mean(x^2) + eps) * w per row of n (w may be null). x and y may alias.
+void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps,
+             cudaStream_t s);
+// x[t][i] += b[i]; x: [n_rows, n]
+void add_bias(float* x, const float* b, int64_t n_rows, int64_t n, cudaStream_t s);
+// x += y, n elements
+void add(float* x, const float* y, int64_t n, cudaStream_t s);
+// x *= s, n elements
+void scale(float* x, float scale, int64_t n, cudaStream_t s);
+// x = cap * tanh(x / cap)
+void softcap(float* x, float cap, int64_t n, cudaStream_t s);
+// out = silu(gate) * up / gelu_tanh(gate) * up; out may alias gate.
+void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
+void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
+// Copies columns [col0, col0 + n_cols) of src [n_rows, src_cols] to dst [n_rows, n_cols].
+void copy_cols(const float* src, int64_t src_cols, int64_t col0, float* dst, int64_t n_cols,
+               int64_t n_rows, cudaStream_t s);
+// dst[i] = src[rows[i]] for i < n_out; rows of n floats. rows: device int32 [n_out].
+void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n_out, int64_t n,
+                 cudaStream_t s);
+
+// out[t] = dequantized row tokens[t] of `table` (table.data is device memory holding the GGUF
+// rows as stored): [n_tokens, table.n_in]. Bit-exact with quant::dequantize_row.
+void embed(const Weight& table, const int32_t* tokens, int64_t n_tokens, float* out,
+           cudaStream_t s);
+
+// Rotary embedding, the CPU's rope_angles + rope_apply: cos/sin [n_tokens, n_pairs] from
+// inv_freq (device double [n_pairs]) and positions (device int32 [n_tokens]), evaluated in
+// double then scaled by attn_factor; then x [n_tokens, n_heads, head_dim] rotated in place
+// (neox: pairs (i, i + n_pairs); else (2i, 2i+1)).
+void rope_angles(const double* inv_freq, int32_t n_pairs, const int32_t* positions,
+                 int64_t n_tokens, float attn_factor, float* cos, float* sin, cudaStream_t s);
+void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t n_pairs,
+                bool neox, const float* cos, const float* sin, cudaStream_t s);
+
+// Index of the largest value of each row (first on ties): out [n_rows]
+void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, cudaStream_t s);
+
+// ---- weights and matmul (matmul.cu, dequant.cu) --------------------------------------------
+
+// Whether dequantize/matmul support the type on CUDA (every type quant::dequantize_row does).
+bool supports_type(quant::Type t);
+// Dequantizes n_rows rows of w (device GGUF rows) starting at row0 to fp32 / fp16 / bf16
+// [n_rows, w.n_in]. fp32 output is bit-exact with quant::dequantize_row.
+void dequantize_rows_f32(const Weight& w, int64_t row0, int64_t n_rows, float* out, cudaStream_t s);
+void dequantize_rows_f16(const Weight& w, int64_t row0, int64_t n_rows, uint16_t* out,
+                         cudaStream_t s);
+
+// Scratch memory and library handles the matmul needs, made once (no allocation per call).
+struct MatmulContext;
+// max_tokens: the largest n_tokens of any call; max_n_in / max_n_out: the largest weight.
+MatmulContext* create_matmul_context(int64_t max_tokens, int64_t max_n_in, int64_t max_n_out);
+void destroy_matmul_context(MatmulContext* ctx);
+// Bytes of device scratch the context holds (for the memory plan).
+uint64_t matmul_context_bytes(const MatmulContext* ctx);
+// y[t][o] = sum_i W[o][i] * x[t][i]; x [n_tokens, w.n_in] fp32, y [n_tokens, w.n_out] fp32,
+// w.data device memory holding the GGUF rows. Small n_tokens: kernels that read the quantized
+// rows directly; larger: dequantized tiles through cuBLAS on the tensor cores.
+void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64_t n_tokens,
+            cudaStream_t s);
+
+// ---- paged KV cache and attention (attention.cu) -------------------------------------------
+
+// One layer's paged KV storage on the device. Layout per block (the CUDA backend's own,
+// defined here): for each kv head, block_tokens rows of head_dim elements of `type`
+// ([block][kv_head][token][dim]; Q8_0 rows are head_dim / 32 block_q8_0). K and V alike.
+struct KvLayer {
+  quant::Type type = quant::Type::F16;  // F32, F16 or Q8_0
+  uint8_t* k = nullptr;
+  uint8_t* v = nullptr;
+  int64_t k_block_bytes = 0;  // bytes of one block (all kv heads)
+  int64_t v_block_bytes = 0;
+  int32_t block_tokens = 16;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim_k = 0;
+  int32_t head_dim_v = 0;
+};
+// Bytes of one block of one layer for K (or V: pass head_dim_v).
+int64_t kv_block_bytes(quant::Type type, int32_t block_tokens, int32_t n_kv_heads,
+                       int32_t head_dim);
+
+struct AttnParams {
+  int32_t n_heads = 0;
+  float scale = 1.0f;
+  float softcap = 0.0f;        // 0 = off
+  int32_t sliding_window = 0;  // 0 = whole context
+};
+
+// b: the step's CSR metadata (AttnBatch) with every pointer in device memory; n_tokens the
+// flat row count (qo_indptr[num_seqs]); max_q_len the longest query run of any sequence (host
+// value, for the launch shape). Writes K/V rows [n_tokens, n_kv_heads, head_dim] at their
+// positions, converted to the cache type (F16 round-to-nearest-even, Q8_0 as ggml).
+void kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, const float* k,
+              const float* v, cudaStream_t s);
+// Causal paged attention with GQA, sliding window and softcap, as cpu::attention.
+// q [n_tokens, n_heads, head_dim_k], out [n_tokens, n_heads, head_dim_v].
+void attention(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, int32_t max_q_len,
+               const float* q, float* out, const AttnParams& p, cudaStream_t s);
+// Reads token in_block of kv head kvh of `block` back as fp32 (host out), for tests.
+void kv_read(const KvLayer& kv, bool is_k, int64_t block, int32_t in_block, int32_t kvh,
+             float* host_out);
+
+}  // namespace kiln::backend::cuda
