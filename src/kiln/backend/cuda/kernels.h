@@ -37,6 +37,8 @@ void copy_cols(const float* src, int64_t src_cols, int64_t col0, float* dst, int
 // dst[i] = src[rows[i]] for i < n_out; rows of n floats. rows: device int32 [n_out].
 void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n_out, int64_t n,
                  cudaStream_t s);
+// y = x * per-row scale s[t] (mistral3 query temperature), x [n_rows, n], s device [n_rows]
+void scale_rows(float* x, const float* s, int64_t n_rows, int64_t n, cudaStream_t st);
 
 // out[t] = dequantized row tokens[t] of `table` (table.data is device memory holding the GGUF
 // rows as stored): [n_tokens, table.n_in]. Bit-exact with quant::dequantize_row.
@@ -54,6 +56,18 @@ void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, i
 
 // Index of the largest value of each row (first on ties): out [n_rows]
 void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, cudaStream_t s);
+
+// ---- mixture of experts (moe.cu) ------------------------------------------------------------
+
+// Per token: softmax of logits [n_tokens, n_expert], the k largest (ties to the lower expert
+// index), their probabilities renormalised to sum 1. chosen [n_tokens, k] int32 (expert ids,
+// in descending probability order), weights [n_tokens, k]; x_rows [n_tokens * k] = t (the
+// token row of pair t*k+j), for matmul_id. 1 <= k <= 32, k <= n_expert <= 3072.
+void moe_topk(const float* logits, int64_t n_tokens, int32_t n_expert, int32_t k, int32_t* chosen,
+              float* weights, int32_t* x_rows, cudaStream_t s);
+// out[t] = sum over j in slot order of weights[t*k+j] * slots[(t*k+j)] (rows of n): [n_tokens, n]
+void moe_combine(const float* slots, const float* weights, int64_t n_tokens, int32_t k, int64_t n,
+                 float* out, cudaStream_t s);
 
 // ---- weights and matmul (matmul.cu, dequant.cu) --------------------------------------------
 

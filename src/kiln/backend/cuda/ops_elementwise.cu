@@ -1,0 +1,368 @@
+// Elementwise and row ops of kernels.h: rmsnorm, bias/add/scale, softcap, swiglu/geglu, column
+// and row copies, per-row scale, argmax. Each mirrors the CPU op of the same name (ops.cpp);
+// the bounds against it are in tests/unit/cuda/ops_test.cpp.
+//
+// Launch shapes: elementwise ops are grid-stride loops over float4 when every pointer is 16-byte
+// aligned and the row length allows it (a scalar loop finishes the tail); row ops (rmsnorm,
+// argmax) run one block per row with warp-shuffle reductions. Nothing allocates or synchronises.
+#include <cfloat>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "kiln/backend/cuda/kernels.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+// Grid-stride loops need no more blocks than this (132 SMs x 2048 threads / 256 on an H200).
+constexpr int64_t kMaxBlocks = 2048;
+
+int grid_for(int64_t n_items) {
+  const int64_t blocks = (n_items + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
+}
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+__device__ __forceinline__ int64_t thread_index() {
+  return int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t thread_stride() {
+  return int64_t{gridDim.x} * blockDim.x;
+}
+
+// ---- binary maps: out[i] = op(a[i], b[i]) (b may be null for unary ops; out may alias a) ----
+
+struct AddOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct ScaleOp {
+  float s;
+  __device__ float operator()(float a, float) const { return a * s; }
+};
+struct SoftcapOp {
+  float cap;
+  __device__ float operator()(float a, float) const { return cap * tanhf(a / cap); }
+};
+// silu(g) * u in the reference's order: (g / (1 + exp(-g))) * u; expf is the accurate one
+// (no -use_fast_math), within 2 ulp.
+struct SwigluOp {
+  __device__ float operator()(float g, float u) const { return g / (1.0f + expf(-g)) * u; }
+};
+// gelu_tanh(g) * u as geglu_reference writes it, each product rounded as there (the _rn
+// intrinsics keep nvcc from fusing them into FMAs); only tanhf (2 ulp) differs.
+struct GegluOp {
+  __device__ float operator()(float g, float u) const {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    const float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, g), g), g);
+    const float t = tanhf(__fmul_rn(kSqrt2OverPi, __fadd_rn(g, cube)));
+    return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, t)), u);
+  }
+};
+
+// n4: the number of leading float4 groups (0 when the pointers are not 16-byte aligned).
+template <typename Op>
+__global__ void map2_kernel(const float* a, const float* b, float* out, int64_t n, int64_t n4,
+                            Op op) {
+  const int64_t stride = thread_stride();
+  for (int64_t i = thread_index(); i < n4; i += stride) {
+    const float4 x = reinterpret_cast<const float4*>(a)[i];
+    float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (b != nullptr) y = reinterpret_cast<const float4*>(b)[i];
+    reinterpret_cast<float4*>(out)[i] =
+        make_float4(op(x.x, y.x), op(x.y, y.y), op(x.z, y.z), op(x.w, y.w));
+  }
+  for (int64_t i = n4 * 4 + thread_index(); i < n; i += stride)
+    out[i] = op(a[i], b != nullptr ? b[i] : 0.0f);
+}
+
+template <typename Op>
+void map2(const float* a, const float* b, float* out, int64_t n, Op op, cudaStream_t s) {
+  if (n <= 0) return;
+  const bool vec = aligned16(a) && aligned16(out) && (b == nullptr || aligned16(b));
+  const int64_t n4 = vec ? n / 4 : 0;
+  map2_kernel<<<grid_for(n4 > 0 ? n4 : n), kThreads, 0, s>>>(a, b, out, n, n4, op);
+}
+
+// ---- row-broadcast ops ----------------------------------------------------------------------
+
+// x[r][i] += b[i]; vec: n % 4 == 0 and both aligned, then the index runs over float4 groups.
+__global__ void add_bias_kernel(float* x, const float* b, int64_t n_rows, int64_t n, bool vec) {
+  const int64_t stride = thread_stride();
+  if (vec) {
+    const int64_t n4 = n / 4, total = n_rows * n4;
+    for (int64_t i = thread_index(); i < total; i += stride) {
+      float4 v = reinterpret_cast<float4*>(x)[i];
+      const float4 w = reinterpret_cast<const float4*>(b)[i % n4];
+      v.x += w.x;
+      v.y += w.y;
+      v.z += w.z;
+      v.w += w.w;
+      reinterpret_cast<float4*>(x)[i] = v;
+    }
+    return;
+  }
+  const int64_t total = n_rows * n;
+  for (int64_t i = thread_index(); i < total; i += stride) x[i] += b[i % n];
+}
+
+// x[r][i] *= s[r]
+__global__ void scale_rows_kernel(float* x, const float* s, int64_t n_rows, int64_t n, bool vec) {
+  const int64_t stride = thread_stride();
+  if (vec) {
+    const int64_t n4 = n / 4, total = n_rows * n4;
+    for (int64_t i = thread_index(); i < total; i += stride) {
+      float4 v = reinterpret_cast<float4*>(x)[i];
+      const float f = s[i / n4];
+      v.x *= f;
+      v.y *= f;
+      v.z *= f;
+      v.w *= f;
+      reinterpret_cast<float4*>(x)[i] = v;
+    }
+    return;
+  }
+  const int64_t total = n_rows * n;
+  for (int64_t i = thread_index(); i < total; i += stride) x[i] *= s[i / n];
+}
+
+// dst[r][c] = src[r][col0 + c]; vec: every width, offset and pointer in float4 units.
+__global__ void copy_cols_kernel(const float* src, int64_t src_cols, int64_t col0, float* dst,
+                                 int64_t n_cols, int64_t n_rows, bool vec) {
+  const int64_t stride = thread_stride();
+  if (vec) {
+    const int64_t w4 = n_cols / 4, s4 = src_cols / 4, c4 = col0 / 4, total = n_rows * w4;
+    for (int64_t i = thread_index(); i < total; i += stride) {
+      const int64_t r = i / w4, c = i - r * w4;
+      reinterpret_cast<float4*>(dst)[i] = reinterpret_cast<const float4*>(src)[r * s4 + c4 + c];
+    }
+    return;
+  }
+  const int64_t total = n_rows * n_cols;
+  for (int64_t i = thread_index(); i < total; i += stride) {
+    const int64_t r = i / n_cols, c = i - r * n_cols;
+    dst[i] = src[r * src_cols + col0 + c];
+  }
+}
+
+// dst[i] = src[rows[i]], rows of n floats.
+__global__ void gather_rows_kernel(const float* src, const int32_t* rows, float* dst, int64_t n_out,
+                                   int64_t n, bool vec) {
+  const int64_t stride = thread_stride();
+  if (vec) {
+    const int64_t n4 = n / 4, total = n_out * n4;
+    for (int64_t i = thread_index(); i < total; i += stride) {
+      const int64_t r = i / n4, c = i - r * n4;
+      reinterpret_cast<float4*>(dst)[i] = reinterpret_cast<const float4*>(src)[rows[r] * n4 + c];
+    }
+    return;
+  }
+  const int64_t total = n_out * n;
+  for (int64_t i = thread_index(); i < total; i += stride) {
+    const int64_t r = i / n, c = i - r * n;
+    dst[i] = src[int64_t{rows[r]} * n + c];
+  }
+}
+
+// ---- row reductions: one block per row -----------------------------------------------------
+
+// Block of a multiple of 32 threads, at most 1024.
+__device__ double block_sum(double v) {
+  __shared__ double partial[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < n_warps ? partial[lane] : 0.0;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;  // every thread holds the total
+}
+
+int row_threads(int64_t n) {
+  return n <= 128 ? 32 : (n <= 1024 ? 128 : 256);
+}
+
+// The reference's arithmetic: the sum of squares in double (each fp32 square is exact in
+// double; only the order of the additions differs), inv = float(1 / sqrt(mean + eps)) in
+// double, y = (x * inv) * w in fp32. x and y may alias: each element is read before it is
+// written, by the thread that writes it.
+__global__ void rmsnorm_kernel(const float* x, const float* w, float* y, int64_t n, float eps,
+                               bool vec) {
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * n;
+  float* yr = y + row * n;
+  double sum = 0.0;
+  if (vec) {
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
+    for (int64_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
+      const float4 v = x4[i];
+      sum += static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y +
+             static_cast<double>(v.z) * v.z + static_cast<double>(v.w) * v.w;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<double>(xr[i]) * xr[i];
+  }
+  sum = block_sum(sum);
+  const float inv = static_cast<float>(1.0 / sqrt(sum / static_cast<double>(n) + eps));
+  if (vec) {
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    float4* y4 = reinterpret_cast<float4*>(yr);
+    for (int64_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
+      float4 v = x4[i];
+      v.x *= inv;
+      v.y *= inv;
+      v.z *= inv;
+      v.w *= inv;
+      if (w != nullptr) {
+        const float4 g = w4[i];
+        v.x *= g.x;
+        v.y *= g.y;
+        v.z *= g.z;
+        v.w *= g.w;
+      }
+      y4[i] = v;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      float v = xr[i] * inv;
+      if (w != nullptr) v *= w[i];
+      yr[i] = v;
+    }
+  }
+}
+
+// The better of two candidates as cpu::argmax sees them: larger value, then lower index.
+__device__ __forceinline__ bool better(float v, int32_t i, float bv, int32_t bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+constexpr int kArgmaxThreads = 1024;
+
+// cpu::argmax keeps index 0 unless a later value compares greater, so: NaNs never win, ties go
+// to the first index, and a row whose first value is NaN (or that is all NaN) gives 0.
+__global__ void argmax_kernel(const float* x, int64_t n, int32_t* out, bool vec) {
+  const float* xr = x + int64_t{blockIdx.x} * n;
+  float bv = -INFINITY;
+  int32_t bi = INT32_MAX;  // none yet; any value >= -inf replaces it (ties to the lower index)
+  auto consider = [&](float v, int64_t i) {
+    if (v == v && better(v, static_cast<int32_t>(i), bv, bi)) {
+      bv = v;
+      bi = static_cast<int32_t>(i);
+    }
+  };
+  if (vec) {
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
+    for (int64_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
+      const float4 v = x4[i];
+      consider(v.x, 4 * i);
+      consider(v.y, 4 * i + 1);
+      consider(v.z, 4 * i + 2);
+      consider(v.w, 4 * i + 3);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) consider(xr[i], i);
+  }
+  __shared__ float part_v[32];
+  __shared__ int32_t part_i[32];
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (better(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+  if (lane == 0) {
+    part_v[warp] = bv;
+    part_i[warp] = bi;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  bv = lane < n_warps ? part_v[lane] : -INFINITY;
+  bi = lane < n_warps ? part_i[lane] : INT32_MAX;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (better(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  if (lane == 0) out[blockIdx.x] = (bi == INT32_MAX || xr[0] != xr[0]) ? 0 : bi;
+}
+
+}  // namespace
+
+void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps,
+             cudaStream_t s) {
+  if (n_rows <= 0 || n <= 0) return;
+  const bool vec = n % 4 == 0 && aligned16(x) && aligned16(y) && (w == nullptr || aligned16(w));
+  rmsnorm_kernel<<<static_cast<unsigned>(n_rows), row_threads(vec ? n / 4 : n), 0, s>>>(x, w, y, n,
+                                                                                        eps, vec);
+}
+
+void add_bias(float* x, const float* b, int64_t n_rows, int64_t n, cudaStream_t s) {
+  if (n_rows <= 0 || n <= 0) return;
+  const bool vec = n % 4 == 0 && aligned16(x) && aligned16(b);
+  add_bias_kernel<<<grid_for(n_rows * (vec ? n / 4 : n)), kThreads, 0, s>>>(x, b, n_rows, n, vec);
+}
+
+void add(float* x, const float* y, int64_t n, cudaStream_t s) {
+  map2(x, y, x, n, AddOp{}, s);
+}
+
+void scale(float* x, float scale, int64_t n, cudaStream_t s) {
+  map2(x, nullptr, x, n, ScaleOp{scale}, s);
+}
+
+void softcap(float* x, float cap, int64_t n, cudaStream_t s) {
+  map2(x, nullptr, x, n, SoftcapOp{cap}, s);
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {
+  map2(gate, up, out, n, SwigluOp{}, s);
+}
+
+void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {
+  map2(gate, up, out, n, GegluOp{}, s);
+}
+
+void scale_rows(float* x, const float* s, int64_t n_rows, int64_t n, cudaStream_t st) {
+  if (n_rows <= 0 || n <= 0) return;
+  const bool vec = n % 4 == 0 && aligned16(x);
+  scale_rows_kernel<<<grid_for(n_rows * (vec ? n / 4 : n)), kThreads, 0, st>>>(x, s, n_rows, n,
+                                                                               vec);
+}
+
+void copy_cols(const float* src, int64_t src_cols, int64_t col0, float* dst, int64_t n_cols,
+               int64_t n_rows, cudaStream_t s) {
+  if (n_rows <= 0 || n_cols <= 0) return;
+  const bool vec =
+      n_cols % 4 == 0 && src_cols % 4 == 0 && col0 % 4 == 0 && aligned16(src) && aligned16(dst);
+  copy_cols_kernel<<<grid_for(n_rows * (vec ? n_cols / 4 : n_cols)), kThreads, 0, s>>>(
+      src, src_cols, col0, dst, n_cols, n_rows, vec);
+}
+
+void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n_out, int64_t n,
+                 cudaStream_t s) {
+  if (n_out <= 0 || n <= 0) return;
+  const bool vec = n % 4 == 0 && aligned16(src) && aligned16(dst);
+  gather_rows_kernel<<<grid_for(n_out * (vec ? n / 4 : n)), kThreads, 0, s>>>(src, rows, dst, n_out,
+                                                                              n, vec);
+}
+
+void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, cudaStream_t s) {
+  if (n_rows <= 0 || n <= 0) return;
+  const bool vec = n % 4 == 0 && aligned16(x);
+  const int64_t items = vec ? n / 4 : n;
+  const int threads = items >= kArgmaxThreads ? kArgmaxThreads : (items <= 128 ? 32 : 256);
+  argmax_kernel<<<static_cast<unsigned>(n_rows), threads, 0, s>>>(x, n, out, vec);
+}
+
+}  // namespace kiln::backend::cuda
