@@ -1,0 +1,158 @@
+// Mixture-of-experts routing and combination (kernels.h), as Forward::moe_block computes them on
+// the CPU (qwen3moe): softmax over the router logits, the top k (ties to the lower expert index),
+// their probabilities renormalised to sum 1; then each token's expert outputs summed in slot
+// order with those weights.
+//
+// moe_topk repeats the CPU's arithmetic step by step so the choice and the weights come out the
+// same: exp of (logit - max) rounded to fp32 (evaluated in double here, which rounds as the
+// CPU's expf does but for inputs within ~1e-16 of a rounding midpoint), the sum of those in
+// double in expert order, each probability the double quotient rounded to fp32, the weight sum
+// in fp32 in slot order.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include <cuda_runtime.h>
+
+#include "kiln/backend/cuda/kernels.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+constexpr int kTopkWarps = 4;  // tokens per block, one warp each
+constexpr int kMaxTopk = 32;   // one lane holds each chosen expert
+constexpr int kMaxSmemBytes = 48 * 1024;
+
+// KILN_ASSERT's header pulls in fmt, which nvcc's C++20 front end rejects; the same check here.
+void require(bool cond, const char* what) {
+  if (cond) return;
+  std::fprintf(stderr, "kiln: assertion failed: %s at %s\n", what, __FILE__);
+  std::abort();
+}
+
+__device__ __forceinline__ bool better(float v, int32_t e, float bv, int32_t be) {
+  return v > bv || (v == bv && e < be);
+}
+
+// Dynamic shared memory: kTopkWarps * n_expert floats (one token's probabilities per warp).
+__global__ void moe_topk_kernel(const float* logits, int64_t n_tokens, int32_t n_expert, int32_t k,
+                                int32_t* chosen, float* weights, int32_t* x_rows) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = int64_t{blockIdx.x} * kTopkWarps + warp;
+  if (t >= n_tokens) return;  // whole warps only: nothing below syncs the block
+  float* p = smem + warp * n_expert;
+  const float* r = logits + t * n_expert;
+
+  float mx = -INFINITY;
+  for (int32_t e = lane; e < n_expert; e += 32) mx = fmaxf(mx, r[e]);
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  for (int32_t e = lane; e < n_expert; e += 32)
+    p[e] = static_cast<float>(exp(static_cast<double>(r[e] - mx)));
+  __syncwarp();
+  // The CPU's double sum runs in expert order; one lane repeats it (n_expert adds).
+  double sum = 0.0;
+  if (lane == 0)
+    for (int32_t e = 0; e < n_expert; ++e) sum += p[e];
+  sum = __shfl_sync(0xffffffffu, sum, 0);
+  for (int32_t e = lane; e < n_expert; e += 32)
+    p[e] = static_cast<float>(static_cast<double>(p[e]) / sum);
+  __syncwarp();
+
+  // k rounds of a warp argmax (larger probability, then lower index); a chosen expert's entry
+  // becomes -1, below every probability. Lane j keeps the j-th choice.
+  float my_prob = 0.0f;
+  int32_t my_expert = 0;
+  for (int32_t j = 0; j < k; ++j) {
+    float bv = -INFINITY;
+    int32_t be = INT32_MAX;
+    for (int32_t e = lane; e < n_expert; e += 32)
+      if (better(p[e], e, bv, be)) {
+        bv = p[e];
+        be = e;
+      }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int32_t oe = __shfl_xor_sync(0xffffffffu, be, o);
+      if (better(ov, oe, bv, be)) {
+        bv = ov;
+        be = oe;
+      }
+    }
+    if (lane == j) {
+      my_prob = bv;
+      my_expert = be;
+    }
+    __syncwarp();
+    if (lane == 0) p[be] = -1.0f;
+    __syncwarp();
+  }
+  float wsum = 0.0f;  // fp32 in slot order, as the CPU
+  for (int32_t j = 0; j < k; ++j) wsum += __shfl_sync(0xffffffffu, my_prob, j);
+  if (lane < k) {
+    chosen[t * k + lane] = my_expert;
+    weights[t * k + lane] = my_prob / wsum;
+    x_rows[t * k + lane] = static_cast<int32_t>(t);
+  }
+}
+
+// out[t][c] = sum_j w[t*k+j] * slots[t*k+j][c], rounded per product and per add in slot order
+// from 0 (the CPU writes w * out per slot, then adds the slots to a zeroed row).
+__global__ void moe_combine_kernel(const float* slots, const float* weights, int64_t n_tokens,
+                                   int32_t k, int64_t n, float* out, bool vec) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  if (vec) {
+    const int64_t n4 = n / 4, total = n_tokens * n4;
+    const float4* s4 = reinterpret_cast<const float4*>(slots);
+    for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride) {
+      const int64_t t = i / n4, c = i - t * n4;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int32_t j = 0; j < k; ++j) {
+        const float w = weights[t * k + j];
+        const float4 v = s4[(t * k + j) * n4 + c];
+        acc.x = __fadd_rn(acc.x, __fmul_rn(w, v.x));
+        acc.y = __fadd_rn(acc.y, __fmul_rn(w, v.y));
+        acc.z = __fadd_rn(acc.z, __fmul_rn(w, v.z));
+        acc.w = __fadd_rn(acc.w, __fmul_rn(w, v.w));
+      }
+      reinterpret_cast<float4*>(out)[i] = acc;
+    }
+    return;
+  }
+  const int64_t total = n_tokens * n;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t t = i / n, c = i - t * n;
+    float acc = 0.0f;
+    for (int32_t j = 0; j < k; ++j)
+      acc = __fadd_rn(acc, __fmul_rn(weights[t * k + j], slots[(t * k + j) * n + c]));
+    out[i] = acc;
+  }
+}
+
+}  // namespace
+
+void moe_topk(const float* logits, int64_t n_tokens, int32_t n_expert, int32_t k, int32_t* chosen,
+              float* weights, int32_t* x_rows, cudaStream_t s) {
+  if (n_tokens <= 0) return;
+  require(k >= 1 && k <= kMaxTopk && k <= n_expert, "moe_topk: 1 <= k <= min(32, n_expert)");
+  const size_t smem = size_t{kTopkWarps} * n_expert * sizeof(float);
+  require(smem <= kMaxSmemBytes, "moe_topk: n_expert <= 3072");
+  const int64_t blocks = (n_tokens + kTopkWarps - 1) / kTopkWarps;
+  moe_topk_kernel<<<static_cast<unsigned>(blocks), kTopkWarps * 32, smem, s>>>(
+      logits, n_tokens, n_expert, k, chosen, weights, x_rows);
+}
+
+void moe_combine(const float* slots, const float* weights, int64_t n_tokens, int32_t k, int64_t n,
+                 float* out, cudaStream_t s) {
+  if (n_tokens <= 0 || n <= 0) return;
+  const bool vec = n % 4 == 0 && (reinterpret_cast<uintptr_t>(slots) & 15) == 0 &&
+                   (reinterpret_cast<uintptr_t>(out) & 15) == 0;
+  const int64_t items = n_tokens * (vec ? n / 4 : n);
+  constexpr int kThreads = 256;
+  int64_t blocks = (items + kThreads - 1) / kThreads;
+  if (blocks > 2048) blocks = 2048;
+  moe_combine_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(slots, weights, n_tokens, k,
+                                                                        n, out, vec);
+}
+
+}  // namespace kiln::backend::cuda
