@@ -8,8 +8,10 @@
 //  - geglu: 1e-6 relative plus 2e-7 * |gate * up| (where 1 + tanh cancels, the tanhf ulp near
 //    -1 is an absolute error);
 //  - argmax_rows: equal indices, ties to the first, on rows with many exact ties.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <string>
@@ -299,6 +301,88 @@ TEST(CudaOps, GraphCaptureReplaysEager) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
+}
+
+// Not a test: achieved bandwidth of the ops against a device-to-device copy measured in the same
+// run (run with --gtest_also_run_disabled_tests --gtest_filter='CudaOpsBench.*'). Median of 20
+// timed launches after 3 warm-ups; bytes are the fewest the op must move (inputs read once,
+// outputs written once).
+TEST(CudaOpsBench, DISABLED_PrintsBandwidth) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(18);
+  const int64_t big = int64_t{64} << 20;  // floats per operand: 256 MiB
+  DeviceVec<float> a(random_floats(rng, big, -2, 2)), b(random_floats(rng, big, -2, 2)), c(big);
+  DeviceVec<int32_t> idx(std::vector<int32_t>(1 << 20, 0));
+  std::vector<int32_t> spread(8192);  // distinct source rows, so gather_rows is not an L2 re-read
+  for (int32_t i = 0; i < 8192; ++i) spread[i] = (i * 4099) % 8192;
+  DeviceVec<int32_t> gather_idx(spread);
+  DeviceVec<double> freq(std::vector<double>(128, 1e-3));
+  cudaEvent_t e0, e1;
+  KILN_CUDA_OK(cudaEventCreate(&e0));
+  KILN_CUDA_OK(cudaEventCreate(&e1));
+  auto time_us = [&](auto&& launch) {
+    for (int i = 0; i < 3; ++i) launch();
+    std::vector<float> ms(20);
+    for (float& m : ms) {
+      cudaEventRecord(e0);
+      launch();
+      cudaEventRecord(e1);
+      cudaEventSynchronize(e1);
+      cudaEventElapsedTime(&m, e0, e1);
+    }
+    std::sort(ms.begin(), ms.end());
+    return 1e3 * ms[ms.size() / 2];
+  };
+  const double copy_us = time_us(
+      [&] { cudaMemcpyAsync(c.get(), a.get(), big * 4, cudaMemcpyDeviceToDevice, nullptr); });
+  const double ceiling = 2.0 * big * 4 / copy_us / 1e3;  // GB/s
+  std::printf("  %-44s %10.1f us %8.0f GB/s (the ceiling)\n", "cudaMemcpy D2D 256 MiB", copy_us,
+              ceiling);
+  auto report = [&](const char* what, double bytes, auto&& launch) {
+    const double us = time_us(launch);
+    const double gbs = bytes / us / 1e3;
+    std::printf("  %-44s %10.1f us %8.0f GB/s %5.1f%% of copy\n", what, us, gbs,
+                100.0 * gbs / ceiling);
+  };
+  report("add [64M]", 12.0 * big, [&] { cuda::add(c.get(), b.get(), big, nullptr); });
+  report("swiglu [64M]", 12.0 * big,
+         [&] { cuda::swiglu(a.get(), b.get(), c.get(), big, nullptr); });
+  report("geglu [64M]", 12.0 * big, [&] { cuda::geglu(a.get(), b.get(), c.get(), big, nullptr); });
+  report("softcap [64, 151936]", 8.0 * 64 * 151936,
+         [&] { cuda::softcap(c.get(), 30.0f, 64 * 151936, nullptr); });
+  report("rmsnorm [8192, 4096]", 8.0 * 8192 * 4096,
+         [&] { cuda::rmsnorm(a.get(), b.get(), c.get(), 8192, 4096, 1e-6f, nullptr); });
+  report("rmsnorm [1, 4096] (latency)", 8.0 * 4096,
+         [&] { cuda::rmsnorm(a.get(), b.get(), c.get(), 1, 4096, 1e-6f, nullptr); });
+  report("rmsnorm [262144, 128] (qk-norm)", 8.0 * 262144 * 128,
+         [&] { cuda::rmsnorm(a.get(), b.get(), c.get(), 262144, 128, 1e-6f, nullptr); });
+  report("add_bias [8192, 4096]", 8.0 * 8192 * 4096,
+         [&] { cuda::add_bias(c.get(), b.get(), 8192, 4096, nullptr); });
+  report("copy_cols [8192, 1024 of 6144]", 8.0 * 8192 * 1024,
+         [&] { cuda::copy_cols(a.get(), 6144, 4096, c.get(), 1024, 8192, nullptr); });
+  report("gather_rows [8192, 4096]", 8.0 * 8192 * 4096,
+         [&] { cuda::gather_rows(a.get(), gather_idx.get(), c.get(), 8192, 4096, nullptr); });
+  report("argmax_rows [1, 151936] (latency)", 4.0 * 151936,
+         [&] { cuda::argmax_rows(a.get(), 1, 151936, idx.get(), nullptr); });
+  report("argmax_rows [256, 151936]", 4.0 * 256 * 151936,
+         [&] { cuda::argmax_rows(a.get(), 256, 151936, idx.get(), nullptr); });
+  report("rope_angles [8192, 64]", 8.0 * 8192 * 64, [&] {
+    cuda::rope_angles(freq.get(), 64, idx.get(), 8192, 1.0f, b.get(), b.get() + (1 << 20), nullptr);
+  });
+  report("rope_apply [8192, 32, 128]", 8.0 * 8192 * 32 * 128, [&] {
+    cuda::rope_apply(c.get(), 8192, 32, 128, 64, true, b.get(), b.get() + (1 << 20), nullptr);
+  });
+  report("moe_topk [8192, 128] k8", 4.0 * 8192 * 128, [&] {
+    cuda::moe_topk(a.get(), 8192, 128, 8, idx.get(), c.get(), idx.get() + 65536, nullptr);
+  });
+  report("moe_topk [1, 128] k8 (latency)", 4.0 * 128, [&] {
+    cuda::moe_topk(a.get(), 1, 128, 8, idx.get(), c.get(), idx.get() + 65536, nullptr);
+  });
+  report("moe_combine [2048, 8, 4096]", 4.0 * 2048 * 9 * 4096,
+         [&] { cuda::moe_combine(a.get(), b.get(), 2048, 8, 4096, c.get(), nullptr); });
+  KILN_CUDA_SYNC_OK();
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
 }
 
 }  // namespace
