@@ -119,7 +119,7 @@ void bm_matmul(benchmark::State& state, Type type, KernelPath path, int64_t n_to
   }
   const BenchWeight& bw = weight(type, n_in);
   const Weight w = packed ? packed_weight(type, n_in) : bw.w;
-  if (packed && w.packed == nullptr) {
+  if (packed && w.prepared == nullptr) {
     state.SkipWithError("no packed layout for this type here");
     return;
   }

@@ -14,16 +14,26 @@ struct Weight {
   int64_t n_out = 0;  // ne[1]: rows, the output dimension
   const uint8_t* data = nullptr;
   uint64_t row_bytes = 0;
-  // Optional interleaved copy of the same values made at load by the CPU backend
-  // (backend/cpu/pack.h): packed_rows rows side by side per block, so one SIMD instruction
-  // serves that many output rows. Null when the weight is used only as stored. `data` stays
-  // valid either way (row access, the reference kernel, a path with another row count).
-  const uint8_t* packed = nullptr;
-  int32_t packed_rows = 0;
+  // The preparing backend's own form of this weight (Backend::prepare_weight), in its
+  // kernels' layout (CPU: the interleaved copy of backend/cpu/pack.h), or null when its
+  // kernels read the rows as stored. Only the backend that made it reads it.
+  const void* prepared = nullptr;
+  int64_t n_mats = 1;  // ne[2]: stacked matrices (experts), each n_out rows
 
   const uint8_t* row(int64_t r) const { return data + static_cast<uint64_t>(r) * row_bytes; }
   bool empty() const { return data == nullptr; }
+  uint64_t total_bytes() const { return static_cast<uint64_t>(n_mats * n_out) * row_bytes; }
 };
+
+// Expert e of a stacked weight (n_expert matrices of n_out rows, back to back), as a plain
+// matrix view of the stored rows.
+inline Weight expert(const Weight& stacked, int64_t e) {
+  Weight w = stacked;
+  w.data = stacked.data + static_cast<uint64_t>(e) * stacked.n_out * stacked.row_bytes;
+  w.n_mats = 1;
+  w.prepared = nullptr;
+  return w;
+}
 
 // Paged attention metadata for one step, CSR style (FlashInfer's paged_kv_t): sequence s owns
 // query rows [qo_indptr[s], qo_indptr[s+1]) of the flat batch and KV blocks

@@ -1,4 +1,5 @@
 // kiln bench: prompt-processing and generation speed, like llama-bench.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -7,12 +8,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "kiln/backend/cpu/ops.h"
+#include "kiln/backend/backend.h"
 #include "kiln/cli/commands.h"
 #include "kiln/engine/sequence.h"
 #include "kiln/kv/kv_cache.h"
 #include "kiln/model/model.h"
 #include "kiln/util/cpu.h"
+#include "kiln/util/thread_pool.h"
 
 namespace kiln::cli {
 namespace {
@@ -23,6 +25,7 @@ struct BenchOptions {
   int32_t n_gen = 128;
   int32_t reps = 3;
   int threads = 0;
+  std::string device = "auto";
   int32_t batch = 512;  // prefill chunk
   std::string kv_type = "f16";
   bool json = false;
@@ -56,11 +59,11 @@ std::vector<int32_t> bench_tokens(int32_t n, uint32_t n_vocab) {
 }
 
 Expected<std::vector<Figure>> measure(const model::Model& m, const BenchOptions& o,
-                                      util::ThreadPool& pool, quant::Type kv_type) {
+                                      backend::Backend& be, quant::Type kv_type) {
   std::vector<Figure> out;
   const uint32_t v = m.hparams().n_vocab;
   const int32_t n_ctx = std::max(o.n_prompt, o.n_gen) + 1;
-  KILN_TRY(auto seq, engine::SequenceRunner::create(m, &pool, n_ctx, o.batch, kv_type));
+  KILN_TRY(auto seq, engine::SequenceRunner::create(m, be, n_ctx, o.batch, kv_type));
   if (o.n_prompt > 0) {
     Figure f{fmt::format("pp{}", o.n_prompt), o.n_prompt, {}};
     const std::vector<int32_t> prompt = bench_tokens(o.n_prompt, v);
@@ -80,7 +83,7 @@ Expected<std::vector<Figure>> measure(const model::Model& m, const BenchOptions&
       const auto t0 = std::chrono::steady_clock::now();
       for (int32_t i = 0; i < o.n_gen; ++i) {
         KILN_TRY(std::span<const float> logits, seq->append(std::span<const int32_t>(&tok, 1)));
-        tok = backend::cpu::argmax(logits.data(), v);
+        tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
       if (r >= 0) f.tok_per_s.push_back(o.n_gen / seconds(t0));
     }
@@ -101,8 +104,12 @@ int run_bench(const BenchOptions& o) {
     return 1;
   }
   const int threads = o.threads > 0 ? o.threads : util::default_num_threads();
-  util::ThreadPool pool(threads);
-  auto figs = measure(**m, o, pool, *kv_type);
+  auto be = backend::create_backend({o.device, threads});
+  if (!be.ok()) {
+    fmt::print(stderr, "kiln bench: {}\n", be.error().message);
+    return 1;
+  }
+  auto figs = measure(**m, o, **be, *kv_type);
   if (!figs.ok()) {
     fmt::print(stderr, "kiln bench: {}\n", figs.error().message);
     return 1;
@@ -167,7 +174,8 @@ RunFn add_bench(CLI::App& app) {
   cmd->add_option("-r,--repetitions", o->reps, "repetitions")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  cmd->add_option("-t,--threads", o->threads, "threads (default: physical cores)");
+  cmd->add_option("-t,--threads", o->threads, "CPU threads (default: physical cores)");
+  cmd->add_option("--device", o->device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   cmd->add_option("-b,--batch", o->batch, "prefill chunk size")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));

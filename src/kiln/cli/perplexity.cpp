@@ -6,12 +6,12 @@
 
 #include <fmt/format.h>
 
+#include "kiln/backend/backend.h"
 #include "kiln/cli/commands.h"
 #include "kiln/cli/model_files.h"
 #include "kiln/engine/perplexity.h"
 #include "kiln/kv/kv_cache.h"
 #include "kiln/tokenizer/gguf_vocab.h"
-#include "kiln/util/thread_pool.h"
 
 namespace kiln::cli {
 namespace {
@@ -22,6 +22,7 @@ struct PerplexityCliOptions {
   int32_t n_ctx = 512;
   int32_t chunks = -1;
   int threads = 0;
+  std::string device = "auto";
   std::string kv_type = "f16";
 };
 
@@ -30,13 +31,13 @@ Status run_perplexity(const PerplexityCliOptions& o) {
   KILN_TRY(tokenizer::VocabData vocab, tokenizer::load_vocab(m->file()));
   KILN_TRY(tokenizer::Tokenizer tok, tokenizer::Tokenizer::create(std::move(vocab)));
   KILN_TRY(std::string text, read_text_file(o.file));
-  util::ThreadPool pool(o.threads > 0 ? o.threads : util::default_num_threads());
+  KILN_TRY(std::unique_ptr<backend::Backend> be, backend::create_backend({o.device, o.threads}));
   engine::PerplexityOptions po;
   po.n_ctx = o.n_ctx;
   po.max_chunks = o.chunks;
   KILN_TRY(po.kv_type, kv::parse_kv_type(o.kv_type));
   KILN_TRY(engine::PerplexityResult r,
-           engine::perplexity(*m, tok, text, po, &pool, [](int32_t i, double ppl) {
+           engine::perplexity(*m, tok, text, po, *be, [](int32_t i, double ppl) {
              fmt::print(stderr, "[{}]{:.4f},", i + 1, ppl);
              std::fflush(stderr);
            }));
@@ -57,6 +58,7 @@ RunFn add_perplexity(CLI::App& app) {
   auto o = std::make_shared<PerplexityCliOptions>();
   cmd->add_option("-m,--model", o->model, "GGUF file")->required();
   cmd->add_option("-f,--file", o->file, "text file ('-': stdin)")->required();
+  cmd->add_option("--device", o->device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   cmd->add_option("-c,--ctx", o->n_ctx, "tokens per chunk")->capture_default_str();
   cmd->add_option("--chunks", o->chunks, "score at most this many chunks (-1: all)")
       ->capture_default_str();

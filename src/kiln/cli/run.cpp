@@ -38,6 +38,7 @@ struct RunOptions {
   int32_t n_predict = 256;
   int32_t n_ctx = 4096;
   int threads = 0;
+  std::string device = "auto";
   std::string kv_type = "f16";
   int64_t seed = -1;
   bool chat = false;
@@ -60,7 +61,7 @@ struct Runtime {
   std::unique_ptr<model::Model> model;
   tokenizer::Tokenizer tokenizer;
   std::string chat_template;
-  std::unique_ptr<util::ThreadPool> pool;
+  std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<engine::SequenceRunner> seq;
   std::vector<int32_t> eog;
 };
@@ -72,10 +73,12 @@ Expected<Runtime> load(const RunOptions& o, double* load_seconds) {
   KILN_TRY(tokenizer::VocabData vocab, tokenizer::load_vocab(rt.model->file()));
   rt.chat_template = vocab.chat_template.empty() ? chat::kChatMLTemplate : vocab.chat_template;
   KILN_TRY(rt.tokenizer, tokenizer::Tokenizer::create(std::move(vocab)));
-  rt.pool =
-      std::make_unique<util::ThreadPool>(o.threads > 0 ? o.threads : util::default_num_threads());
+  KILN_TRY(rt.backend, backend::create_backend({o.device, o.threads}));
   KILN_TRY(const quant::Type kv_type, kv::parse_kv_type(o.kv_type));
-  KILN_TRY(rt.seq, engine::SequenceRunner::create(*rt.model, rt.pool.get(), o.n_ctx, 512, kv_type));
+  KILN_TRY(rt.seq, engine::SequenceRunner::create(*rt.model, *rt.backend, o.n_ctx, 512, kv_type,
+                                                  /*all_logits=*/!o.dump_dir.empty()));
+  log::info("{}", rt.backend->description());
+  log::info("{}", rt.seq->plan().to_string());
   rt.eog = engine::end_of_generation_ids(rt.tokenizer);
   *load_seconds = seconds_since(t0);
   return rt;
@@ -285,7 +288,9 @@ RunFn add_run(CLI::App& app) {
   cmd->add_option("-f,--file", o->prompt_file, "read the prompt from a file ('-': stdin)");
   cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
   cmd->add_option("-c,--ctx", o->n_ctx, "context length")->capture_default_str();
-  cmd->add_option("-t,--threads", o->threads, "threads (default: physical cores)");
+  cmd->add_option("-t,--threads", o->threads, "CPU threads (default: physical cores)");
+  cmd->add_option("--device", o->device, "cpu, cuda, cuda:N or auto (cuda when a GPU is found)")
+      ->capture_default_str();
   cmd->add_option("--kv-type", o->kv_type,
                   "KV cache type: f16, f32 or q8_0 (q8_0 needs head dims that are multiples of 32)")
       ->capture_default_str();

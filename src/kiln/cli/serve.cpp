@@ -120,7 +120,14 @@ RunFn add_serve(CLI::App& app) {
   cmd->add_option("--model-name", o->server.model_name,
                   "model id clients send and /v1/models lists")
       ->capture_default_str();
-  cmd->add_option("-t,--threads", o->engine.threads, "threads (default: physical cores)");
+  cmd->add_option("-t,--threads", o->engine.threads, "CPU threads (default: physical cores)");
+  cmd->add_option("--device", o->engine.device,
+                  "cpu, cuda, cuda:N or auto (cuda when a GPU is found)")
+      ->capture_default_str();
+  cmd->add_option("--gpu-memory-fraction", o->engine.gpu_memory_fraction,
+                  "share of the GPU's memory for weights, activations and the KV cache")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 1.0));
   cmd->add_option("-c,--ctx", o->engine.n_ctx, "context length per request")->capture_default_str();
   cmd->add_option("--kv-memory", o->kv_memory,
                   "KV cache budget, e.g. 512M or 2G (default: max-seqs full contexts, <= 2G)");

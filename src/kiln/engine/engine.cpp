@@ -6,12 +6,13 @@
 #include <fmt/format.h>
 #include <unordered_map>
 
+#include "kiln/backend/backend.h"
 #include "kiln/chat/template.h"
+#include "kiln/engine/executor.h"
 #include "kiln/engine/scheduler.h"
 #include "kiln/engine/sequence.h"
 #include "kiln/engine/stop.h"
 #include "kiln/kv/kv_cache.h"
-#include "kiln/model/forward.h"
 #include "kiln/tokenizer/gguf_vocab.h"
 #include "kiln/tokenizer/stream_decoder.h"
 #include "kiln/util/log.h"
@@ -54,20 +55,20 @@ FinishReason to_api(SeqFinishReason r) {
 
 struct Engine::Impl {
   Engine& engine;
-  util::ThreadPool pool;
-  kv::KvCache cache;
-  model::Forward forward;
+  std::unique_ptr<backend::Backend> be;
+  std::unique_ptr<Executor> exec;
   Scheduler sched;
   std::vector<int32_t> eog_ids;
   std::unordered_map<SeqId, Active> active;
-  std::vector<float> logits;
+  std::span<const float> logits;
   SeqId next_id = 1;
+  int64_t num_steps = 0;
 
-  Impl(Engine& e, int threads, kv::KvCache c, const SchedulerConfig& cfg)
+  Impl(Engine& e, std::unique_ptr<backend::Backend> b, std::unique_ptr<Executor> x,
+       const SchedulerConfig& cfg)
       : engine(e),
-        pool(threads),
-        cache(std::move(c)),
-        forward(*e.model_, cfg.max_batch_tokens, &pool),
+        be(std::move(b)),
+        exec(std::move(x)),
         sched(cfg),
         eog_ids(end_of_generation_ids(*e.tokenizer_)) {}
 
@@ -180,18 +181,32 @@ struct Engine::Impl {
       report_finished(sched.update(plan, {}));
       return !plan.cancelled.empty();
     }
-    logits.resize(plan.logits_rows.size() * engine.model_->hparams().n_vocab);
     model::StepInput in;
     in.tokens = plan.token_ids;
     in.attn = plan.attn_batch();
     in.logit_rows = plan.logits_rows;
-    Status st = forward.run(in, cache, logits.data());
-    if (!st.ok()) {
-      fail_step(plan, st.error().message);
-      report_finished(sched.update(plan, {}));
+    // A step that fails (an error, or an exception such as bad_alloc) fails its requests;
+    // the engine goes on with the next step.
+    std::string failure;
+    std::vector<SeqOutput> outputs;
+    try {
+      if (engine.opts_.before_step) engine.opts_.before_step(num_steps);
+      auto out = exec->execute(in);
+      if (out.ok()) {
+        logits = *out;
+        outputs = sample(plan);
+      } else {
+        failure = out.error().message;
+      }
+    } catch (const std::exception& e) {
+      failure = fmt::format("internal error in the step: {}", e.what());
+    }
+    ++num_steps;
+    if (!failure.empty()) {
+      fail_step(plan, failure);
+      sched.abandon(plan);
       return true;
     }
-    const std::vector<SeqOutput> outputs = sample(plan);
     report_finished(sched.update(plan, outputs));
     {
       std::lock_guard<std::mutex> lock(engine.stats_mu_);
@@ -275,28 +290,30 @@ void Engine::thread_main() {
     tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
     const model::HParams& hp = model_->hparams();
     if (opts_.n_ctx <= 0) opts_.n_ctx = static_cast<int32_t>(hp.n_ctx_train);
-    kv::KvShape shape = model::kv_shape(hp);
-    shape.type = opts_.kv_type;
-    const uint64_t per_block = kv::KvCache::bytes_per_block(shape);
-    uint64_t budget = opts_.kv_memory_bytes;
-    if (budget == 0) {
-      const uint64_t blocks_per_seq = (opts_.n_ctx + kv::kBlockTokens - 1) / kv::kBlockTokens;
-      budget = std::min<uint64_t>(uint64_t{2} << 30, per_block * blocks_per_seq * opts_.max_seqs);
-    }
-    KILN_TRY(kv::KvCache cache, kv::KvCache::create(shape, budget));
+    backend::BackendOptions bo;
+    bo.device = opts_.device;
+    bo.threads = opts_.threads;
+    KILN_TRY(std::unique_ptr<backend::Backend> be, backend::create_backend(bo));
+    ExecutorOptions eo;
+    eo.max_tokens = opts_.max_batch_tokens;
+    eo.max_seqs = opts_.max_seqs;
+    eo.max_context = opts_.n_ctx;
+    eo.kv_type = opts_.kv_type;
+    eo.kv_memory_bytes = opts_.kv_memory_bytes;
+    eo.gpu_memory_fraction = opts_.gpu_memory_fraction;
+    KILN_TRY(std::unique_ptr<Executor> exec, Executor::create(*model_, *be, eo));
     SchedulerConfig cfg;
     cfg.max_batch_tokens = opts_.max_batch_tokens;
     cfg.step_prompt_tokens = opts_.step_prompt_tokens;
     cfg.max_seqs = opts_.max_seqs;
-    cfg.num_blocks = cache.num_blocks();
+    cfg.num_blocks = exec->num_blocks();
     cfg.max_context = opts_.n_ctx;
     cfg.max_waiting = opts_.max_waiting;
     cfg.enable_prefix_cache = opts_.enable_prefix_cache;
-    const int threads = opts_.threads > 0 ? opts_.threads : util::default_num_threads();
-    log::info("engine: {} KV blocks of {} tokens ({} KV, {:.1f} MiB), {} threads",
-              cache.num_blocks(), kv::kBlockTokens, quant::type_name(shape.type),
-              static_cast<double>(budget) / (1 << 20), threads);
-    return std::make_unique<Impl>(*this, threads, std::move(cache), cfg);
+    log::info("engine: {}", be->description());
+    memory_plan_ = exec->plan().to_string();
+    log::info("{}", memory_plan_);
+    return std::make_unique<Impl>(*this, std::move(be), std::move(exec), cfg);
   };
   auto impl = load();
   {

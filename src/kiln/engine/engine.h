@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,7 +21,9 @@ namespace kiln::engine {
 
 struct EngineOptions {
   std::string model_path;
-  int threads = 0;                         // 0: physical cores
+  std::string device = "auto";             // cpu, cuda, cuda:N, auto (backend::create_backend)
+  int threads = 0;                         // CPU threads; 0: physical cores
+  double gpu_memory_fraction = 0.9;        // of the GPU's memory, for weights + activations + KV
   int32_t n_ctx = 4096;                    // context per sequence (prompt + generated)
   uint64_t kv_memory_bytes = 0;            // KV cache budget; 0: enough for max_seqs full contexts,
                                            // capped at 2 GiB
@@ -31,6 +34,9 @@ struct EngineOptions {
   int32_t max_seqs = 16;                   // running sequences at most
   int32_t max_waiting = 256;               // queued requests beyond this are refused (429)
   bool enable_prefix_cache = true;
+  // Tests: called before each step's forward with the step's number; an exception thrown
+  // from it is a failed step (its requests fail, the engine goes on).
+  std::function<void(int64_t)> before_step;
 };
 
 class Engine final : public EngineApi {
@@ -55,6 +61,8 @@ class Engine final : public EngineApi {
   const model::Model& model() const { return *model_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::string& chat_template() const { return chat_template_; }
+  // The memory plan of the loaded model (valid once ready).
+  const std::string& memory_plan() const { return memory_plan_; }
 
  private:
   struct Impl;  // the loop's state, owned by the engine thread
@@ -66,6 +74,7 @@ class Engine final : public EngineApi {
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::string chat_template_;
+  std::string memory_plan_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
 

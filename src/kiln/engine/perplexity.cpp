@@ -9,7 +9,7 @@ namespace kiln::engine {
 
 Expected<PerplexityResult> perplexity_of_tokens(
     const model::Model& model, std::vector<int32_t> tokens, const PerplexityOptions& opts,
-    std::optional<int32_t> bos, util::ThreadPool* pool,
+    std::optional<int32_t> bos, backend::Backend& be,
     const std::function<void(int32_t, double)>& on_chunk) {
   const int32_t n_ctx = opts.n_ctx;
   if (n_ctx < 4) return err("perplexity: context {} is too small (at least 4)", n_ctx);
@@ -25,7 +25,8 @@ Expected<PerplexityResult> perplexity_of_tokens(
       return err("perplexity: token id {} is outside the model's vocabulary of {}", t, n_vocab);
 
   KILN_TRY(std::unique_ptr<SequenceRunner> seq,
-           SequenceRunner::create(model, pool, n_ctx, std::min(n_ctx, 512), opts.kv_type));
+           SequenceRunner::create(model, be, n_ctx, std::min(n_ctx, 512), opts.kv_type,
+                                  /*all_logits=*/true));
   seq->set_keep_all_logits(true);
   const int32_t first = n_ctx / 2;
   PerplexityResult r;
@@ -67,13 +68,13 @@ Expected<PerplexityResult> perplexity_of_tokens(
 
 Expected<PerplexityResult> perplexity(const model::Model& model, const tokenizer::Tokenizer& tok,
                                       std::string_view text, const PerplexityOptions& opts,
-                                      util::ThreadPool* pool,
+                                      backend::Backend& be,
                                       const std::function<void(int32_t, double)>& on_chunk) {
   KILN_TRY(std::vector<int32_t> ids, tok.encode(text, /*add_special=*/true,
                                                 /*parse_special=*/false));
   std::optional<int32_t> bos;
   if (tok.add_bos()) bos = tok.bos_id();
-  return perplexity_of_tokens(model, std::move(ids), opts, bos, pool, on_chunk);
+  return perplexity_of_tokens(model, std::move(ids), opts, bos, be, on_chunk);
 }
 
 }  // namespace kiln::engine

@@ -11,11 +11,11 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/backend/backend.h"
 #include "kiln/model/model.h"
 #include "kiln/quant/types.h"
 #include "kiln/tokenizer/tokenizer.h"
 #include "kiln/util/status.h"
-#include "kiln/util/thread_pool.h"
 
 namespace kiln::engine {
 
@@ -38,13 +38,13 @@ struct PerplexityResult {
 // `on_chunk(i, running_ppl)` is called after each chunk (progress output); may be empty.
 Expected<PerplexityResult> perplexity(const model::Model& model, const tokenizer::Tokenizer& tok,
                                       std::string_view text, const PerplexityOptions& opts,
-                                      util::ThreadPool* pool,
+                                      backend::Backend& be,
                                       const std::function<void(int32_t, double)>& on_chunk = {});
 
 // The same measure over token ids already cut (no tokenizer, no BOS handling).
 Expected<PerplexityResult> perplexity_of_tokens(
     const model::Model& model, std::vector<int32_t> tokens, const PerplexityOptions& opts,
-    std::optional<int32_t> bos, util::ThreadPool* pool,
+    std::optional<int32_t> bos, backend::Backend& be,
     const std::function<void(int32_t, double)>& on_chunk = {});
 
 }  // namespace kiln::engine

@@ -255,6 +255,12 @@ void Scheduler::build_plan(const std::vector<Chosen>& chosen, StepPlan* plan) co
   }
 }
 
+void Scheduler::abandon(const StepPlan& plan) {
+  KILN_ASSERT(step_in_flight_);
+  (void)plan;
+  step_in_flight_ = false;
+}
+
 std::vector<FinishedSeq> Scheduler::update(const StepPlan& plan,
                                            std::span<const SeqOutput> outputs) {
   KILN_ASSERT(step_in_flight_);

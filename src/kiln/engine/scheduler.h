@@ -123,6 +123,9 @@ class Scheduler {
   // Marks a waiting or running sequence cancelled; the next schedule() frees its blocks and
   // reports it in StepPlan::cancelled. False for an unknown (or finished) id.
   bool cancel(SeqId id);
+  // Ends a step whose forward failed, instead of update(): nothing it computed counts (no
+  // token advances, no block becomes shareable). The caller cancels its sequences.
+  void abandon(const StepPlan& plan);
 
   // Plans the next step. Call update() with its outputs before the next schedule().
   StepPlan schedule();

@@ -3,32 +3,39 @@
 #include <algorithm>
 #include <numeric>
 
+#include "kiln/kv/kv_cache.h"
+
 namespace kiln::engine {
 
-Expected<std::unique_ptr<SequenceRunner>> SequenceRunner::create(const model::Model& model,
-                                                                 util::ThreadPool* pool,
-                                                                 int32_t n_ctx,
-                                                                 int32_t max_step_tokens,
-                                                                 quant::Type kv_type) {
+Expected<std::unique_ptr<SequenceRunner>> SequenceRunner::create(
+    const model::Model& model, backend::Backend& be, int32_t n_ctx, int32_t max_step_tokens,
+    quant::Type kv_type, bool all_logits) {
   const model::HParams& hp = model.hparams();
   if (n_ctx <= 0) n_ctx = static_cast<int32_t>(std::min<uint32_t>(hp.n_ctx_train, 1u << 20));
   if (max_step_tokens <= 0) return err("max_step_tokens must be > 0");
-  kv::KvShape shape = model::kv_shape(hp);
-  shape.type = kv_type;
   const int32_t n_blocks = (n_ctx + kv::kBlockTokens - 1) / kv::kBlockTokens;
-  KILN_TRY(kv::KvCache cache,
-           kv::KvCache::create(shape, kv::KvCache::bytes_per_block(shape) * n_blocks));
-  return std::unique_ptr<SequenceRunner>(
-      new SequenceRunner(model, pool, n_ctx, max_step_tokens, std::move(cache)));
+  ExecutorOptions o;
+  o.max_tokens = max_step_tokens;
+  o.max_seqs = 1;
+  o.max_context = n_ctx;
+  o.max_logit_rows = all_logits ? max_step_tokens : 1;
+  o.kv_type = kv_type;
+  const backend::KvSpec spec = model::kv_spec(hp, kv_type);
+  o.kv_memory_bytes = be.kv_bytes_per_block(spec) * static_cast<uint64_t>(n_blocks);
+  if (o.kv_memory_bytes == 0)
+    return err("kv: the {} KV cache cannot hold this model's heads (head dims {}/{})",
+               quant::type_name(kv_type), spec.head_dim_k, spec.head_dim_v);
+  o.min_kv_blocks = n_blocks;
+  KILN_TRY(std::unique_ptr<Executor> exec, Executor::create(model, be, o));
+  return std::unique_ptr<SequenceRunner>(new SequenceRunner(model, n_ctx, std::move(exec)));
 }
 
-SequenceRunner::SequenceRunner(const model::Model& model, util::ThreadPool* pool, int32_t n_ctx,
-                               int32_t max_step_tokens, kv::KvCache cache)
+SequenceRunner::SequenceRunner(const model::Model& model, int32_t n_ctx,
+                               std::unique_ptr<Executor> exec)
     : model_(model),
       n_ctx_(n_ctx),
-      forward_(model, max_step_tokens, pool),
-      cache_(std::move(cache)),
-      blocks_(static_cast<size_t>(cache_.num_blocks())) {
+      exec_(std::move(exec)),
+      blocks_(static_cast<size_t>((n_ctx + kv::kBlockTokens - 1) / kv::kBlockTokens)) {
   std::iota(blocks_.begin(), blocks_.end(), 0);
 }
 
@@ -45,7 +52,7 @@ Expected<std::span<const float>> SequenceRunner::append(std::span<const int32_t>
   logits_.clear();
   size_t done = 0;
   while (done < tokens.size()) {
-    const size_t n = std::min<size_t>(tokens.size() - done, forward_.max_tokens());
+    const size_t n = std::min<size_t>(tokens.size() - done, exec_->forward().max_tokens());
     const int32_t start = static_cast<int32_t>(tokens_.size());
     tokens_.insert(tokens_.end(), tokens.begin() + done, tokens.begin() + done + n);
     std::vector<int32_t> positions(n), rows;
@@ -64,13 +71,12 @@ Expected<std::span<const float>> SequenceRunner::append(std::span<const int32_t>
     in.tokens = std::span<const int32_t>(tokens_).subspan(static_cast<size_t>(start), n);
     in.attn = {1, qo, kv_ptr, blocks_.data(), kv_len, positions.data()};
     in.logit_rows = rows;
-    const size_t base = logits_.size();
-    logits_.resize(base + rows.size() * n_vocab);
-    Status st = forward_.run(in, cache_, logits_.data() + base);
-    if (!st.ok()) {
+    auto out = exec_->execute(in);
+    if (!out.ok()) {
       tokens_.resize(static_cast<size_t>(start));
-      return std::move(st).take_error();
+      return std::move(out).take_error();
     }
+    logits_.insert(logits_.end(), out->begin(), out->end());
     done += n;
   }
   return std::span<const float>(logits_).subspan(logits_.size() - n_vocab, n_vocab);

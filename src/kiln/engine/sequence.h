@@ -1,19 +1,18 @@
 // One sequence on one model, for the single-stream commands (kiln run, kiln bench,
-// kiln perplexity): its KV blocks and tokens, prefill in chunks, one-token decode steps.
-// The server's engine loop batches many sequences over the same Forward; this is the simple
-// case of it.
+// kiln perplexity): its KV blocks and tokens, prefill in chunks, one-token decode steps, run
+// through the same Executor (forward, KV storage, backend) as the engine loop, which batches
+// many sequences; this is the simple case of it.
 #pragma once
 
 #include <memory>
 #include <span>
 #include <vector>
 
-#include "kiln/kv/kv_cache.h"
-#include "kiln/model/forward.h"
+#include "kiln/backend/backend.h"
+#include "kiln/engine/executor.h"
 #include "kiln/model/model.h"
 #include "kiln/tokenizer/tokenizer.h"
 #include "kiln/util/status.h"
-#include "kiln/util/thread_pool.h"
 
 namespace kiln::engine {
 
@@ -21,10 +20,12 @@ class SequenceRunner {
  public:
   // n_ctx: the most tokens the sequence may hold (0: the model's training context).
   // max_step_tokens: prefill chunk size (also the activation arena's size).
+  // all_logits: every row's logits can be kept (set_keep_all_logits; perplexity).
   static Expected<std::unique_ptr<SequenceRunner>> create(const model::Model& model,
-                                                          util::ThreadPool* pool, int32_t n_ctx,
+                                                          backend::Backend& be, int32_t n_ctx,
                                                           int32_t max_step_tokens = 512,
-                                                          quant::Type kv_type = quant::Type::F16);
+                                                          quant::Type kv_type = quant::Type::F16,
+                                                          bool all_logits = false);
 
   // Runs `tokens` after those already held; returns the logits [n_vocab] after the last one.
   // Errors: the context would overflow, a token id out of range.
@@ -40,16 +41,15 @@ class SequenceRunner {
   const std::vector<float>& all_logits() const { return logits_; }
   // Forwards every named intermediate of the following appends to `dump` (kiln run
   // --dump-activations); an empty function stops it.
-  void set_dump(model::ActivationDump dump) { forward_.set_dump(std::move(dump)); }
+  void set_dump(model::ActivationDump dump) { exec_->forward().set_dump(std::move(dump)); }
+  const MemoryPlan& plan() const { return exec_->plan(); }
 
  private:
-  SequenceRunner(const model::Model& model, util::ThreadPool* pool, int32_t n_ctx,
-                 int32_t max_step_tokens, kv::KvCache cache);
+  SequenceRunner(const model::Model& model, int32_t n_ctx, std::unique_ptr<Executor> exec);
 
   const model::Model& model_;
   int32_t n_ctx_;
-  model::Forward forward_;
-  kv::KvCache cache_;
+  std::unique_ptr<Executor> exec_;
   std::vector<int32_t> blocks_;  // the sequence's block table: all blocks, in order
   std::vector<int32_t> tokens_;
   std::vector<float> logits_;

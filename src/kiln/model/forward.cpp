@@ -2,257 +2,394 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 namespace kiln::model {
-namespace cpu = backend::cpu;
 
-Forward::Forward(const Model& model, int32_t max_tokens, util::ThreadPool* pool)
-    : model_(model), max_tokens_(max_tokens), pool_(pool) {
-  const HParams& hp = model.hparams();
-  const size_t t = static_cast<size_t>(max_tokens);
-  const size_t q_width = size_t{hp.n_head} * std::max(hp.head_dim_k, hp.head_dim_v);
-  x_.resize(t * hp.n_embd);
-  xn_.resize(t * std::max<size_t>(hp.n_embd, q_width));
-  q_.resize(t * hp.n_head * hp.head_dim_k);
-  k_.resize(t * hp.n_head_kv * hp.head_dim_k);
-  v_.resize(t * hp.n_head_kv * hp.head_dim_v);
-  attn_.resize(t * hp.n_head * hp.head_dim_v);
-  // Fused projections (phi3) need room for [q | k | v] and [gate | up] rows.
-  const size_t qkv =
-      size_t{hp.n_head} * hp.head_dim_k + size_t{hp.n_head_kv} * (hp.head_dim_k + hp.head_dim_v);
-  gate_.resize(t * std::max<size_t>(hp.n_ff, qkv));
-  up_.resize(t * hp.n_ff);
-  tmp2_.resize(model.arch().features.fused_gate_up ? t * 2 * hp.n_ff : 0);
-  tmp_.resize(t * hp.n_embd);
-  rope_[0] = rope_freqs(hp, false, model.rope_freqs());
-  rope_[1] = rope_freqs(hp, true, model.rope_freqs());
+using backend::Mat;
+
+Forward::Forward(const Model& model, backend::Backend& be, const ForwardOptions& opts)
+    : model_(model), be_(be), opts_(opts) {}
+
+Expected<std::unique_ptr<Forward>> Forward::create(const Model& model, backend::Backend& be,
+                                                   const ForwardOptions& opts) {
+  ForwardOptions o = opts;
+  if (o.max_tokens <= 0) return err("forward: max_tokens must be > 0 (got {})", o.max_tokens);
+  if (o.max_seqs <= 0) o.max_seqs = o.max_tokens;
+  if (o.max_logit_rows <= 0) o.max_logit_rows = o.max_seqs;
+  o.max_logit_rows = std::min(o.max_logit_rows, o.max_tokens);
+  if (o.max_context <= 0)
+    o.max_context = static_cast<int32_t>(std::min<uint32_t>(model.hparams().n_ctx_train, 1u << 20));
+  std::unique_ptr<Forward> f(new Forward(model, be, o));
+  KILN_TRY_STATUS(f->prepare());
+  KILN_TRY_STATUS(f->carve_arena());
+  backend::StepCapacity cap;
+  cap.max_tokens = o.max_tokens;
+  const int64_t blocks_per_seq = (int64_t{o.max_context} + kv::kBlockTokens - 1) / kv::kBlockTokens;
+  cap.max_kv_indices = int64_t{o.max_seqs} * blocks_per_seq;
+  KILN_TRY_STATUS(be.reserve_step(cap));
+  return f;
+}
+
+// The model's weights and vectors as the backend's ops take them (uploaded, repacked).
+Status Forward::prepare() {
+  using Use = backend::Backend::WeightUse;
+  auto weight = [&](backend::Weight& w, Use use = Use::kMatmul) -> Status {
+    if (w.empty()) return {};
+    KILN_TRY(w, be_.prepare_weight(w, use));
+    return {};
+  };
+  const HParams& hp = model_.hparams();
+  auto vec = [&](const float*& v, int64_t n) -> Status {
+    if (v == nullptr) return {};
+    KILN_TRY(v, be_.prepare_vector(v, n));
+    return {};
+  };
+  tok_embd_ = model_.tok_embd();
+  output_ = model_.output();
+  output_norm_ = model_.output_norm();
+  KILN_TRY_STATUS(weight(tok_embd_, Use::kRows));
+  KILN_TRY_STATUS(weight(output_));
+  KILN_TRY_STATUS(vec(output_norm_, hp.n_embd));
+  layers_ = model_.layers();
+  for (LayerWeights& l : layers_) {
+    for (backend::Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down,
+                               &l.w_gate_inp, &l.w_gate_exps, &l.w_up_exps, &l.w_down_exps})
+      KILN_TRY_STATUS(weight(*w));
+    for (const float** v : {&l.attn_norm, &l.ffn_norm, &l.attn_post_norm, &l.ffn_post_norm})
+      KILN_TRY_STATUS(vec(*v, hp.n_embd));
+    KILN_TRY_STATUS(vec(l.bq, int64_t{hp.n_head} * hp.head_dim_k));
+    KILN_TRY_STATUS(vec(l.bk, int64_t{hp.n_head_kv} * hp.head_dim_k));
+    KILN_TRY_STATUS(vec(l.bv, int64_t{hp.n_head_kv} * hp.head_dim_v));
+    KILN_TRY_STATUS(vec(l.q_norm, hp.head_dim_k));
+    KILN_TRY_STATUS(vec(l.k_norm, hp.head_dim_k));
+  }
+  rope_[0] = rope_freqs(hp, false, model_.rope_freqs());
+  rope_[1] = rope_freqs(hp, true, model_.rope_freqs());
   rope_swa_differs_ = hp.sliding_window > 0 && (rope_[1].inv_freq != rope_[0].inv_freq ||
                                                 rope_[1].attn_factor != rope_[0].attn_factor);
-  for (int i = 0; i < (rope_swa_differs_ ? 2 : 1); ++i) {
-    rope_cos_[i].resize(t * (hp.n_rot / 2));
-    rope_sin_[i].resize(t * (hp.n_rot / 2));
+  for (int i = 0; i < 2; ++i) {
+    rope_table_[i].n_pairs = static_cast<int32_t>(hp.n_rot / 2);
+    rope_table_[i].attn_factor = rope_[i].attn_factor;
+    KILN_TRY(rope_table_[i].inv_freq,
+             be_.prepare_doubles(rope_[i].inv_freq.data(),
+                                 static_cast<int64_t>(rope_[i].inv_freq.size())));
   }
-  if (hp.n_expert > 0) {
-    router_.resize(t * hp.n_expert);
-    moe_in_.resize(t * hp.n_embd);
-    moe_gate_.resize(t * hp.n_ff_expert);
-    moe_up_.resize(t * hp.n_ff_expert);
-    moe_out_.resize(t * hp.n_embd);
-    moe_slots_.resize(t * hp.n_expert_used * hp.n_embd);
-  }
+  return {};
 }
 
-void Forward::dump(std::string_view name, int layer, const float* data, int64_t rows,
-                   int64_t cols) {
-  if (dump_) dump_(name, layer, data, rows, cols);
-}
-
-void Forward::attention_block(int il, const StepInput& in, kv::KvCache& cache, int64_t n) {
+// One allocation for every activation of a step of max_tokens rows.
+Status Forward::carve_arena() {
   const HParams& hp = model_.hparams();
-  const LayerWeights& l = model_.layers()[il];
+  const ArchFeatures& f = model_.arch().features;
+  const int64_t t = opts_.max_tokens;
+  const int64_t q_width = int64_t{hp.n_head} * hp.head_dim_k;
+  const int64_t qkv = q_width + int64_t{hp.n_head_kv} * (int64_t{hp.head_dim_k} + hp.head_dim_v);
+  struct Part {
+    Mat* m;
+    int64_t rows, cols;
+  };
+  std::vector<Part> parts = {
+      {&x_, t, hp.n_embd},
+      {&xn_, t,
+       std::max<int64_t>(hp.n_embd, int64_t{hp.n_head} * std::max(hp.head_dim_k, hp.head_dim_v))},
+      {&q_, t, q_width},
+      {&k_, t, int64_t{hp.n_head_kv} * hp.head_dim_k},
+      {&v_, t, int64_t{hp.n_head_kv} * hp.head_dim_v},
+      {&attn_, t, int64_t{hp.n_head} * hp.head_dim_v},
+      // Fused projections (phi3) need room for [q | k | v] and [gate | up] rows.
+      {&gate_, t, std::max<int64_t>(hp.n_ff, qkv)},
+      {&up_, t, hp.n_ff},
+      {&tmp2_, f.fused_gate_up ? t : 0, 2 * int64_t{hp.n_ff}},
+      {&tmp_, t, hp.n_embd},
+      {&out_rows_, opts_.max_logit_rows, hp.n_embd},
+      {&logits_, opts_.max_logit_rows, hp.n_vocab},
+      {&row_scale_, hp.attn_temp_scale != 0 ? t : 0, 1},
+  };
+  const int64_t n_pairs = hp.n_rot / 2;
+  for (int i = 0; i < 2; ++i) {
+    const int64_t rows = i == 0 || rope_swa_differs_ ? t : 0;
+    parts.push_back({&rope_cos_[i], rows, n_pairs});
+    parts.push_back({&rope_sin_[i], rows, n_pairs});
+  }
+  Mat chosen, x_rows;
+  if (hp.n_expert > 0) {
+    const int64_t pairs = t * hp.n_expert_used;
+    parts.push_back({&moe_.router, t, hp.n_expert});
+    parts.push_back({&moe_.weights, t, hp.n_expert_used});
+    parts.push_back({&chosen, pairs, 1});  // int32, the same size as a float
+    parts.push_back({&x_rows, pairs, 1});
+    parts.push_back({&moe_.in, pairs, hp.n_embd});
+    parts.push_back({&moe_.gate, pairs, hp.n_ff_expert});
+    parts.push_back({&moe_.up, pairs, hp.n_ff_expert});
+    parts.push_back({&moe_.out, pairs, hp.n_embd});
+    parts.push_back({&moe_.slots, pairs, hp.n_embd});
+  }
+  constexpr uint64_t kAlign = 256;  // every part starts on a 256-byte boundary
+  uint64_t total = 0;
+  for (const Part& p : parts)
+    total +=
+        (static_cast<uint64_t>(p.rows * p.cols) * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+  KILN_TRY(arena_, be_.alloc(std::max<uint64_t>(total, kAlign)));
+  auto* base = static_cast<uint8_t*>(arena_->data());
+  uint64_t off = 0;
+  for (const Part& p : parts) {
+    *p.m = Mat{reinterpret_cast<float*>(base + off), p.rows, p.cols};
+    off += (static_cast<uint64_t>(p.rows * p.cols) * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+  }
+  moe_.chosen = reinterpret_cast<int32_t*>(chosen.data);
+  moe_.x_rows = reinterpret_cast<int32_t*>(x_rows.data);
+  if (hp.attn_temp_scale != 0) row_scale_host_.resize(static_cast<size_t>(t));
+  return {};
+}
+
+void Forward::enable_graphs(int32_t null_kv_block) {
+  opts_.null_kv_block = null_kv_block;
+  buckets_.clear();
+  graph_of_bucket_.clear();
+  // Graph buckets: decode batches of 1, 2, 4, 8, then steps of 8 up to 64 and of 32 beyond,
+  // up to the step's sequence and logit-row capacity.
+  const int32_t max_rows = std::min({opts_.max_seqs, opts_.max_logit_rows, opts_.max_tokens});
+  if (opts_.graphs && opts_.null_kv_block >= 0 && be_.supports_graphs()) {
+    for (int32_t b = 1; b <= max_rows; b = b < 8 ? 2 * b : b < 64 ? b + 8 : b + 32)
+      buckets_.push_back(b);
+    if (buckets_.empty() || buckets_.back() != max_rows) buckets_.push_back(max_rows);
+    graph_of_bucket_.assign(buckets_.size(), -1);
+  }
+}
+
+void Forward::dump(std::string_view name, int layer, Mat m) {
+  if (!dump_) return;
+  dump_host_.resize(static_cast<size_t>(m.size()));
+  be_.download(dump_host_.data(), m.data, static_cast<uint64_t>(m.size()) * sizeof(float));
+  dump_(name, layer, dump_host_.data(), m.rows, m.cols);
+}
+
+void Forward::attention_block(int il, const backend::StepArgs& step, backend::KvCache& cache,
+                              int64_t n) {
+  const HParams& hp = model_.hparams();
+  const LayerWeights& l = layers_[il];
   const ArchFeatures& f = model_.arch().features;
   const int64_t q_width = int64_t{hp.n_head} * hp.head_dim_k;
   const int64_t k_width = int64_t{hp.n_head_kv} * hp.head_dim_k;
   const int64_t v_width = int64_t{hp.n_head_kv} * hp.head_dim_v;
-  cpu::rmsnorm(x_.data(), l.attn_norm, xn_.data(), n, hp.n_embd, hp.rms_eps);
-  dump("attn_norm", il, xn_.data(), n, hp.n_embd);
-  if (f.fused_qkv) {  // [n, q | k | v] -> q_, k_, v_
-    cpu::matmul(l.wqkv, xn_.data(), gate_.data(), n, pool_);
-    const int64_t w = q_width + k_width + v_width;
-    for (int64_t t = 0; t < n; ++t) {
-      const float* row = gate_.data() + t * w;
-      std::copy_n(row, q_width, q_.data() + t * q_width);
-      std::copy_n(row + q_width, k_width, k_.data() + t * k_width);
-      std::copy_n(row + q_width + k_width, v_width, v_.data() + t * v_width);
-    }
+  const Mat x = x_.first_rows(n), xn = xn_.as(n, hp.n_embd);
+  const Mat q = q_.first_rows(n), k = k_.first_rows(n), v = v_.first_rows(n);
+  be_.rmsnorm(x, l.attn_norm, xn, hp.rms_eps);
+  dump("attn_norm", il, xn);
+  if (f.fused_qkv) {  // [n, q | k | v] -> q, k, v
+    const Mat qkv = gate_.as(n, q_width + k_width + v_width);
+    be_.matmul(l.wqkv, xn, qkv);
+    be_.copy_cols(qkv, 0, q);
+    be_.copy_cols(qkv, q_width, k);
+    be_.copy_cols(qkv, q_width + k_width, v);
   } else {
-    cpu::matmul(l.wq, xn_.data(), q_.data(), n, pool_);
-    cpu::matmul(l.wk, xn_.data(), k_.data(), n, pool_);
-    cpu::matmul(l.wv, xn_.data(), v_.data(), n, pool_);
+    be_.matmul(l.wq, xn, q);
+    be_.matmul(l.wk, xn, k);
+    be_.matmul(l.wv, xn, v);
   }
   if (f.qkv_bias) {
-    cpu::add_bias(q_.data(), l.bq, n, q_width);
-    cpu::add_bias(k_.data(), l.bk, n, k_width);
-    cpu::add_bias(v_.data(), l.bv, n, v_width);
+    be_.add_bias(q, l.bq);
+    be_.add_bias(k, l.bk);
+    be_.add_bias(v, l.bv);
   }
   if (f.qk_norm) {  // per head, before rope
-    cpu::rmsnorm(q_.data(), l.q_norm, q_.data(), n * hp.n_head, hp.head_dim_k, hp.rms_eps);
-    cpu::rmsnorm(k_.data(), l.k_norm, k_.data(), n * hp.n_head_kv, hp.head_dim_k, hp.rms_eps);
+    const Mat qh = q.as(n * hp.n_head, hp.head_dim_k), kh = k.as(n * hp.n_head_kv, hp.head_dim_k);
+    be_.rmsnorm(qh, l.q_norm, qh, hp.rms_eps);
+    be_.rmsnorm(kh, l.k_norm, kh, hp.rms_eps);
   }
   const bool swa = hp.swa_layer(static_cast<uint32_t>(il));
   const int table = swa && rope_swa_differs_ ? 1 : 0;
-  const int32_t n_pairs = static_cast<int32_t>(hp.n_rot / 2);
-  cpu::rope_apply(q_.data(), n, static_cast<int32_t>(hp.n_head),
-                  static_cast<int32_t>(hp.head_dim_k), n_pairs, f.rope_neox,
-                  rope_cos_[table].data(), rope_sin_[table].data());
-  cpu::rope_apply(k_.data(), n, static_cast<int32_t>(hp.n_head_kv),
-                  static_cast<int32_t>(hp.head_dim_k), n_pairs, f.rope_neox,
-                  rope_cos_[table].data(), rope_sin_[table].data());
-  if (hp.attn_temp_scale != 0) {  // mistral3: Llama 4 temperature tuning of q past orig_ctx
-    const double orig = hp.rope_orig_ctx != 0 ? hp.rope_orig_ctx : hp.n_ctx_train;
-    for (int64_t t = 0; t < n; ++t) {
-      const double pos = in.attn.positions[t];
-      const float s =
-          static_cast<float>(1.0 + hp.attn_temp_scale * std::log(1.0 + std::floor(pos / orig)));
-      if (s != 1.0f) cpu::scale(q_.data() + t * q_width, s, q_width);
-    }
-  }
-  dump("q", il, q_.data(), n, q_width);
-  dump("k", il, k_.data(), n, k_width);
-  dump("v", il, v_.data(), n, v_width);
-
-  const cpu::KvLayerView view =
-      cpu::make_kv_view(cache.type(), cache.k_block(il, 0), cache.v_block(il, 0), kv::kBlockTokens,
-                        static_cast<int32_t>(hp.n_head_kv), static_cast<int32_t>(hp.head_dim_k),
-                        static_cast<int32_t>(hp.head_dim_v));
-  KILN_ASSERT(static_cast<uint64_t>(view.k_block_bytes) == cache.k_block_bytes() &&
-              static_cast<uint64_t>(view.v_block_bytes) == cache.v_block_bytes());
-  cpu::kv_write(view, in.attn, k_.data(), v_.data());
-  cpu::AttnParams ap;
+  const Mat cos = rope_cos_[table].first_rows(n), sin = rope_sin_[table].first_rows(n);
+  be_.rope_apply(q, static_cast<int32_t>(hp.n_head), static_cast<int32_t>(hp.head_dim_k),
+                 f.rope_neox, cos, sin);
+  be_.rope_apply(k, static_cast<int32_t>(hp.n_head_kv), static_cast<int32_t>(hp.head_dim_k),
+                 f.rope_neox, cos, sin);
+  if (step.row_scale != nullptr) be_.scale_rows(q, step.row_scale);
+  dump("q", il, q);
+  dump("k", il, k);
+  dump("v", il, v);
+  be_.kv_write(cache, il, step, k, v);
+  backend::AttnParams ap;
   ap.n_heads = static_cast<int32_t>(hp.n_head);
   ap.scale =
       hp.attn_scale != 0 ? hp.attn_scale : 1.0f / std::sqrt(static_cast<float>(hp.head_dim_k));
   ap.softcap = hp.attn_softcap;
   ap.sliding_window = swa ? static_cast<int32_t>(hp.sliding_window) : 0;
-  cpu::attention(view, in.attn, q_.data(), attn_.data(), ap, pool_);
-  dump("attn_out", il, attn_.data(), n, l.wo.n_in);
-  cpu::matmul(l.wo, attn_.data(), tmp_.data(), n, pool_);
-  if (f.sandwich_norm)
-    cpu::rmsnorm(tmp_.data(), l.attn_post_norm, tmp_.data(), n, hp.n_embd, hp.rms_eps);
-  cpu::add(x_.data(), tmp_.data(), n * hp.n_embd);
-  dump("attn_residual", il, x_.data(), n, hp.n_embd);
-}
-
-// Mixture of experts (qwen3moe): softmax over the router logits, the top n_expert_used experts
-// (ties to the lower index), weights renormalised to sum to 1 (norm_topk_prob), and each
-// expert a SwiGLU FFN. Tokens are grouped per expert so each expert's weights are read once
-// per step; a token's result does not depend on which other tokens share the step.
-void Forward::moe_block(int il, int64_t n) {
-  const HParams& hp = model_.hparams();
-  const LayerWeights& l = model_.layers()[il];
-  const int64_t n_exp = hp.n_expert, k = hp.n_expert_used, d = hp.n_embd;
-  cpu::matmul(l.w_gate_inp, xn_.data(), router_.data(), n, pool_);
-  dump("ffn_moe_logits", il, router_.data(), n, n_exp);
-  // Per token: the chosen experts and their weights.
-  std::vector<int32_t> chosen(static_cast<size_t>(n * k));
-  std::vector<float> weights(static_cast<size_t>(n * k));
-  std::vector<float> probs(static_cast<size_t>(n_exp));
-  std::vector<int32_t> order(static_cast<size_t>(n_exp));
-  for (int64_t t = 0; t < n; ++t) {
-    const float* r = router_.data() + t * n_exp;
-    const float mx = *std::max_element(r, r + n_exp);
-    double sum = 0;
-    for (int64_t e = 0; e < n_exp; ++e) sum += probs[e] = std::exp(r[e] - mx);
-    for (int64_t e = 0; e < n_exp; ++e) probs[e] = static_cast<float>(probs[e] / sum);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return probs[a] != probs[b] ? probs[a] > probs[b] : a < b;
-    });
-    float wsum = 0;
-    for (int64_t j = 0; j < k; ++j) wsum += probs[order[j]];
-    for (int64_t j = 0; j < k; ++j) {
-      chosen[t * k + j] = order[j];
-      weights[t * k + j] = probs[order[j]] / wsum;
-    }
-  }
-  std::fill(tmp_.begin(), tmp_.begin() + n * d, 0.0f);
-  std::vector<int64_t> rows;  // (token, slot) pairs routed to the expert, as t * k + j
-  for (int64_t e = 0; e < n_exp; ++e) {
-    rows.clear();
-    for (int64_t i = 0; i < n * k; ++i)
-      if (chosen[i] == e) rows.push_back(i);
-    if (rows.empty()) continue;
-    const int64_t m = static_cast<int64_t>(rows.size());
-    for (int64_t i = 0; i < m; ++i)
-      std::copy_n(xn_.data() + (rows[i] / k) * d, d, moe_in_.data() + i * d);
-    cpu::matmul(expert(l.w_gate_exps, e), moe_in_.data(), moe_gate_.data(), m, pool_);
-    cpu::matmul(expert(l.w_up_exps, e), moe_in_.data(), moe_up_.data(), m, pool_);
-    cpu::swiglu(moe_gate_.data(), moe_up_.data(), moe_gate_.data(), m * hp.n_ff_expert);
-    cpu::matmul(expert(l.w_down_exps, e), moe_gate_.data(), moe_out_.data(), m, pool_);
-    // Weighted outputs per (token, slot); tokens then add their experts in slot order, so
-    // the sum order is fixed whatever the grouping.
-    for (int64_t i = 0; i < m; ++i) {
-      float* dst = moe_slots_.data() + rows[i] * d;
-      const float w = weights[rows[i]];
-      for (int64_t c = 0; c < d; ++c) dst[c] = w * moe_out_[i * d + c];
-    }
-  }
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t j = 0; j < k; ++j)
-      cpu::add(tmp_.data() + t * d, moe_slots_.data() + (t * k + j) * d, d);
-  dump("ffn_moe_out", il, tmp_.data(), n, d);
-  cpu::add(x_.data(), tmp_.data(), n * d);
-  dump("layer_out", il, x_.data(), n, d);
+  const Mat attn = attn_.first_rows(n), tmp = tmp_.first_rows(n);
+  be_.attention(cache, il, step, q, attn, ap);
+  dump("attn_out", il, attn);
+  be_.matmul(l.wo, attn, tmp);
+  if (f.sandwich_norm) be_.rmsnorm(tmp, l.attn_post_norm, tmp, hp.rms_eps);
+  be_.add(x, tmp);
+  dump("attn_residual", il, x);
 }
 
 void Forward::ffn_block(int il, int64_t n) {
   const HParams& hp = model_.hparams();
-  const LayerWeights& l = model_.layers()[il];
+  const LayerWeights& l = layers_[il];
   const ArchFeatures& f = model_.arch().features;
-  cpu::rmsnorm(x_.data(), l.ffn_norm, xn_.data(), n, hp.n_embd, hp.rms_eps);
-  dump("ffn_norm", il, xn_.data(), n, hp.n_embd);
-  if (f.moe) return moe_block(il, n);
-  const int64_t ff = hp.n_ff;
-  if (f.fused_gate_up) {  // ffn_up rows are [gate | up]
-    cpu::matmul(l.w_up, xn_.data(), tmp2_.data(), n, pool_);
-    for (int64_t t = 0; t < n; ++t) {
-      std::copy_n(tmp2_.data() + t * 2 * ff, ff, gate_.data() + t * ff);
-      std::copy_n(tmp2_.data() + t * 2 * ff + ff, ff, up_.data() + t * ff);
+  const Mat x = x_.first_rows(n), xn = xn_.as(n, hp.n_embd), tmp = tmp_.first_rows(n);
+  be_.rmsnorm(x, l.ffn_norm, xn, hp.rms_eps);
+  dump("ffn_norm", il, xn);
+  if (f.moe) {
+    backend::MoeWeights mw;
+    mw.router = &l.w_gate_inp;
+    mw.gate_exps = &l.w_gate_exps;
+    mw.up_exps = &l.w_up_exps;
+    mw.down_exps = &l.w_down_exps;
+    mw.n_expert = static_cast<int32_t>(hp.n_expert);
+    mw.n_expert_used = static_cast<int32_t>(hp.n_expert_used);
+    mw.n_ff = hp.n_ff_expert;
+    be_.moe(mw, xn, tmp, moe_);
+    dump("ffn_moe_logits", il, moe_.router.as(n, hp.n_expert));
+    dump("ffn_moe_out", il, tmp);
+  } else {
+    const int64_t ff = hp.n_ff;
+    const Mat gate = gate_.as(n, ff), up = up_.first_rows(n);
+    if (f.fused_gate_up) {  // ffn_up rows are [gate | up]
+      const Mat both = tmp2_.first_rows(n);
+      be_.matmul(l.w_up, xn, both);
+      be_.copy_cols(both, 0, gate);
+      be_.copy_cols(both, ff, up);
+    } else {
+      be_.matmul(l.w_gate, xn, gate);
+      be_.matmul(l.w_up, xn, up);
     }
-  } else {
-    cpu::matmul(l.w_gate, xn_.data(), gate_.data(), n, pool_);
-    cpu::matmul(l.w_up, xn_.data(), up_.data(), n, pool_);
+    if (f.gelu) {
+      be_.geglu(gate, up, gate);
+    } else {
+      be_.swiglu(gate, up, gate);
+    }
+    be_.matmul(l.w_down, gate, tmp);
+    if (f.sandwich_norm) be_.rmsnorm(tmp, l.ffn_post_norm, tmp, hp.rms_eps);
   }
-  if (f.gelu) {
-    cpu::geglu(gate_.data(), up_.data(), gate_.data(), n * ff);
-  } else {
-    cpu::swiglu(gate_.data(), up_.data(), gate_.data(), n * ff);
-  }
-  cpu::matmul(l.w_down, gate_.data(), tmp_.data(), n, pool_);
-  if (f.sandwich_norm)
-    cpu::rmsnorm(tmp_.data(), l.ffn_post_norm, tmp_.data(), n, hp.n_embd, hp.rms_eps);
-  cpu::add(x_.data(), tmp_.data(), n * hp.n_embd);
-  dump("layer_out", il, x_.data(), n, hp.n_embd);
+  be_.add(x, tmp);
+  dump("layer_out", il, x);
 }
 
-// The step's cos/sin tables, once for all layers (and the sliding layers' own when they differ).
-void Forward::rope_step(const StepInput& in, int64_t n) {
-  const int32_t n_pairs = static_cast<int32_t>(model_.hparams().n_rot / 2);
+std::span<const float> Forward::row_scales(const int32_t* positions, int64_t n) {
+  const HParams& hp = model_.hparams();
+  if (hp.attn_temp_scale == 0) return {};
+  // mistral3: Llama 4 temperature tuning of q past orig_ctx
+  const double orig = hp.rope_orig_ctx != 0 ? hp.rope_orig_ctx : hp.n_ctx_train;
+  for (int64_t t = 0; t < n; ++t) {
+    const double pos = positions[t];
+    row_scale_host_[t] =
+        static_cast<float>(1.0 + hp.attn_temp_scale * std::log(1.0 + std::floor(pos / orig)));
+  }
+  return std::span<const float>(row_scale_host_.data(), static_cast<size_t>(n));
+}
+
+void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64_t n,
+                   int64_t n_out) {
+  const HParams& hp = model_.hparams();
+  const Mat x = x_.first_rows(n);
+  be_.embed(tok_embd_, step.tokens, x);
+  if (model_.arch().features.embed_scale) be_.scale(x, std::sqrt(static_cast<float>(hp.n_embd)));
+  dump("embed", -1, x);
+  // The step's cos/sin tables, once for all layers (and the sliding layers' own when they
+  // differ).
   for (int i = 0; i < (rope_swa_differs_ ? 2 : 1); ++i)
-    cpu::rope_angles(rope_[i].inv_freq.data(), n_pairs, in.attn.positions, n, rope_[i].attn_factor,
-                     rope_cos_[i].data(), rope_sin_[i].data());
+    be_.rope_angles(rope_table_[i], step.attn.positions, rope_cos_[i].first_rows(n),
+                    rope_sin_[i].first_rows(n));
+  for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
+    attention_block(il, step, cache, n);
+    ffn_block(il, n);
+  }
+  if (n_out == 0) return;
+  // Final norm and logits only for the rows that need them.
+  const Mat rows = out_rows_.first_rows(n_out), xn = xn_.as(n_out, hp.n_embd);
+  be_.gather_rows(x, step.logit_rows, rows);
+  be_.rmsnorm(rows, output_norm_, xn, hp.rms_eps);
+  dump("output_norm", -1, xn);
+  const Mat lg = logits_.first_rows(n_out);
+  be_.matmul(output_, xn, lg);
+  if (hp.final_softcap > 0) be_.softcap(lg, hp.final_softcap);
 }
 
-Status Forward::run(const StepInput& in, kv::KvCache& cache, float* logits) {
+Status Forward::run(const StepInput& in, backend::KvCache& cache, float* logits) {
   const HParams& hp = model_.hparams();
   const int64_t n = static_cast<int64_t>(in.tokens.size());
   if (n == 0) return {};
-  if (n > max_tokens_) return err("forward: {} tokens exceed the step capacity {}", n, max_tokens_);
+  if (n > opts_.max_tokens)
+    return err("forward: {} tokens exceed the step capacity {}", n, opts_.max_tokens);
+  if (in.attn.num_seqs > opts_.max_seqs)
+    return err("forward: {} sequences exceed the step capacity {}", in.attn.num_seqs,
+               opts_.max_seqs);
   for (int32_t tok : in.tokens) {
     if (tok < 0 || static_cast<uint32_t>(tok) >= hp.n_vocab)
       return err("forward: token id {} is outside the vocabulary (0..{})", tok, hp.n_vocab - 1);
   }
-  cpu::embed(model_.tok_embd(), in.tokens.data(), n, x_.data());
-  if (model_.arch().features.embed_scale)
-    cpu::scale(x_.data(), std::sqrt(static_cast<float>(hp.n_embd)), n * hp.n_embd);
-  dump("embed", -1, x_.data(), n, hp.n_embd);
-  rope_step(in, n);
-  for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
-    attention_block(il, in, cache, n);
-    ffn_block(il, n);
-  }
-  // Final norm and logits only for the rows that need them.
   const int64_t n_out = static_cast<int64_t>(in.logit_rows.size());
-  for (int64_t i = 0; i < n_out; ++i) {
-    const int32_t r = in.logit_rows[static_cast<size_t>(i)];
-    KILN_ASSERT(r >= 0 && r < n);
-    cpu::rmsnorm(x_.data() + int64_t{r} * hp.n_embd, model_.output_norm(),
-                 xn_.data() + i * hp.n_embd, 1, hp.n_embd, hp.rms_eps);
+  if (n_out > opts_.max_logit_rows)
+    return err("forward: {} logit rows exceed the step capacity {}", n_out, opts_.max_logit_rows);
+  for (int32_t r : in.logit_rows)
+    if (r < 0 || r >= n) return err("forward: logit row {} is outside the step (0..{})", r, n - 1);
+  // Decode steps whose logit rows are 0..n_out-1 run from a graph.
+  bool decode = !buckets_.empty() && !dump_ && in.attn.num_seqs == n && n <= buckets_.back();
+  for (int64_t i = 0; decode && i < n_out; ++i) decode = in.logit_rows[i] == i;
+  if (decode) return run_graph(in, cache, logits);
+
+  backend::HostStep hs{in.tokens, in.attn, in.logit_rows, row_scales(in.attn.positions, n)};
+  KILN_TRY(const backend::StepArgs step, be_.upload_step(hs));
+  body(step, cache, n, n_out);
+  if (n_out == 0) {
+    be_.sync();
+    return {};
   }
-  dump("output_norm", -1, xn_.data(), n_out, hp.n_embd);
-  cpu::matmul(model_.output(), xn_.data(), logits, n_out, pool_);
-  if (hp.final_softcap > 0) cpu::softcap(logits, hp.final_softcap, n_out * hp.n_vocab);
+  const Mat lg = logits_.first_rows(n_out);
+  be_.download(logits, lg.data, static_cast<uint64_t>(lg.size()) * sizeof(float));
+  return {};
+}
+
+Status Forward::run_graph(const StepInput& in, backend::KvCache& cache, float* logits) {
+  const int64_t n = static_cast<int64_t>(in.tokens.size());
+  const int64_t n_out = static_cast<int64_t>(in.logit_rows.size());
+  const size_t b = static_cast<size_t>(
+      std::lower_bound(buckets_.begin(), buckets_.end(), static_cast<int32_t>(n)) -
+      buckets_.begin());
+  const int32_t rows = buckets_[b];
+  // The step padded to `rows` sequences of one token: the padding rows are token 0 at
+  // position 0 of their own one-block sequence on the null block, and ask for logits (so the
+  // graph's shapes are the bucket's); only the first n_out come back.
+  const backend::AttnBatch& a = in.attn;
+  pad_tokens_.assign(in.tokens.begin(), in.tokens.end());
+  pad_tokens_.resize(rows, 0);
+  pad_positions_.assign(a.positions, a.positions + n);
+  pad_positions_.resize(rows, 0);
+  pad_qo_.resize(rows + 1);
+  for (int32_t i = 0; i <= rows; ++i) pad_qo_[i] = i;
+  pad_kv_ptr_.assign(a.kv_indptr, a.kv_indptr + n + 1);
+  pad_kv_idx_.assign(a.kv_indices, a.kv_indices + a.kv_indptr[n]);
+  pad_kv_len_.assign(a.kv_len, a.kv_len + n);
+  for (int32_t i = static_cast<int32_t>(n); i < rows; ++i) {
+    pad_kv_idx_.push_back(opts_.null_kv_block);
+    pad_kv_ptr_.push_back(static_cast<int32_t>(pad_kv_idx_.size()));
+    pad_kv_len_.push_back(1);
+  }
+  pad_rows_.resize(rows);
+  for (int32_t i = 0; i < rows; ++i) pad_rows_[i] = i;
+  backend::HostStep hs;
+  hs.tokens = pad_tokens_;
+  hs.attn = {rows,
+             pad_qo_.data(),
+             pad_kv_ptr_.data(),
+             pad_kv_idx_.data(),
+             pad_kv_len_.data(),
+             pad_positions_.data()};
+  hs.logit_rows = pad_rows_;
+  hs.row_scale = row_scales(pad_positions_.data(), rows);
+  KILN_TRY(const backend::StepArgs step, be_.upload_step(hs));
+  if (graph_of_bucket_[b] < 0) {
+    KILN_TRY_STATUS(be_.begin_capture());
+    body(step, cache, rows, rows);
+    KILN_TRY(graph_of_bucket_[b], be_.end_capture());
+    ++num_graph_captures_;
+  }
+  be_.replay(graph_of_bucket_[b]);
+  ++num_graph_replays_;
+  const Mat lg = logits_.first_rows(n_out);
+  be_.download(logits, lg.data, static_cast<uint64_t>(lg.size()) * sizeof(float));
   return {};
 }
 

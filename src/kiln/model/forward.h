@@ -1,61 +1,116 @@
-// The transformer forward, written once for the llama family over the CPU reference ops, for
-// a flat batch of tokens from many sequences. Activations live in buffers sized at
-// construction for the largest step; run() does not allocate.
+// The transformer forward, written once for the llama family against the backend's ops
+// (backend/backend.h), for a flat batch of tokens from many sequences. At creation it
+// prepares the model's weights on the backend and carves an activation arena sized for the
+// largest step; run() allocates nothing, uploads the step's inputs once, and reads back only
+// the logits (and, for tests, any intermediate asked for).
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
 
-#include "kiln/backend/cpu/ops.h"
-#include "kiln/kv/kv_cache.h"
+#include "kiln/backend/backend.h"
 #include "kiln/model/model.h"
 #include "kiln/model/rope.h"
-#include "kiln/util/thread_pool.h"
 
 namespace kiln::model {
 
 struct StepInput {
   std::span<const int32_t> tokens;      // [n_tokens], flat over sequences
-  backend::AttnBatch attn;              // positions and paged-KV metadata of those tokens
+  backend::AttnBatch attn;              // positions and paged-KV metadata (host memory)
   std::span<const int32_t> logit_rows;  // flat rows whose logits are wanted, in output order
 };
 
-// Called with each named intermediate: (name, layer or -1, data [rows, cols]).
+// Called with each named intermediate: (name, layer or -1, data [rows, cols], host memory).
 using ActivationDump = std::function<void(std::string_view name, int layer, const float* data,
                                           int64_t rows, int64_t cols)>;
 
+struct ForwardOptions {
+  int32_t max_tokens = 512;    // rows per step (the arena's size)
+  int32_t max_seqs = 0;        // sequences per step (0: max_tokens)
+  int32_t max_context = 0;     // tokens per sequence (0: the model's training context)
+  int32_t max_logit_rows = 0;  // rows of logits per step (0: max_seqs)
+  // Decode steps (one token per sequence) run as replays of a graph captured once per batch
+  // size bucket, when the backend supports graphs and a KV block is reserved for the rows that
+  // pad a step up to its bucket (enable_graphs).
+  bool graphs = true;
+  int32_t null_kv_block = -1;  // set by enable_graphs
+};
+
 class Forward {
  public:
-  Forward(const Model& model, int32_t max_tokens, util::ThreadPool* pool);
+  static Expected<std::unique_ptr<Forward>> create(const Model& model, backend::Backend& be,
+                                                   const ForwardOptions& opts);
 
-  // Writes logits [logit_rows.size(), n_vocab]. Errors: too many tokens, bad token ids.
-  Status run(const StepInput& in, kv::KvCache& cache, float* logits);
+  // Writes logits [logit_rows.size(), n_vocab] to host memory. Errors: too many tokens,
+  // sequences or blocks for the step buffers, bad token ids.
+  Status run(const StepInput& in, backend::KvCache& cache, float* logits);
 
   void set_dump(ActivationDump dump) { dump_ = std::move(dump); }
-  int32_t max_tokens() const { return max_tokens_; }
+  int32_t max_tokens() const { return opts_.max_tokens; }
+  // Decode steps run from graphs from now on (when the backend has them and opts.graphs is
+  // set), their padding rows on this KV block, which no sequence may own.
+  void enable_graphs(int32_t null_kv_block);
+  bool graphs_enabled() const { return !buckets_.empty(); }
+  // Bytes of the activation arena (the memory plan).
+  uint64_t arena_bytes() const { return arena_ != nullptr ? arena_->bytes() : 0; }
+  backend::Backend& backend() const { return be_; }
 
  private:
-  void attention_block(int layer, const StepInput& in, kv::KvCache& cache, int64_t n);
+  Forward(const Model& model, backend::Backend& be, const ForwardOptions& opts);
+  Status prepare();
+  Status carve_arena();
+  void attention_block(int layer, const backend::StepArgs& step, backend::KvCache& cache,
+                       int64_t n);
   void ffn_block(int layer, int64_t n);
-  void moe_block(int layer, int64_t n);
-  void dump(std::string_view name, int layer, const float* data, int64_t rows, int64_t cols);
-  void rope_step(const StepInput& in, int64_t n);
+  // The ops of a step of n rows whose inputs are uploaded, up to the logits of its first
+  // n_out logit rows in logits_.
+  void body(const backend::StepArgs& step, backend::KvCache& cache, int64_t n, int64_t n_out);
+  // The decode step padded to its bucket, run from its graph (captured on first use).
+  Status run_graph(const StepInput& in, backend::KvCache& cache, float* logits);
+  void dump(std::string_view name, int layer, backend::Mat m);
 
   const Model& model_;
-  int32_t max_tokens_;
-  util::ThreadPool* pool_;
+  backend::Backend& be_;
+  ForwardOptions opts_;
   ActivationDump dump_;
-  // Activation arena, [max_tokens, width] each.
-  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, tmp2_;
-  // MoE: router logits [max_tokens, n_expert], rows gathered per expert and their outputs.
-  std::vector<float> router_, moe_in_, moe_gate_, moe_up_, moe_out_, moe_slots_;
-  // Rope frequencies, computed once: [0] full-attention layers, [1] sliding layers. The step's
-  // cos/sin tables ([max_tokens, n_rot / 2] each) are shared by Q, K and every layer.
+  std::vector<float> dump_host_;
+
+  // The model's weights as the backend's ops take them.
+  backend::Weight tok_embd_, output_;
+  const float* output_norm_ = nullptr;
+  std::vector<LayerWeights> layers_;
+
+  // Activation arena, carved into [max_tokens, width] matrices.
+  std::unique_ptr<backend::Buffer> arena_;
+  backend::Mat x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, tmp2_, out_rows_, logits_, row_scale_;
+  backend::MoeScratch moe_;
+  // Rope: [0] full-attention layers, [1] sliding layers (when their frequencies differ); the
+  // step's cos/sin tables ([max_tokens, n_rot / 2]) are shared by Q, K and every layer.
   RopeFreqs rope_[2];
+  backend::RopeTable rope_table_[2];
   bool rope_swa_differs_ = false;
-  std::vector<float> rope_cos_[2], rope_sin_[2];
+  backend::Mat rope_cos_[2], rope_sin_[2];
+  // Host-side per-row values computed from positions (mistral3's query scale).
+  std::vector<float> row_scale_host_;
+  // Graphs: bucket sizes (ascending), the graph of each (-1 until captured), and host buffers
+  // of the padded step.
+  std::vector<int32_t> buckets_;
+  std::vector<int32_t> graph_of_bucket_;
+  std::vector<int32_t> pad_tokens_, pad_positions_, pad_qo_, pad_kv_ptr_, pad_kv_idx_, pad_kv_len_,
+      pad_rows_;
+  // Fills row_scale_host_ for rows [0, n) from positions; the span to upload (empty if none).
+  std::span<const float> row_scales(const int32_t* positions, int64_t n);
+
+ public:
+  // Graph replays and captures so far (tests and benchmarks).
+  int64_t num_graph_replays() const { return num_graph_replays_; }
+  int64_t num_graph_captures() const { return num_graph_captures_; }
+
+ private:
+  int64_t num_graph_replays_ = 0, num_graph_captures_ = 0;
 };
 
 }  // namespace kiln::model

@@ -1,21 +1,19 @@
 #include "kiln/model/model.h"
 
-#include "kiln/backend/cpu/pack.h"
 #include "kiln/model/hparams.h"
 #include "kiln/quant/convert.h"
 
 namespace kiln::model {
 
-kv::KvShape kv_shape(const HParams& hp) {
-  return {static_cast<int32_t>(hp.n_layer), static_cast<int32_t>(hp.n_head_kv),
-          static_cast<int32_t>(hp.head_dim_k), static_cast<int32_t>(hp.head_dim_v)};
-}
-
-backend::Weight expert(const backend::Weight& stacked, int64_t e) {
-  backend::Weight w = stacked;
-  w.data = stacked.data + static_cast<uint64_t>(e) * stacked.n_out * stacked.row_bytes;
-  w.packed = nullptr;  // stacked experts are not packed
-  return w;
+backend::KvSpec kv_spec(const HParams& hp, quant::Type type) {
+  backend::KvSpec s;
+  s.n_layer = static_cast<int32_t>(hp.n_layer);
+  s.n_kv_heads = static_cast<int32_t>(hp.n_head_kv);
+  s.head_dim_k = static_cast<int32_t>(hp.head_dim_k);
+  s.head_dim_v = static_cast<int32_t>(hp.head_dim_v);
+  s.type = type;
+  s.block_tokens = kv::kBlockTokens;
+  return s;
 }
 
 Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
@@ -31,6 +29,7 @@ Expected<backend::Weight> Model::weight(const std::string& name) const {
   w.type = t->type;
   w.n_in = t->ne[0];
   w.n_out = t->ne[1];
+  w.n_mats = t->ne.size() > 2 ? t->ne[2] : 1;
   w.data = t->data;
   w.row_bytes = *quant::row_bytes(t->type, static_cast<uint64_t>(t->ne[0]));
   return w;
@@ -95,17 +94,6 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<gguf::File> fi
     }
     KILN_TRY(l.w_up, m->weight(blk(i, "ffn_up.weight")));
     KILN_TRY(l.w_down, m->weight(blk(i, "ffn_down.weight")));
-  }
-  if (backend::cpu::packing_enabled()) {
-    // Interleaved copies for the CPU kernels (backend/cpu/pack.h). The tied output matrix
-    // is packed for the logits; tok_embd_ keeps the rows for the embedding lookup.
-    m->packed_.pack(&m->output_);
-    for (LayerWeights& l : m->layers_) {
-      for (backend::Weight* w :
-           {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
-        m->packed_.pack(w);
-      }
-    }
   }
   return m;
 }

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/backend/cpu/pack.h"
+#include "kiln/backend/backend.h"
 #include "kiln/backend/weight.h"
 #include "kiln/gguf/gguf.h"
 #include "kiln/kv/kv_cache.h"
@@ -33,11 +33,8 @@ struct LayerWeights {
   backend::Weight w_gate_inp, w_gate_exps, w_up_exps, w_down_exps;
 };
 
-// The KV cache shape a model needs (one place for the hparams -> cache mapping).
-kv::KvShape kv_shape(const HParams& hp);
-
-// Expert e of a stacked [n_in, n_out, n_expert] weight, as a plain matrix view.
-backend::Weight expert(const backend::Weight& stacked, int64_t e);
+// The KV cache a model needs, stored as `type` (one place for the hparams -> cache mapping).
+backend::KvSpec kv_spec(const HParams& hp, quant::Type type = quant::Type::F16);
 
 class Model {
  public:
@@ -71,7 +68,6 @@ class Model {
   const float* rope_freqs_ = nullptr;
   std::vector<LayerWeights> layers_;
   std::vector<std::vector<float>> f32_vectors_;  // owned F32 copies of norm/bias vectors
-  backend::cpu::PackedStore packed_;             // interleaved copies of the matmul weights
 };
 
 }  // namespace kiln::model

@@ -4,6 +4,8 @@
 // on random block bytes (every scale, weights of -128 included).
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -24,9 +26,10 @@ namespace {
 using quant::Type;
 
 struct Packed {
-  std::vector<uint8_t> bytes;   // as the file stores them
-  std::vector<uint8_t> packed;  // pack_weight's copy
-  Weight w;                     // both
+  std::vector<uint8_t> bytes;                                         // as the file stores them
+  std::vector<uint8_t> packed;                                        // pack_weight's copy
+  std::unique_ptr<PackedCopy> copy = std::make_unique<PackedCopy>();  // w.prepared
+  Weight w;                                                           // both
 };
 
 // Random block bytes (random quants and scales, finite random f16 d / dmin), packed in groups
@@ -42,8 +45,8 @@ Packed make_packed(Type type, int64_t n_in, int64_t n_out, uint64_t seed, int64_
   p.w = Weight{type, n_in, n_out, p.bytes.data(), static_cast<uint64_t>(n_in / blk * bb)};
   p.packed.resize(packed_bytes(p.w, rows));
   pack_weight(p.w, rows, p.packed.data());
-  p.w.packed = p.packed.data();
-  p.w.packed_rows = static_cast<int32_t>(rows);
+  *p.copy = PackedCopy{p.packed.data(), static_cast<int32_t>(rows)};
+  p.w.prepared = p.copy.get();
   return p;
 }
 
@@ -271,8 +274,7 @@ TEST(Pack, BatchThreadAndPathInvariant) {
 TEST(Pack, ScalarPathOtherRowCountsAndUnpackableShapes) {
   const Packed p = make_packed(Type::Q8_0, 64, 16, 3, 8);
   Weight plain = p.w;
-  plain.packed = nullptr;
-  plain.packed_rows = 0;
+  plain.prepared = nullptr;
   const std::vector<float> x = make_acts(3, 64, 4);
   EXPECT_TRUE(same_bits(run(KernelPath::Scalar, p.w, x, 3).data(),
                         run(KernelPath::Scalar, plain, x, 3).data(), 48));
@@ -299,11 +301,11 @@ TEST(Pack, ScalarPathOtherRowCountsAndUnpackableShapes) {
     PackedStore store;
     Weight w = plain;
     store.pack(&w);
-    ASSERT_NE(w.packed, nullptr);
-    EXPECT_EQ(w.packed_rows, rows);
+    ASSERT_NE(packed_copy(w), nullptr);
+    EXPECT_EQ(packed_copy(w)->rows, rows);
     EXPECT_EQ(store.bytes(), packed_bytes(plain, rows));
     const Packed q = make_packed(Type::Q8_0, 64, 16, 3, rows);
-    EXPECT_EQ(0, std::memcmp(w.packed, q.packed.data(), q.packed.size()));
+    EXPECT_EQ(0, std::memcmp(packed_copy(w)->data, q.packed.data(), q.packed.size()));
   }
 }
 

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -56,11 +58,19 @@ GenerationRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
   return r;
 }
 
+// The device the engine tests run on: KILN_TEST_DEVICE (cpu by default; the GPU machine
+// runs them with cuda).
+std::string test_device() {
+  const char* d = std::getenv("KILN_TEST_DEVICE");
+  return d == nullptr || *d == '\0' ? "cpu" : d;
+}
+
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
     EngineOptions o;
     o.model_path = kModels + "stories260K.gguf";
+    o.device = test_device();
     o.threads = 2;
     o.n_ctx = 256;
     o.max_seqs = 8;
@@ -72,6 +82,37 @@ class EngineTest : public ::testing::Test {
   }
   std::unique_ptr<Engine> engine_;
 };
+
+// A step that throws (here bad_alloc, injected before the forward of the 3rd step) fails
+// the requests in it with an error; the engine thread goes on and serves the next ones.
+TEST(EngineFailure, AFailedStepFailsItsRequestsAndTheEngineGoesOn) {
+  EngineOptions o;
+  o.model_path = kModels + "stories260K.gguf";
+  o.device = test_device();
+  o.threads = 2;
+  o.n_ctx = 128;
+  std::atomic<int> injected{0};
+  o.before_step = [&](int64_t step) {
+    if (step == 2) {
+      injected++;
+      throw std::bad_alloc();
+    }
+  };
+  Engine e(o);
+  e.start();
+  ASSERT_TRUE(e.wait_ready().ok());
+  Result failed = drain(submit_ok(e, greedy({1, 403, 407}, 16)));
+  EXPECT_EQ(injected.load(), 1);
+  EXPECT_EQ(failed.finish.reason, FinishReason::kError);
+  EXPECT_NE(failed.finish.error.find("bad_alloc"), std::string::npos) << failed.finish.error;
+  EXPECT_LT(failed.tokens.size(), 16u);
+  Result ok = drain(submit_ok(e, greedy({1, 403, 407}, 16)));
+  EXPECT_EQ(ok.finish.reason, FinishReason::kLength);
+  EXPECT_EQ(ok.tokens.size(), 16u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(e.stats().num_kv_blocks_used, 0);
+  EXPECT_EQ(e.state(), EngineState::kReady);
+}
 
 TEST_F(EngineTest, GreedyMatchesLlamaCpp) {
   std::ifstream f(kModels + "stories260K.greedy64.nodellamacpp.json");

@@ -2,6 +2,7 @@
 // stories260K model (a SentencePiece vocabulary that adds BOS, so the BOS swap of each
 // chunk's first token is exercised), and its argument checks.
 #include "kiln/engine/perplexity.h"
+#include "kiln/backend/cpu/cpu_backend.h"
 
 #include <gtest/gtest.h>
 
@@ -34,6 +35,7 @@ class PerplexityTest : public ::testing::Test {
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   std::string text_;
   util::ThreadPool pool_{2};
+  backend::cpu::CpuBackend be_{&pool_};
 };
 
 // llama-perplexity -m stories260K.gguf -f stories260K.greedy256.text.txt -c 64 -b 64 -fa off
@@ -46,7 +48,7 @@ TEST_F(PerplexityTest, MatchesLlamaPerplexityCtx64) {
   o.n_ctx = 64;
   o.kv_type = quant::Type::F32;
   std::vector<std::pair<int32_t, double>> seen;
-  auto r = perplexity(*model_, *tok_, text_, o, &pool_,
+  auto r = perplexity(*model_, *tok_, text_, o, be_,
                       [&](int32_t i, double p) { seen.emplace_back(i, p); });
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r->num_chunks, 4);
@@ -68,14 +70,14 @@ TEST_F(PerplexityTest, MatchesLlamaPerplexityCtx128) {
   PerplexityOptions o;
   o.n_ctx = 128;
   o.kv_type = quant::Type::F32;
-  auto r = perplexity(*model_, *tok_, text_, o, &pool_);
+  auto r = perplexity(*model_, *tok_, text_, o, be_);
   ASSERT_TRUE(r.ok()) << r.error().message;
   ASSERT_EQ(r->num_chunks, 2);
   EXPECT_NEAR(r->running_ppl[0], 1.7862, kPrinted);
   EXPECT_NEAR(r->ppl, 1.7151, 5e-4);  // flash attention + f16 KV on llama.cpp's side
   // --chunks 1 stops after the first.
   o.max_chunks = 1;
-  auto one = perplexity(*model_, *tok_, text_, o, &pool_);
+  auto one = perplexity(*model_, *tok_, text_, o, be_);
   ASSERT_TRUE(one.ok()) << one.error().message;
   EXPECT_EQ(one->num_chunks, 1);
   EXPECT_DOUBLE_EQ(one->ppl, r->running_ppl[0]);
@@ -84,18 +86,18 @@ TEST_F(PerplexityTest, MatchesLlamaPerplexityCtx128) {
 TEST_F(PerplexityTest, RejectsTooShortTextAndBadArguments) {
   PerplexityOptions o;
   o.n_ctx = 4096;
-  auto r = perplexity(*model_, *tok_, text_, o, &pool_);
+  auto r = perplexity(*model_, *tok_, text_, o, be_);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("needs at least 8192"), std::string::npos) << r.error().message;
   o.n_ctx = 2;
-  EXPECT_FALSE(perplexity(*model_, *tok_, text_, o, &pool_).ok());
+  EXPECT_FALSE(perplexity(*model_, *tok_, text_, o, be_).ok());
   o.n_ctx = 16;
   o.max_chunks = 0;
-  EXPECT_FALSE(perplexity(*model_, *tok_, text_, o, &pool_).ok());
+  EXPECT_FALSE(perplexity(*model_, *tok_, text_, o, be_).ok());
   std::vector<int32_t> bad(64, 1);
   bad[40] = 100000;
   o.max_chunks = -1;
-  auto b = perplexity_of_tokens(*model_, bad, o, std::nullopt, &pool_);
+  auto b = perplexity_of_tokens(*model_, bad, o, std::nullopt, be_);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.error().message.find("outside the model's vocabulary"), std::string::npos);
 }

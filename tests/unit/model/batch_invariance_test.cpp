@@ -4,6 +4,7 @@
 
 #include <numeric>
 
+#include "forward_util.h"
 #include "kiln/model/forward.h"
 #include "kiln/model/model.h"
 
@@ -19,7 +20,7 @@ struct Seq {
 
 // Runs one step over `seqs`, each contributing all of its tokens from position `start[s]`;
 // returns the logits of each sequence's last row.
-std::vector<std::vector<float>> step(Forward& fwd, kv::KvCache& cache, const Model& m,
+std::vector<std::vector<float>> step(Forward& fwd, backend::KvCache& cache, const Model& m,
                                      const std::vector<Seq>& seqs,
                                      const std::vector<int32_t>& start) {
   std::vector<int32_t> flat, positions, qo{0}, kv_ptr{0}, kv_idx, kv_len, rows;
@@ -57,12 +58,11 @@ TEST(BatchInvariance, AloneEqualsInsideMixedBatch) {
   auto model = Model::load(kModels + "stories260K.gguf");
   ASSERT_TRUE(model.ok()) << model.error().message;
   const Model& m = **model;
-  const HParams& hp = m.hparams();
-  kv::KvShape shape = kv_shape(hp);
-  auto cache = kv::KvCache::create(shape, kv::KvCache::bytes_per_block(shape) * 64);
-  ASSERT_TRUE(cache.ok());
   util::ThreadPool pool(2);
-  Forward fwd(m, 256, &pool);
+  TestForward tf = make_forward(m, 256, 64, quant::Type::F16, &pool);
+  ASSERT_TRUE(tf.ok());
+  Forward& fwd = *tf.fwd;
+  backend::KvCache* cache = tf.kv.get();
 
   // The subject: 20 tokens (crosses a block boundary), blocks 0-1.
   Seq subject{{1,   403, 407, 261, 378, 432, 383, 286, 261, 376,

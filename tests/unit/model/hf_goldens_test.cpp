@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "forward_util.h"
 #include "kiln/backend/cpu/matmul.h"
 #include "kiln/backend/cpu/ops.h"
 #include "kiln/model/convert/hf_to_gguf.h"
@@ -55,13 +56,10 @@ Loaded convert_and_load(const std::string& arch, const std::string& type) {
 std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& seq,
                               quant::Type kv_type = quant::Type::F32) {
   const HParams& hp = m.hparams();
-  kv::KvShape shape = kv_shape(hp);
-  shape.type = kv_type;
   const int32_t n = static_cast<int32_t>(seq.size());
   const int32_t n_blocks = (n + kv::kBlockTokens - 1) / kv::kBlockTokens;
-  auto cache = kv::KvCache::create(shape, kv::KvCache::bytes_per_block(shape) * n_blocks);
-  EXPECT_TRUE(cache.ok()) << cache.error().message;
-  if (!cache.ok()) return {};
+  TestForward tf = make_forward(m, n, n_blocks, kv_type);
+  if (!tf.ok()) return {};
   std::vector<int32_t> blocks(n_blocks), positions(n), rows(n);
   std::iota(blocks.begin(), blocks.end(), 0);
   std::iota(positions.begin(), positions.end(), 0);
@@ -71,10 +69,9 @@ std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& seq,
   in.tokens = seq;
   in.attn = {1, qo, kv_ptr, blocks.data(), kv_len, positions.data()};
   in.logit_rows = rows;
-  Forward fwd(m, n, nullptr);
   std::vector<float> logits(static_cast<size_t>(n) * hp.n_vocab);
-  Status st = fwd.run(in, *cache, logits.data());
-  EXPECT_TRUE(st.ok());
+  Status st = tf.fwd->run(in, *tf.kv, logits.data());
+  EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
   return logits;
 }
 

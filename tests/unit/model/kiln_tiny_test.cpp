@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "forward_util.h"
 #include "kiln/engine/sequence.h"
 #include "kiln/gguf/writer.h"
 #include "kiln/model/model.h"
@@ -71,7 +72,8 @@ void check_model(const Model& m, const nlohmann::json& refs, double rel_tol, siz
   for (size_t index = 0; index < refs.size(); ++index) {
     const auto& r = refs[index];
     const std::string prompt = r.at("prompt").get<std::string>();
-    auto seq = engine::SequenceRunner::create(m, &pool, 64);
+    auto be = test_backend(&pool);
+    auto seq = engine::SequenceRunner::create(m, *be, 64);
     ASSERT_TRUE(seq.ok()) << seq.error().message;
     auto logits = (*seq)->append(r.at("ids").get<std::vector<int32_t>>());
     ASSERT_TRUE(logits.ok()) << logits.error().message;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "forward_util.h"
 #include "kiln/model/convert/hf_to_gguf.h"
 #include "kiln/model/forward.h"
 #include "kiln/model/hparams.h"
@@ -200,10 +201,10 @@ Loaded load(const gguf::Writer& w) {
 
 // Every row's logits of one sequence in one step.
 std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& seq) {
-  const kv::KvShape shape = kv_shape(m.hparams());
   const int32_t n = static_cast<int32_t>(seq.size());
   const int32_t n_blocks = (n + kv::kBlockTokens - 1) / kv::kBlockTokens;
-  auto cache = kv::KvCache::create(shape, kv::KvCache::bytes_per_block(shape) * n_blocks);
+  TestForward tf = make_forward(m, n, n_blocks);
+  if (!tf.ok()) return {};
   std::vector<int32_t> blocks(n_blocks), positions(n), rows(n);
   std::iota(blocks.begin(), blocks.end(), 0);
   std::iota(positions.begin(), positions.end(), 0);
@@ -213,9 +214,8 @@ std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& seq) {
   in.tokens = seq;
   in.attn = {1, qo, kv_ptr, blocks.data(), kv_len, positions.data()};
   in.logit_rows = rows;
-  Forward fwd(m, n, nullptr);
   std::vector<float> out(static_cast<size_t>(n) * m.hparams().n_vocab);
-  EXPECT_TRUE(fwd.run(in, *cache, out.data()).ok());
+  EXPECT_TRUE(tf.fwd->run(in, *tf.kv, out.data()).ok());
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "forward_util.h"
 #include "kiln/backend/cpu/ops.h"
 #include "kiln/model/forward.h"
 #include "kiln/model/model.h"
@@ -20,14 +21,16 @@ const std::string kModels = std::string(KILN_SOURCE_DIR) + "/../shared/models/";
 std::vector<int32_t> greedy(const Model& m, const std::vector<int32_t>& prompt, int n_gen,
                             util::ThreadPool* pool) {
   const HParams& hp = m.hparams();
-  kv::KvShape shape = kv_shape(hp);
   const int32_t max_len = static_cast<int32_t>(prompt.size()) + n_gen;
   const int32_t n_blocks = (max_len + kv::kBlockTokens - 1) / kv::kBlockTokens;
-  auto cache = kv::KvCache::create(shape, kv::KvCache::bytes_per_block(shape) * n_blocks);
-  EXPECT_TRUE(cache.ok());
+  TestForward tf =
+      make_forward(m, static_cast<int32_t>(prompt.size()), n_blocks, quant::Type::F16, pool);
+  EXPECT_TRUE(tf.ok());
+  if (!tf.ok()) return {};
+  Forward& fwd = *tf.fwd;
+  backend::KvCache* cache = tf.kv.get();
   std::vector<int32_t> blocks(static_cast<size_t>(n_blocks));
   std::iota(blocks.begin(), blocks.end(), 0);
-  Forward fwd(m, static_cast<int32_t>(prompt.size()), pool);
   std::vector<float> logits(hp.n_vocab);
 
   std::vector<int32_t> tokens = prompt, out;

@@ -37,7 +37,7 @@ using GemmFn = void (*)(const GemmArgs&);
 GemmFn gemm_scalar(quant::Type t);
 GemmFn gemm_avx2(quant::Type t);
 GemmFn gemm_avx512(quant::Type t);
-// Kernels for weights with a packed copy (w->packed, pack.h) of pack_rows(path) rows: 8 for
+// Kernels for weights with a packed copy (packed_copy(*w), pack.h) of pack_rows(path) rows: 8 for
 // AVX2, 16 for AVX-512; null for types without one. The SIMD paths compute the same integers
 // and fp32 operations per row, so they agree bit for bit.
 GemmFn gemm_packed_avx2(quant::Type t);

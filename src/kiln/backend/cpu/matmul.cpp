@@ -40,7 +40,8 @@ namespace {
 
 GemmFn kernel_for(const Weight& w, KernelPath p) {
   const quant::Type t = w.type;
-  if (w.packed != nullptr && w.packed_rows == pack_rows(p)) {
+  const PackedCopy* packed = packed_copy(w);
+  if (packed != nullptr && packed->rows == pack_rows(p)) {
     switch (p) {
       case KernelPath::Scalar:
         break;  // the reference dots read the rows as stored

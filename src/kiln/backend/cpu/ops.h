@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kiln/backend/backend.h"
 #include "kiln/backend/weight.h"
 #include "kiln/quant/types.h"
 #include "kiln/util/thread_pool.h"
@@ -94,12 +95,7 @@ void kv_write(const KvLayerView& kv, const AttnBatch& b, const float* k, const f
 void kv_read_k(const KvLayerView& kv, int64_t block, int32_t in_block, int32_t kvh, float* out);
 void kv_read_v(const KvLayerView& kv, int64_t block, int32_t in_block, int32_t kvh, float* out);
 
-struct AttnParams {
-  int32_t n_heads = 0;
-  float scale = 1.0f;          // applied to q.k
-  float softcap = 0.0f;        // score = softcap * tanh(score / softcap); 0 = off
-  int32_t sliding_window = 0;  // a query at p sees keys > p - window; 0 = whole context
-};
+using backend::AttnParams;  // backend.h: heads, scale, softcap, sliding window
 
 // Causal attention over the paged cache. q: [n_tokens, n_heads, head_dim_k], out: [n_tokens,
 // n_heads, head_dim_v]. Query row at position p sees cache positions 0..p of its sequence

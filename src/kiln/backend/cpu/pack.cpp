@@ -163,9 +163,9 @@ void PackedStore::pack(Weight* w) {
   if (p == nullptr) return;  // no memory for the copy: the weight stays as stored
   ::madvise(p, (n + kAlign - 1) / kAlign * kAlign, MADV_HUGEPAGE);
   pack_weight(*w, rows, p);
-  w->packed = p;
-  w->packed_rows = static_cast<int32_t>(rows);
   buffers_.emplace_back(p);
+  copies_.push_back(std::make_unique<PackedCopy>(PackedCopy{p, static_cast<int32_t>(rows)}));
+  w->prepared = copies_.back().get();
   bytes_ += n;
 }
 

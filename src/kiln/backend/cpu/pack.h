@@ -77,11 +77,20 @@ uint64_t packed_bytes(const Weight& w, int64_t rows);
 // Writes the packed copy of w to dst (packed_bytes(w, rows) bytes).
 void pack_weight(const Weight& w, int64_t rows, uint8_t* dst);
 
+// A weight's packed copy: what Weight::prepared points to for the CPU backend.
+struct PackedCopy {
+  const uint8_t* data = nullptr;
+  int32_t rows = 0;  // rows per group (pack_rows of the path it was made for)
+};
+inline const PackedCopy* packed_copy(const Weight& w) {
+  return static_cast<const PackedCopy*>(w.prepared);
+}
+
 // Owns the packed copies of a model's weights.
 class PackedStore {
  public:
-  // Packs *w for the best kernel path when can_pack holds and sets w->packed and
-  // w->packed_rows; otherwise (or when the copy cannot be allocated) leaves it unchanged.
+  // Packs *w for the best kernel path when can_pack holds and points w->prepared at the
+  // copy; otherwise (or when the copy cannot be allocated) leaves it unchanged.
   void pack(Weight* w);
   uint64_t bytes() const { return bytes_; }
 
@@ -90,6 +99,7 @@ class PackedStore {
     void operator()(uint8_t* p) const;
   };
   std::vector<std::unique_ptr<uint8_t, Free>> buffers_;
+  std::vector<std::unique_ptr<PackedCopy>> copies_;
   uint64_t bytes_ = 0;
 };
 

@@ -1,0 +1,271 @@
+// The ops interface: model/forward.cpp is written once against it, and each backend
+// (backend/cpu, backend/cuda) implements it (docs/architecture.md, "Backends").
+//
+// What a backend holds: device memory (buffers, fp32 matrix views of an activation arena),
+// weights prepared for its kernels at load, the paged KV storage, fixed buffers for the
+// step's inputs, and the ops. Nothing above backend/ names a backend.
+//
+// Pointers in Mat, in a prepared Weight's data, in StepArgs and in a KvCache live in the
+// backend's memory: host code never dereferences them (the CPU backend's memory is the
+// host's, but code above backend/ must not rely on it). Ops are issued in order on the
+// backend's stream; only download() and sync() wait for them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/backend/weight.h"
+#include "kiln/quant/types.h"
+#include "kiln/util/status.h"
+
+namespace kiln::backend {
+
+// A [rows, cols] fp32 matrix in backend memory, row-major (row r starts at data + r * cols).
+struct Mat {
+  float* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  int64_t size() const { return rows * cols; }
+  // The first n rows.
+  Mat first_rows(int64_t n) const { return {data, n, cols}; }
+  // The same memory seen as [r, c] (r * c <= rows * cols).
+  Mat as(int64_t r, int64_t c) const { return {data, r, c}; }
+  // Row r onwards.
+  Mat from_row(int64_t r) const { return {data + r * cols, rows - r, cols}; }
+};
+
+// The geometry and storage type of a paged KV cache: n_layer layers of blocks of
+// block_tokens tokens, each holding K and V rows of every kv head.
+struct KvSpec {
+  int32_t n_layer = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim_k = 0;
+  int32_t head_dim_v = 0;
+  quant::Type type = quant::Type::F16;  // F32, F16 or Q8_0
+  int32_t block_tokens = 16;
+};
+
+// Paged KV storage of one backend (the layout inside a block is the backend's own, defined
+// beside its kernels). Which block belongs to which sequence is the block manager's business
+// (kv/block_pool.h); this only owns the memory.
+class KvCache {
+ public:
+  virtual ~KvCache() = default;
+  const KvSpec& spec() const { return spec_; }
+  int32_t num_blocks() const { return num_blocks_; }
+  quant::Type type() const { return spec_.type; }
+  // Reads token `in_block` of kv head kvh of (layer, block) back as fp32 (head_dim values,
+  // host memory): exact decoding of what is stored. For tests.
+  virtual void read(bool is_k, int32_t layer, int32_t block, int32_t in_block, int32_t kvh,
+                    float* out) const = 0;
+
+ protected:
+  KvCache(const KvSpec& spec, int32_t num_blocks) : spec_(spec), num_blocks_(num_blocks) {}
+  KvSpec spec_;
+  int32_t num_blocks_ = 0;
+};
+
+// One step's inputs in backend memory (Backend::upload_step). n_tokens rows; attn's pointers
+// are backend memory; logit_rows lists the flat rows whose logits are wanted.
+struct StepArgs {
+  int64_t n_tokens = 0;
+  int64_t n_logit_rows = 0;
+  int32_t max_q_len = 0;                // the longest query run of one sequence in this step
+  const int32_t* tokens = nullptr;      // [n_tokens]
+  AttnBatch attn;                       // CSR metadata and positions
+  const int32_t* logit_rows = nullptr;  // [n_logit_rows]
+  const float* row_scale = nullptr;     // [n_tokens] per-row values the host computed
+                                        // (mistral3's query scale), null when not uploaded
+};
+
+// The step as the host builds it (host memory).
+struct HostStep {
+  std::span<const int32_t> tokens;
+  AttnBatch attn;  // host pointers
+  std::span<const int32_t> logit_rows;
+  std::span<const float> row_scale;  // optional, [n_tokens]
+};
+
+struct StepCapacity {
+  int64_t max_tokens = 0;      // rows per step
+  int64_t max_kv_indices = 0;  // entries of kv_indices per step
+};
+
+struct AttnParams {
+  int32_t n_heads = 0;
+  float scale = 1.0f;          // applied to q.k
+  float softcap = 0.0f;        // score = softcap * tanh(score / softcap); 0 = off
+  int32_t sliding_window = 0;  // a query at p sees keys > p - window; 0 = whole context
+};
+
+// Rotary embedding of a step: per-pair inverse frequencies (backend memory, double) and the
+// attention factor; rope_angles writes the step's cos/sin tables.
+struct RopeTable {
+  const double* inv_freq = nullptr;  // [n_pairs]
+  int32_t n_pairs = 0;
+  float attn_factor = 1.0f;
+};
+
+// A mixture-of-experts FFN layer (qwen3moe): router [n_embd -> n_expert] and the stacked
+// experts (expert e of a stacked weight: n_out rows starting at row e * n_out).
+struct MoeWeights {
+  const Weight* router = nullptr;
+  const Weight* gate_exps = nullptr;
+  const Weight* up_exps = nullptr;
+  const Weight* down_exps = nullptr;
+  int32_t n_expert = 0;
+  int32_t n_expert_used = 0;
+  int64_t n_ff = 0;  // expert FFN width
+};
+
+// Scratch of the MoE op, carved from the activation arena (sized for max_tokens rows).
+struct MoeScratch {
+  Mat router;                 // [max_tokens, n_expert]
+  Mat weights;                // [max_tokens, n_expert_used]: the chosen experts' weights
+  int32_t* chosen = nullptr;  // [max_tokens * n_expert_used]: expert ids
+  int32_t* x_rows = nullptr;  // [max_tokens * n_expert_used]: token row of each pair
+  Mat in;                     // [max_tokens * n_expert_used, n_embd]: rows gathered per expert
+  Mat gate, up;               // [max_tokens * n_expert_used, n_ff]
+  Mat out;                    // [max_tokens * n_expert_used, n_embd]: per-pair outputs
+  Mat slots;                  // [max_tokens * n_expert_used, n_embd]: weighted per (token, slot)
+};
+
+// Memory of the device a backend computes on.
+struct DeviceMemory {
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;
+};
+
+// A block of backend memory, freed with the object.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  void* data() const { return data_; }
+  uint64_t bytes() const { return bytes_; }
+
+ protected:
+  Buffer(void* data, uint64_t bytes) : data_(data), bytes_(bytes) {}
+  void* data_ = nullptr;
+  uint64_t bytes_ = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu", "cuda:0", ...; and a line describing the device for logs.
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+  virtual DeviceMemory memory() const = 0;
+
+  // ---- memory ----
+  virtual Expected<std::unique_ptr<Buffer>> alloc(uint64_t bytes) = 0;
+  // Host memory that downloads reach fastest (CUDA: pinned), for results read every step.
+  virtual Expected<std::unique_ptr<Buffer>> alloc_host(uint64_t bytes) = 0;
+  // Copies between host and backend memory. upload is ordered with the ops; download waits
+  // for every op issued before it.
+  virtual void upload(void* dst, const void* host_src, uint64_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, uint64_t bytes) = 0;
+  // Waits for every op issued so far.
+  virtual void sync() = 0;
+
+  // ---- load ----
+  // The weight as this backend's ops take it (CPU: its interleaved copy where one exists;
+  // CUDA: uploaded to device memory). Prepared once per distinct file tensor (keyed by the
+  // file's data pointer); the backend owns what it made. kRows: only read by rows (embed).
+  enum class WeightUse { kMatmul, kRows };
+  virtual Expected<Weight> prepare_weight(const Weight& file_weight,
+                                          WeightUse use = WeightUse::kMatmul) = 0;
+  // A constant fp32 vector (norm weights, biases) in backend memory, owned by the backend.
+  // Null in, null out.
+  virtual Expected<const float*> prepare_vector(const float* host, int64_t n) = 0;
+  virtual Expected<const double*> prepare_doubles(const double* host, int64_t n) = 0;
+  // Bytes prepared so far (weights and vectors), for the memory plan.
+  virtual uint64_t prepared_bytes() const = 0;
+
+  // Paged KV storage: bytes of one block over all layers, and the storage itself.
+  virtual uint64_t kv_bytes_per_block(const KvSpec& spec) const = 0;
+  virtual Expected<std::unique_ptr<KvCache>> create_kv(const KvSpec& spec, int32_t num_blocks) = 0;
+
+  // Fixed buffers for the step's inputs, sized once; upload_step copies a step into them
+  // (their addresses never change, so a captured graph reads the new values).
+  virtual Status reserve_step(const StepCapacity& cap) = 0;
+  virtual Expected<StepArgs> upload_step(const HostStep& step) = 0;
+
+  // ---- step graphs ----
+  // A backend that can record the ops of a step once and replay them (CUDA graphs). Between
+  // begin_capture and end_capture ops are recorded, not run; a replay runs them again on the
+  // values then in the step buffers and the arena (whose addresses never change).
+  virtual bool supports_graphs() const { return false; }
+  virtual Status begin_capture() { return err("{}: no step graphs", name()); }
+  virtual Expected<int32_t> end_capture() { return err("{}: no step graphs", name()); }
+  virtual void replay(int32_t graph) { (void)graph; }
+
+  // ---- ops (shapes in the CPU reference ops, backend/cpu/ops.h) ----
+  // out[t] = row tokens[t] of the table, dequantized: [n, table.n_in]
+  virtual void embed(const Weight& table, const int32_t* tokens, Mat out) = 0;
+  // y = x / rms(x) * w per row (w may be null); x and y may alias.
+  virtual void rmsnorm(Mat x, const float* w, Mat y, float eps) = 0;
+  // y[t] = W x[t]: x [n, w.n_in], y [n, w.n_out]
+  virtual void matmul(const Weight& w, Mat x, Mat y) = 0;
+  virtual void add_bias(Mat x, const float* b) = 0;    // x[t] += b
+  virtual void add(Mat x, Mat y) = 0;                  // x += y
+  virtual void scale(Mat x, float s) = 0;              // x *= s
+  virtual void scale_rows(Mat x, const float* s) = 0;  // x[t] *= s[t]
+  virtual void softcap(Mat x, float cap) = 0;          // x = cap * tanh(x / cap)
+  virtual void swiglu(Mat gate, Mat up, Mat out) = 0;  // out = silu(gate) * up
+  virtual void geglu(Mat gate, Mat up, Mat out) = 0;   // out = gelu_tanh(gate) * up
+  // dst = columns [col0, col0 + dst.cols) of src (same rows)
+  virtual void copy_cols(Mat src, int64_t col0, Mat dst) = 0;
+  // dst[i] = src[rows[i]] for the dst.rows rows
+  virtual void gather_rows(Mat src, const int32_t* rows, Mat dst) = 0;
+  // cos/sin [n, n_pairs] of the step's positions
+  virtual void rope_angles(const RopeTable& t, const int32_t* positions, Mat cos, Mat sin) = 0;
+  // Rotates the first 2 * cos.cols dims of each head of x [n, n_heads * head_dim] in place.
+  virtual void rope_apply(Mat x, int32_t n_heads, int32_t head_dim, bool neox, Mat cos,
+                          Mat sin) = 0;
+  // Writes K/V rows [n, n_kv_heads * head_dim] of layer `layer` at the step's positions.
+  virtual void kv_write(KvCache& kv, int32_t layer, const StepArgs& step, Mat k, Mat v) = 0;
+  // Causal paged attention over the cache (after this step's writes).
+  virtual void attention(KvCache& kv, int32_t layer, const StepArgs& step, Mat q, Mat out,
+                         const AttnParams& p) = 0;
+  // out[t] = sum over the k chosen experts of weight * expert(xn[t]) (SwiGLU experts),
+  // routing by softmax + top-k (ties to the lower index) with the weights renormalised.
+  virtual void moe(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) = 0;
+};
+
+// Which device a command runs on: "cpu", "cuda", "cuda:N", or "auto" (cuda when a usable GPU
+// is present and this build has CUDA, else cpu).
+struct BackendOptions {
+  std::string device = "auto";
+  int threads = 0;  // CPU threads (0: physical cores)
+};
+
+// Whether this build has the CUDA backend, and how many GPUs it sees.
+bool cuda_compiled();
+int cuda_device_count();
+
+// What kiln doctor reports of the GPUs.
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  uint64_t total_bytes = 0, free_bytes = 0;
+};
+struct CudaInfo {
+  bool compiled = false;
+  int driver_version = 0;  // 1000 * major + 10 * minor; 0 when no driver
+  int runtime_version = 0;
+  std::vector<GpuInfo> gpus;
+  std::string error;  // why no GPU is listed, when none is
+};
+CudaInfo cuda_info();
+
+Expected<std::unique_ptr<Backend>> create_backend(const BackendOptions& opts);
+
+}  // namespace kiln::backend

@@ -1,0 +1,273 @@
+#include "kiln/backend/cpu/cpu_backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "kiln/backend/cpu/matmul.h"
+#include "kiln/quant/convert.h"
+#include "kiln/util/cpu.h"
+
+namespace kiln::backend::cpu {
+namespace {
+
+class HostBuffer final : public Buffer {
+ public:
+  HostBuffer(void* p, uint64_t bytes) : Buffer(p, bytes) {}
+  ~HostBuffer() override { std::free(data_); }
+};
+
+// The CPU's paged KV memory: per layer a K and a V array of blocks in the layout of
+// KvLayerView (ops.h), the one definition of it.
+class CpuKvCache final : public KvCache {
+ public:
+  CpuKvCache(const KvSpec& spec, int32_t num_blocks, const KvLayerView& geometry)
+      : KvCache(spec, num_blocks), geometry_(geometry) {
+    // Zero bytes are 0.0 in every type (an f16 scale of 0 with zero quants for Q8_0).
+    k_.assign(static_cast<size_t>(geometry.k_block_bytes) * spec.n_layer * num_blocks, 0);
+    v_.assign(static_cast<size_t>(geometry.v_block_bytes) * spec.n_layer * num_blocks, 0);
+  }
+  KvLayerView layer(int32_t il) {
+    KvLayerView v = geometry_;
+    v.k = k_.data() + static_cast<size_t>(il) * num_blocks_ * geometry_.k_block_bytes;
+    v.v = v_.data() + static_cast<size_t>(il) * num_blocks_ * geometry_.v_block_bytes;
+    return v;
+  }
+  void read(bool is_k, int32_t layer, int32_t block, int32_t in_block, int32_t kvh,
+            float* out) const override {
+    KvLayerView v = const_cast<CpuKvCache*>(this)->layer(layer);
+    if (is_k) {
+      kv_read_k(v, block, in_block, kvh, out);
+    } else {
+      kv_read_v(v, block, in_block, kvh, out);
+    }
+  }
+
+ private:
+  KvLayerView geometry_;  // k/v null: the block sizes and head geometry
+  std::vector<uint8_t> k_, v_;
+};
+
+Expected<KvLayerView> kv_geometry(const KvSpec& s) {
+  if (s.n_layer <= 0 || s.n_kv_heads <= 0 || s.head_dim_k <= 0 || s.head_dim_v <= 0 ||
+      s.block_tokens <= 0)
+    return err("kv: invalid cache shape (layers {}, kv heads {}, head dims {}/{})", s.n_layer,
+               s.n_kv_heads, s.head_dim_k, s.head_dim_v);
+  if (s.type != quant::Type::F32 && s.type != quant::Type::F16 && s.type != quant::Type::Q8_0)
+    return err("kv: the KV cache cannot store {} (choose f16, f32 or q8_0)",
+               quant::type_name(s.type));
+  const uint32_t be = quant::traits(s.type).block_elems;
+  if (s.head_dim_k % be != 0 || s.head_dim_v % be != 0)
+    return err("kv: a {} KV cache needs head dims that are multiples of {}; this model has {}/{}",
+               quant::type_name(s.type), be, s.head_dim_k, s.head_dim_v);
+  return make_kv_view(s.type, nullptr, nullptr, s.block_tokens, s.n_kv_heads, s.head_dim_k,
+                      s.head_dim_v);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int threads)
+    : own_pool_(
+          std::make_unique<util::ThreadPool>(threads > 0 ? threads : util::default_num_threads())),
+      pool_(own_pool_.get()) {}
+
+CpuBackend::CpuBackend(util::ThreadPool* pool) : pool_(pool) {}
+
+std::string CpuBackend::description() const {
+  return fmt::format("cpu: {} threads, {} kernels, weights packed: {}",
+                     pool_ != nullptr ? pool_->num_threads() : 1, path_name(best_kernel_path()),
+                     packing_enabled() ? "yes" : "no (KILN_PACK=0)");
+}
+
+DeviceMemory CpuBackend::memory() const {
+  DeviceMemory m;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), avail = ::sysconf(_SC_AVPHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) m.total_bytes = static_cast<uint64_t>(pages) * page;
+  if (avail > 0 && page > 0) m.free_bytes = static_cast<uint64_t>(avail) * page;
+  return m;
+}
+
+Expected<std::unique_ptr<Buffer>> CpuBackend::alloc(uint64_t bytes) {
+  constexpr uint64_t kAlign = 64;
+  const uint64_t n = std::max<uint64_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  void* p = std::aligned_alloc(kAlign, n);
+  if (p == nullptr) return err("cpu: out of memory allocating {} bytes", bytes);
+  return std::unique_ptr<Buffer>(new HostBuffer(p, bytes));
+}
+
+void CpuBackend::upload(void* dst, const void* host_src, uint64_t bytes) {
+  if (bytes > 0) std::memcpy(dst, host_src, bytes);
+}
+void CpuBackend::download(void* host_dst, const void* src, uint64_t bytes) {
+  if (bytes > 0) std::memcpy(host_dst, src, bytes);
+}
+
+Expected<Weight> CpuBackend::prepare_weight(const Weight& file_weight, WeightUse use) {
+  if (use == WeightUse::kRows || file_weight.empty()) return file_weight;
+  auto it = weights_.find(file_weight.data);
+  if (it != weights_.end()) return it->second;
+  Weight w = file_weight;
+  if (packing_enabled()) packed_.pack(&w);
+  weights_.emplace(file_weight.data, w);
+  return w;
+}
+
+Expected<const float*> CpuBackend::prepare_vector(const float* host, int64_t) {
+  return host;  // already in host memory, owned by the model
+}
+Expected<const double*> CpuBackend::prepare_doubles(const double* host, int64_t) {
+  return host;
+}
+
+uint64_t CpuBackend::kv_bytes_per_block(const KvSpec& spec) const {
+  auto g = kv_geometry(spec);
+  if (!g.ok()) return 0;
+  return static_cast<uint64_t>(spec.n_layer) * (g->k_block_bytes + g->v_block_bytes);
+}
+
+Expected<std::unique_ptr<KvCache>> CpuBackend::create_kv(const KvSpec& spec, int32_t num_blocks) {
+  KILN_TRY(const KvLayerView g, kv_geometry(spec));
+  if (num_blocks <= 0 || num_blocks > (1 << 30))
+    return err("kv: {} blocks is not a cache size", num_blocks);
+  try {
+    return std::unique_ptr<KvCache>(new CpuKvCache(spec, num_blocks, g));
+  } catch (const std::bad_alloc&) {
+    return err("kv: out of memory for {} blocks ({} bytes)", num_blocks,
+               kv_bytes_per_block(spec) * static_cast<uint64_t>(num_blocks));
+  }
+}
+
+KvLayerView CpuBackend::layer_view(KvCache& kv, int32_t layer) {
+  return static_cast<CpuKvCache&>(kv).layer(layer);
+}
+
+Expected<StepArgs> CpuBackend::upload_step(const HostStep& step) {
+  StepArgs a;
+  a.n_tokens = static_cast<int64_t>(step.tokens.size());
+  a.n_logit_rows = static_cast<int64_t>(step.logit_rows.size());
+  a.tokens = step.tokens.data();
+  a.attn = step.attn;
+  a.logit_rows = step.logit_rows.data();
+  a.row_scale = step.row_scale.empty() ? nullptr : step.row_scale.data();
+  for (int32_t s = 0; s < step.attn.num_seqs; ++s)
+    a.max_q_len = std::max(a.max_q_len, step.attn.qo_indptr[s + 1] - step.attn.qo_indptr[s]);
+  return a;
+}
+
+void CpuBackend::embed(const Weight& table, const int32_t* tokens, Mat out) {
+  cpu::embed(table, tokens, out.rows, out.data);
+}
+void CpuBackend::rmsnorm(Mat x, const float* w, Mat y, float eps) {
+  cpu::rmsnorm(x.data, w, y.data, x.rows, x.cols, eps);
+}
+void CpuBackend::matmul(const Weight& w, Mat x, Mat y) {
+  KILN_ASSERT(x.cols == w.n_in && y.cols == w.n_out && x.rows == y.rows);
+  cpu::matmul(w, x.data, y.data, x.rows, pool_);
+}
+void CpuBackend::add_bias(Mat x, const float* b) {
+  cpu::add_bias(x.data, b, x.rows, x.cols);
+}
+void CpuBackend::add(Mat x, Mat y) {
+  cpu::add(x.data, y.data, x.size());
+}
+void CpuBackend::scale(Mat x, float s) {
+  cpu::scale(x.data, s, x.size());
+}
+void CpuBackend::scale_rows(Mat x, const float* s) {
+  for (int64_t t = 0; t < x.rows; ++t)
+    if (s[t] != 1.0f) cpu::scale(x.data + t * x.cols, s[t], x.cols);
+}
+void CpuBackend::softcap(Mat x, float cap) {
+  cpu::softcap(x.data, cap, x.size());
+}
+void CpuBackend::swiglu(Mat gate, Mat up, Mat out) {
+  cpu::swiglu(gate.data, up.data, out.data, gate.size());
+}
+void CpuBackend::geglu(Mat gate, Mat up, Mat out) {
+  cpu::geglu(gate.data, up.data, out.data, gate.size());
+}
+void CpuBackend::copy_cols(Mat src, int64_t col0, Mat dst) {
+  for (int64_t t = 0; t < dst.rows; ++t)
+    std::copy_n(src.data + t * src.cols + col0, dst.cols, dst.data + t * dst.cols);
+}
+void CpuBackend::gather_rows(Mat src, const int32_t* rows, Mat dst) {
+  for (int64_t i = 0; i < dst.rows; ++i) {
+    KILN_ASSERT(rows[i] >= 0 && rows[i] < src.rows);
+    std::copy_n(src.data + int64_t{rows[i]} * src.cols, dst.cols, dst.data + i * dst.cols);
+  }
+}
+void CpuBackend::rope_angles(const RopeTable& t, const int32_t* positions, Mat cos, Mat sin) {
+  cpu::rope_angles(t.inv_freq, t.n_pairs, positions, cos.rows, t.attn_factor, cos.data, sin.data);
+}
+void CpuBackend::rope_apply(Mat x, int32_t n_heads, int32_t head_dim, bool neox, Mat cos, Mat sin) {
+  cpu::rope_apply(x.data, x.rows, n_heads, head_dim, static_cast<int32_t>(cos.cols), neox, cos.data,
+                  sin.data);
+}
+void CpuBackend::kv_write(KvCache& kv, int32_t layer, const StepArgs& step, Mat k, Mat v) {
+  cpu::kv_write(layer_view(kv, layer), step.attn, k.data, v.data);
+}
+void CpuBackend::attention(KvCache& kv, int32_t layer, const StepArgs& step, Mat q, Mat out,
+                           const AttnParams& p) {
+  cpu::attention(layer_view(kv, layer), step.attn, q.data, out.data, p, pool_);
+}
+
+// Mixture of experts (qwen3moe): softmax over the router logits, the top n_expert_used experts
+// (ties to the lower index), weights renormalised to sum to 1 (norm_topk_prob), and each
+// expert a SwiGLU FFN. Tokens are grouped per expert so each expert's weights are read once
+// per step; a token's result does not depend on which other tokens share the step.
+void CpuBackend::moe(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) {
+  const int64_t n = xn.rows, n_exp = w.n_expert, k = w.n_expert_used, d = xn.cols;
+  Mat router = s.router.as(n, n_exp);
+  cpu::matmul(*w.router, xn.data, router.data, n, pool_);
+  moe_probs_.resize(static_cast<size_t>(n_exp));
+  moe_order_.resize(static_cast<size_t>(n_exp));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* r = router.data + t * n_exp;
+    const float mx = *std::max_element(r, r + n_exp);
+    double sum = 0;
+    for (int64_t e = 0; e < n_exp; ++e) sum += moe_probs_[e] = std::exp(r[e] - mx);
+    for (int64_t e = 0; e < n_exp; ++e) moe_probs_[e] = static_cast<float>(moe_probs_[e] / sum);
+    std::iota(moe_order_.begin(), moe_order_.end(), 0);
+    std::partial_sort(
+        moe_order_.begin(), moe_order_.begin() + k, moe_order_.end(), [&](int32_t a, int32_t b) {
+          return moe_probs_[a] != moe_probs_[b] ? moe_probs_[a] > moe_probs_[b] : a < b;
+        });
+    float wsum = 0;
+    for (int64_t j = 0; j < k; ++j) wsum += moe_probs_[moe_order_[j]];
+    for (int64_t j = 0; j < k; ++j) {
+      s.chosen[t * k + j] = moe_order_[j];
+      s.weights.data[t * k + j] = moe_probs_[moe_order_[j]] / wsum;
+    }
+  }
+  int32_t* rows = s.x_rows;  // (token, slot) pairs routed to the expert, as t * k + j
+  for (int64_t e = 0; e < n_exp; ++e) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n * k; ++i)
+      if (s.chosen[i] == e) rows[m++] = static_cast<int32_t>(i);
+    if (m == 0) continue;
+    for (int64_t i = 0; i < m; ++i) std::copy_n(xn.data + (rows[i] / k) * d, d, s.in.data + i * d);
+    cpu::matmul(expert(*w.gate_exps, e), s.in.data, s.gate.data, m, pool_);
+    cpu::matmul(expert(*w.up_exps, e), s.in.data, s.up.data, m, pool_);
+    cpu::swiglu(s.gate.data, s.up.data, s.gate.data, m * w.n_ff);
+    cpu::matmul(expert(*w.down_exps, e), s.gate.data, s.out.data, m, pool_);
+    // Weighted outputs per (token, slot); tokens then add their experts in slot order, so
+    // the sum order is fixed whatever the grouping.
+    for (int64_t i = 0; i < m; ++i) {
+      float* dst = s.slots.data + int64_t{rows[i]} * d;
+      const float wt = s.weights.data[rows[i]];
+      for (int64_t c = 0; c < d; ++c) dst[c] = wt * s.out.data[i * d + c];
+    }
+  }
+  std::fill(out.data, out.data + n * d, 0.0f);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < k; ++j) cpu::add(out.data + t * d, s.slots.data + (t * k + j) * d, d);
+}
+
+}  // namespace kiln::backend::cpu

@@ -1,0 +1,78 @@
+// The CPU backend: the ops interface (backend.h) over the CPU kernels (ops.h, matmul.h). Its
+// memory is the host's, so uploads and downloads are copies and the step's inputs are read
+// where the host wrote them. Weights are packed at preparation (pack.h) unless KILN_PACK=0.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "kiln/backend/backend.h"
+#include "kiln/backend/cpu/ops.h"
+#include "kiln/backend/cpu/pack.h"
+#include "kiln/util/thread_pool.h"
+
+namespace kiln::backend::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  // threads: the pool's size (0: physical cores). The other constructor borrows a pool (may
+  // be null: one thread, the caller's).
+  explicit CpuBackend(int threads);
+  explicit CpuBackend(util::ThreadPool* pool);
+
+  std::string name() const override { return "cpu"; }
+  std::string description() const override;
+  DeviceMemory memory() const override;
+
+  Expected<std::unique_ptr<Buffer>> alloc(uint64_t bytes) override;
+  Expected<std::unique_ptr<Buffer>> alloc_host(uint64_t bytes) override { return alloc(bytes); }
+  void upload(void* dst, const void* host_src, uint64_t bytes) override;
+  void download(void* host_dst, const void* src, uint64_t bytes) override;
+  void sync() override {}
+
+  Expected<Weight> prepare_weight(const Weight& file_weight, WeightUse use) override;
+  Expected<const float*> prepare_vector(const float* host, int64_t n) override;
+  Expected<const double*> prepare_doubles(const double* host, int64_t n) override;
+  uint64_t prepared_bytes() const override { return packed_.bytes() + vector_bytes_; }
+
+  uint64_t kv_bytes_per_block(const KvSpec& spec) const override;
+  Expected<std::unique_ptr<KvCache>> create_kv(const KvSpec& spec, int32_t num_blocks) override;
+
+  Status reserve_step(const StepCapacity&) override { return {}; }
+  Expected<StepArgs> upload_step(const HostStep& step) override;
+
+  void embed(const Weight& table, const int32_t* tokens, Mat out) override;
+  void rmsnorm(Mat x, const float* w, Mat y, float eps) override;
+  void matmul(const Weight& w, Mat x, Mat y) override;
+  void add_bias(Mat x, const float* b) override;
+  void add(Mat x, Mat y) override;
+  void scale(Mat x, float s) override;
+  void scale_rows(Mat x, const float* s) override;
+  void softcap(Mat x, float cap) override;
+  void swiglu(Mat gate, Mat up, Mat out) override;
+  void geglu(Mat gate, Mat up, Mat out) override;
+  void copy_cols(Mat src, int64_t col0, Mat dst) override;
+  void gather_rows(Mat src, const int32_t* rows, Mat dst) override;
+  void rope_angles(const RopeTable& t, const int32_t* positions, Mat cos, Mat sin) override;
+  void rope_apply(Mat x, int32_t n_heads, int32_t head_dim, bool neox, Mat cos, Mat sin) override;
+  void kv_write(KvCache& kv, int32_t layer, const StepArgs& step, Mat k, Mat v) override;
+  void attention(KvCache& kv, int32_t layer, const StepArgs& step, Mat q, Mat out,
+                 const AttnParams& p) override;
+  void moe(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) override;
+
+  util::ThreadPool* pool() const { return pool_; }
+  // The view of one layer of a cache this backend made (tests compare kernels with it).
+  static KvLayerView layer_view(KvCache& kv, int32_t layer);
+
+ private:
+  std::unique_ptr<util::ThreadPool> own_pool_;
+  util::ThreadPool* pool_ = nullptr;
+  PackedStore packed_;
+  std::map<const uint8_t*, Weight> weights_;  // prepared, by the file's data pointer
+  uint64_t vector_bytes_ = 0;
+  std::vector<int32_t> moe_order_;  // [n_expert] scratch of the routing sort
+  std::vector<float> moe_probs_;    // [n_expert]
+};
+
+}  // namespace kiln::backend::cpu

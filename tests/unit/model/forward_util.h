@@ -1,0 +1,63 @@
+// A forward, its backend and a KV cache for the model tests. The backend is chosen by
+// KILN_TEST_DEVICE ("cpu" by default): the GPU machine runs the same tests with
+// KILN_TEST_DEVICE=cuda (tools/cuda_check.sh), so every golden holds on every backend.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "kiln/backend/backend.h"
+#include "kiln/backend/cpu/cpu_backend.h"
+#include "kiln/model/forward.h"
+#include "kiln/model/model.h"
+
+namespace kiln::model {
+
+inline std::string test_device() {
+  const char* d = std::getenv("KILN_TEST_DEVICE");
+  return d == nullptr || *d == '\0' ? "cpu" : d;
+}
+
+// A fresh backend (prepared weights are valid for one model: one backend per model).
+inline std::unique_ptr<backend::Backend> test_backend(util::ThreadPool* pool = nullptr) {
+  const std::string d = test_device();
+  if (d == "cpu") return std::make_unique<backend::cpu::CpuBackend>(pool);
+  auto be = backend::create_backend({d, 0});
+  if (!be.ok()) {
+    ADD_FAILURE() << "KILN_TEST_DEVICE=" << d << ": " << be.error().message;
+    return std::make_unique<backend::cpu::CpuBackend>(pool);
+  }
+  return std::move(*be);
+}
+
+struct TestForward {
+  std::unique_ptr<backend::Backend> be;
+  std::unique_ptr<Forward> fwd;
+  std::unique_ptr<backend::KvCache> kv;
+  bool ok() const { return fwd != nullptr && kv != nullptr; }
+};
+
+// max_logit_rows 0: max_tokens.
+inline TestForward make_forward(const Model& m, int32_t max_tokens, int32_t n_blocks,
+                                quant::Type kv_type = quant::Type::F16,
+                                util::ThreadPool* pool = nullptr) {
+  TestForward t;
+  t.be = test_backend(pool);
+  ForwardOptions o;
+  o.max_tokens = max_tokens;
+  o.max_logit_rows = max_tokens;
+  o.max_context = n_blocks * kv::kBlockTokens;
+  auto f = Forward::create(m, *t.be, o);
+  EXPECT_TRUE(f.ok()) << f.error().message;
+  if (!f.ok()) return t;
+  t.fwd = std::move(*f);
+  auto kv = t.be->create_kv(kv_spec(m.hparams(), kv_type), n_blocks);
+  EXPECT_TRUE(kv.ok()) << kv.error().message;
+  if (kv.ok()) t.kv = std::move(*kv);
+  return t;
+}
+
+}  // namespace kiln::model
