@@ -8,4 +8,9 @@ if(KILN_BENCH_NODE)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(e2e.bench_http PROPERTIES LABELS e2e TIMEOUT 300
     ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>")
+  add_test(NAME e2e.make_model_config
+           COMMAND ${KILN_BENCH_NODE} --test ${PROJECT_SOURCE_DIR}/tests/e2e/make_model_config_test.mjs
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(e2e.make_model_config PROPERTIES LABELS e2e TIMEOUT 600
+    ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>")
 endif()
