@@ -102,6 +102,30 @@ test('bench http: Connection: close is honoured', async () => {
   }
 });
 
+// A server that stops answering on a kept-alive connection: the timeout is a transport
+// failure, and the request is not sent again (the server may have been working on it).
+test('bench http: a timeout on a kept-alive connection is a failure, not resent', async () => {
+  const { server, stats, url } = await fakeServer((n, socket) => {
+    if (n === 0) {
+      socket.write('HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n' +
+                   chunked(GOOD_STREAM));
+    }
+    return true;  // the second request is never answered
+  });
+  try {
+    const r = await bench(url, ['--concurrency', '1', '--requests', '2', '--timeout', '1', '--json']);
+    assert.equal(r.code, 1, r.stdout + r.stderr);
+    const l = JSON.parse(r.stdout).levels[0];
+    assert.equal(l.num_ok, 1);
+    assert.deepEqual(l.errors_by_cause, { http_status: 0, error_frame: 0, stream: 0, transport: 1 });
+    assert.equal(l.num_resent, 0);
+    assert.match(l.errors[0], /^read header: /);
+    assert.equal(stats.requests, 2);
+  } finally {
+    server.close();
+  }
+});
+
 // One request of each failure cause, then a good one (the connection is kept alive where the
 // response allows it).
 test('bench http: failures are counted by cause', async () => {

@@ -219,6 +219,15 @@ void on_event(const std::string& data, Clock::time_point t0, Clock::time_point n
   ++r->num_chunks;
 }
 
+// The peer had closed the connection: the failure of a write or a first read on a kept-alive
+// connection the server closed meanwhile. A timeout is not one (the server may be working on
+// the request), nor is any other error.
+bool peer_closed(const beast::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == net::error::eof ||
+         ec == net::error::connection_reset || ec == net::error::broken_pipe ||
+         ec == net::error::connection_aborted;
+}
+
 // One client: a keep-alive connection of its own, with a timeout on every operation.
 class Client {
  public:
@@ -259,7 +268,7 @@ class Client {
     req.prepare_payload();
     ec = run([&](auto h) { http::async_write(stream_, req, std::move(h)); });
     if (ec) {
-      r.no_response = true;
+      r.no_response = peer_closed(ec);
       return fail(&r, "write: " + ec.message());
     }
 
@@ -267,7 +276,7 @@ class Client {
     parser.body_limit(std::numeric_limits<uint64_t>::max());
     ec = run([&](auto h) { http::async_read_header(stream_, buffer_, parser, std::move(h)); });
     if (ec) {
-      r.no_response = !parser.got_some() && buffer_.size() == 0;
+      r.no_response = peer_closed(ec) && !parser.got_some() && buffer_.size() == 0;
       return fail(&r, "read header: " + ec.message());
     }
     r.status = static_cast<int>(parser.get().result_int());
