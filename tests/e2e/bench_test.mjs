@@ -75,3 +75,18 @@ test('bench: the table shows min/median/max, each repetition and the placement',
   assert.match(r.stdout, /^tg8 t\/s by repetition: [\d.]+ [\d.]+ [\d.]+ [\d.]+$/m);
   assert.match(r.stdout, /^threads: 1 on CPUs [\d,-]+ \(cpu_mask 0x[0-9a-f]+, .*not pinned/m);
 });
+
+// A narrowed affinity (taskset) is what the report names.
+test('bench --json: cpu_mask and cpus follow the process affinity', async (t) => {
+  const cpus = allowedCpus();
+  if (cpus.length < 2) return t.skip('needs 2 CPUs');
+  const last = cpus[cpus.length - 1];
+  const r = await new Promise((resolve) => execFile('taskset', ['-c', String(last), KILN, 'bench', '-m', MODEL,
+    '-p', '4', '-n', '2', '-r', '1', '-t', '1', '--json'], (e, stdout, stderr) => resolve({ e, stdout, stderr })));
+  if (r.e?.code === 'ENOENT') return t.skip('needs taskset (util-linux)');
+  assert.equal(r.e, null, r.stderr);
+  for (const test of JSON.parse(r.stdout)) {
+    assert.equal(test.cpus, String(last));
+    assert.equal(test.cpu_mask, '0x' + (1n << BigInt(last)).toString(16));
+  }
+});
