@@ -210,6 +210,8 @@ test('bench http: a sweep against kiln serve reports consistent figures', async 
     assert.equal(l.num_requests, 6);
     assert.equal(l.num_ok, 6, JSON.stringify(l.errors));
     assert.equal(l.num_errors, 0);
+    // kiln serve keeps connections alive: no request had to be sent again.
+    assert.equal(l.num_resent, 0);
     // ignore_eos: every request generated exactly M tokens.
     assert.equal(l.num_output_tokens, 6 * M);
     assert.equal(l.num_token_count_mismatch, 0);
@@ -247,6 +249,8 @@ test('bench http: errors are reported, not hidden', async () => {
   assert.equal(l.num_ok, 0);
   assert.equal(l.num_errors, 3);
   assert.match(l.errors[0], /HTTP 401/);
+  assert.deepEqual(l.errors_by_cause, { http_status: 3, error_frame: 0, stream: 0, transport: 0 });
+  assert.deepEqual(l.errors_by_http_status, { 401: 3 });
 });
 
 // A server whose stream is not JSON, with a multibyte character cut by bench http's 120-byte
@@ -268,6 +272,7 @@ test('bench http: a garbled stream from another server is an error in the report
     assert.equal(out.e?.code, 1, out.stderr);
     const l = JSON.parse(out.stdout).levels[0];
     assert.equal(l.num_errors, 2);
+    assert.equal(l.errors_by_cause.stream, 2);
     assert.match(l.errors[0], /not JSON: x+/);
   } finally {
     fake.close();

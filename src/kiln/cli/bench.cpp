@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/backend/backend.h"
+#include "kiln/cli/bench_report.h"
 #include "kiln/cli/commands.h"
 #include "kiln/engine/sequence.h"
 #include "kiln/kv/kv_cache.h"
@@ -31,21 +32,7 @@ struct BenchOptions {
   bool json = false;
 };
 
-struct Figure {
-  std::string test;
-  int32_t n_tokens = 0;
-  std::vector<double> tok_per_s;
-  double mean() const {
-    return std::accumulate(tok_per_s.begin(), tok_per_s.end(), 0.0) / tok_per_s.size();
-  }
-  double stddev() const {
-    if (tok_per_s.size() < 2) return 0;
-    const double m = mean();
-    double s = 0;
-    for (double v : tok_per_s) s += (v - m) * (v - m);
-    return std::sqrt(s / (tok_per_s.size() - 1));
-  }
-};
+using Figure = BenchFigure;
 
 double seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -109,56 +96,31 @@ int run_bench(const BenchOptions& o) {
     fmt::print(stderr, "kiln bench: {}\n", be.error().message);
     return 1;
   }
+  const std::string test_time = utc_now_iso8601();
   auto figs = measure(**m, o, **be, *kv_type);
   if (!figs.ok()) {
     fmt::print(stderr, "kiln bench: {}\n", figs.error().message);
     return 1;
   }
   const model::Model& model = **m;
-  const uint64_t bytes = model.file().size_bytes();
-  const uint64_t bytes_per_token = model.weight_bytes_per_token();
-  uint64_t params = 0;
-  for (const auto& t : model.file().tensors()) params += static_cast<uint64_t>(t.num_elements());
-  const std::string arch = model.hparams().arch;
+  BenchRunInfo run;
+  run.model_path = o.model;
+  run.arch = model.hparams().arch;
+  run.size_bytes = model.file().size_bytes();
+  run.weight_bytes_per_token = model.weight_bytes_per_token();
+  for (const auto& t : model.file().tensors())
+    run.params += static_cast<uint64_t>(t.num_elements());
+  run.type_kv = quant::type_name(*kv_type);
+  run.n_batch = o.batch;
+  run.test_time = test_time;
+  const ThreadPlacement placement = current_thread_placement(threads, pool.spin_us());
   if (o.json) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const Figure& f : *figs) {
-      j.push_back(
-          {{"model", o.model},
-           {"arch", arch},
-           {"size_bytes", bytes},
-           {"params", params},
-           {"backend", "cpu"},
-           {"threads", threads},
-           {"type_kv", quant::type_name(*kv_type)},
-           {"test", f.test},
-           {"n_tokens", f.n_tokens},
-           {"tok_per_s_mean", f.mean()},
-           {"tok_per_s_stddev", f.stddev()},
-           {"samples", f.tok_per_s},
-           {"weight_bytes_per_token", bytes_per_token},
-           {"gb_per_s", f.test.starts_with("tg") ? f.mean() * bytes_per_token / 1e9 : 0.0}});
-    }
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", bench_json(run, placement, *figs).dump(2));
     return 0;
   }
-  fmt::print("| {:<12} | {:>10} | {:>8} | {:<7} | {:>7} | {:>7} | {:>8} | {:>20} | {:>9} |\n",
-             "model", "size", "params", "backend", "threads", "type_kv", "test", "t/s", "GB/s");
-  fmt::print(
-      "| {:-<12} | {:->10} | {:->8} | {:-<7} | {:->7} | {:->7} | {:->8} | {:->20} | {:->9} |\n", "",
-      "", "", "", "", "", "", "", "");
-  for (const Figure& f : *figs) {
-    const std::string gbs =
-        f.test.starts_with("tg") ? fmt::format("{:.2f}", f.mean() * bytes_per_token / 1e9) : "";
-    fmt::print(
-        "| {:<12} | {:>6.2f} MiB | {:>6.2f} M | {:<7} | {:>7} | {:>7} | {:>8} | {:>11.2f} ± "
-        "{:>6.2f} "
-        "| {:>9} |\n",
-        arch, bytes / 1048576.0, params / 1e6, "cpu", threads, quant::type_name(*kv_type), f.test,
-        f.mean(), f.stddev(), gbs);
-  }
+  print_bench_table(run, placement, *figs);
   fmt::print(stderr, "kiln bench: {} | {} bytes of weights read per generated token\n",
-             util::to_string(util::cpu_features()), bytes_per_token);
+             util::to_string(util::cpu_features()), run.weight_bytes_per_token);
   return 0;
 }
 

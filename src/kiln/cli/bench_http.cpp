@@ -13,12 +13,23 @@
 // Transport: HTTP/1.1 over plain TCP (Boost.Beast), one keep-alive connection and one
 // thread per concurrent client; each thread blocks on its socket, so the client costs the
 // server (sharing the machine's cores) next to nothing. Each socket operation has a timeout.
+// A response with `Connection: close` closes the client's connection; a kept-alive connection
+// that the server closed meanwhile (llama-server closes after each streamed response without
+// saying so) fails the next request before any byte of its response arrives: that request was
+// never processed, so the client reconnects and sends it again (counted as `resent`, never as
+// a failure), as HTTP clients do for a stale pooled connection.
+//
+// Failures are reported by cause, so a reader can tell the server's faults from the client's:
+// an HTTP status other than 200, an error frame in the stream, a malformed stream (not JSON,
+// no [DONE], no output), or a transport failure (connect, write, read, timeout).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -131,11 +142,19 @@ class SseParser {
   std::string pending_;
 };
 
+// Why a request failed. The JSON report names them as kCauseNames does.
+enum class FailureCause { kNone, kHttpStatus, kErrorFrame, kStream, kTransport };
+constexpr const char* kCauseNames[] = {"none", "http_status", "error_frame", "stream", "transport"};
+
 struct RequestResult {
   bool ok = false;
   int status = 0;
   std::string error;
-  double ttft_s = -1;  // to the first chunk with output text
+  FailureCause cause = FailureCause::kNone;
+  // The connection failed before any byte of the response (the request was not processed).
+  bool no_response = false;
+  int32_t num_resent = 0;  // sends again on a fresh connection after a stale kept-alive one
+  double ttft_s = -1;      // to the first chunk with output text
   double total_s = 0;
   int32_t num_chunks = 0;         // chunks with output text
   int32_t num_usage_tokens = -1;  // usage.completion_tokens, when sent
@@ -156,12 +175,18 @@ void on_event(const std::string& data, Clock::time_point t0, Clock::time_point n
   }
   const Json j = Json::parse(data, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
-    r->error = "a stream event is not JSON: " + data.substr(0, 120);
+    if (r->error.empty()) {
+      r->error = "a stream event is not JSON: " + data.substr(0, 120);
+      r->cause = FailureCause::kStream;
+    }
     return;
   }
   if (j.contains("error")) {
-    r->error = "error frame: " +
-               j["error"].dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 200);
+    if (r->error.empty()) {
+      r->error = "error frame: " +
+                 j["error"].dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 200);
+      r->cause = FailureCause::kErrorFrame;
+    }
     return;
   }
   if (j.contains("usage") && j["usage"].is_object()) {
@@ -194,12 +219,34 @@ void on_event(const std::string& data, Clock::time_point t0, Clock::time_point n
   ++r->num_chunks;
 }
 
+// The peer had closed the connection: the failure of a write or a first read on a kept-alive
+// connection the server closed meanwhile. A timeout is not one (the server may be working on
+// the request), nor is any other error.
+bool peer_closed(const beast::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == net::error::eof ||
+         ec == net::error::connection_reset || ec == net::error::broken_pipe ||
+         ec == net::error::connection_aborted;
+}
+
 // One client: a keep-alive connection of its own, with a timeout on every operation.
 class Client {
  public:
   Client(const Target& target, const HttpBenchOptions& o) : target_(target), o_(o), stream_(ioc_) {}
 
+  // Sends one request and reads its stream. A request that failed on a reused connection
+  // before any byte of its response is sent once more on a fresh connection.
   RequestResult request(const std::string& path, const std::string& body) {
+    const bool reused = connected_;
+    RequestResult r = attempt(path, body);
+    if (reused && r.no_response) {
+      r = attempt(path, body);
+      r.num_resent = 1;
+    }
+    return r;
+  }
+
+ private:
+  RequestResult attempt(const std::string& path, const std::string& body) {
     RequestResult r;
     const Clock::time_point t0 = Clock::now();
     beast::error_code ec;
@@ -220,12 +267,18 @@ class Client {
     req.body() = body;
     req.prepare_payload();
     ec = run([&](auto h) { http::async_write(stream_, req, std::move(h)); });
-    if (ec) return fail(&r, "write: " + ec.message());
+    if (ec) {
+      r.no_response = peer_closed(ec);
+      return fail(&r, "write: " + ec.message());
+    }
 
     http::response_parser<http::buffer_body> parser;
     parser.body_limit(std::numeric_limits<uint64_t>::max());
     ec = run([&](auto h) { http::async_read_header(stream_, buffer_, parser, std::move(h)); });
-    if (ec) return fail(&r, "read header: " + ec.message());
+    if (ec) {
+      r.no_response = peer_closed(ec) && !parser.got_some() && buffer_.size() == 0;
+      return fail(&r, "read header: " + ec.message());
+    }
     r.status = static_cast<int>(parser.get().result_int());
     SseParser sse;
     std::string error_body;
@@ -250,18 +303,19 @@ class Client {
       for (const std::string& e : events) on_event(e, t0, now, &last, &r, &done);
     }
     r.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (!parser.keep_alive()) close();
+    if (!parser.keep_alive()) close();  // Connection: close (or HTTP/1.0)
     if (r.status != 200) {
       r.error = fmt::format("HTTP {}: {}", r.status, error_body.substr(0, 200));
+      r.cause = FailureCause::kHttpStatus;
       return r;
     }
     if (r.error.empty() && !done) r.error = "the stream ended without [DONE]";
     if (r.error.empty() && r.num_chunks == 0) r.error = "no output";
+    if (!r.error.empty() && r.cause == FailureCause::kNone) r.cause = FailureCause::kStream;
     r.ok = r.error.empty();
     return r;
   }
 
- private:
   // Runs one async operation on this thread's io_context with the operation timeout (the
   // stream closes the socket when it expires and the operation fails with timeout).
   template <typename Start>
@@ -276,8 +330,13 @@ class Client {
     ioc_.run();  // the cancelled timer's handler
     return result;
   }
+  // A transport failure, unless the stream had already failed for a cause of its own (an
+  // error frame before the connection dropped is the error frame's fault).
   RequestResult fail(RequestResult* r, std::string why) {
-    r->error = std::move(why);
+    if (r->cause == FailureCause::kNone) {
+      r->error = std::move(why);
+      r->cause = FailureCause::kTransport;
+    }
     close();
     return std::move(*r);
   }
@@ -355,8 +414,13 @@ struct Level {
   int64_t num_prompt_tokens = 0;
   int num_count_mismatch = 0;  // ok requests whose output count != max_tokens
   int num_chunk_mismatch = 0;  // ok requests whose usage count != their chunk count
+  int num_resent = 0;          // requests sent again after a stale kept-alive connection
+  int num_errors_by_cause[std::size(kCauseNames)] = {};
+  std::map<int, int> num_by_http_status;  // failed requests by HTTP status
   std::vector<double> ttft_s, itl_s, latency_s, tpot_s;
   std::vector<std::string> errors;  // the first few
+
+  int num_errors(FailureCause c) const { return num_errors_by_cause[static_cast<int>(c)]; }
 
   Json to_json() const {
     auto ms = [](const std::vector<double>& v) {
@@ -370,6 +434,14 @@ struct Level {
     j["num_requests"] = num_requests;
     j["num_ok"] = num_ok;
     j["num_errors"] = num_requests - num_ok;
+    Json by_cause = Json::object();
+    for (size_t c = 1; c < std::size(kCauseNames); ++c)
+      by_cause[kCauseNames[c]] = num_errors_by_cause[c];
+    j["errors_by_cause"] = by_cause;
+    Json by_status = Json::object();
+    for (const auto& [status, n] : num_by_http_status) by_status[std::to_string(status)] = n;
+    j["errors_by_http_status"] = by_status;
+    j["num_resent"] = num_resent;
     j["errors"] = errors;
     j["wall_s"] = wall_s;
     j["num_output_tokens"] = num_output_tokens;
@@ -409,7 +481,10 @@ Level run_level(const Target& target, const HttpBenchOptions& o, int concurrency
   l.num_requests = o.requests;
   l.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   for (const RequestResult& r : results) {
+    l.num_resent += r.num_resent;
     if (!r.ok) {
+      ++l.num_errors_by_cause[static_cast<int>(r.cause)];
+      if (r.cause == FailureCause::kHttpStatus) ++l.num_by_http_status[r.status];
       if (l.errors.size() < 5) l.errors.push_back(r.error);
       continue;
     }
@@ -431,22 +506,34 @@ void print_table(const HttpBenchOptions& o, const std::vector<Level>& levels) {
   fmt::print("kiln bench http: {} /v1/{} | ~{} prompt words, {} output tokens, {} requests/level\n",
              o.url, o.endpoint == "chat" ? "chat/completions" : "completions", o.prompt_words,
              o.max_tokens, o.requests);
-  fmt::print("| {:>4} | {:>6} | {:>6} | {:>9} | {:>9} | {:>8} | {:>8} | {:>10} | {:>7} |\n", "conc",
-             "ok", "errors", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "out tok/s", "req/s");
   fmt::print(
-      "| {:->4} | {:->6} | {:->6} | {:->9} | {:->9} | {:->8} | {:->8} | {:->10} | {:->7} |\n", "",
-      "", "", "", "", "", "", "", "");
+      "| {:>4} | {:>4} | {:>4} | {:>5} | {:>6} | {:>5} | {:>6} | {:>9} | {:>9} | {:>8} | {:>8} "
+      "| {:>10} | {:>7} |\n",
+      "conc", "ok", "http", "frame", "stream", "net", "resent", "TTFT p50", "TTFT p99", "ITL p50",
+      "ITL p99", "out tok/s", "req/s");
+  fmt::print(
+      "| {:->4} | {:->4} | {:->4} | {:->5} | {:->6} | {:->5} | {:->6} | {:->9} | {:->9} | {:->8} "
+      "| {:->8} | {:->10} | {:->7} |\n",
+      "", "", "", "", "", "", "", "", "", "", "", "", "");
   for (const Level& l : levels) {
     fmt::print(
-        "| {:>4} | {:>6} | {:>6} | {:>6.0f} ms | {:>6.0f} ms | {:>5.1f} ms | {:>5.1f} ms | "
-        "{:>10.1f} "
-        "| {:>7.2f} |\n",
-        l.concurrency, l.num_ok, l.num_requests - l.num_ok, percentile(l.ttft_s, 50) * 1e3,
+        "| {:>4} | {:>4} | {:>4} | {:>5} | {:>6} | {:>5} | {:>6} | {:>6.0f} ms | {:>6.0f} ms "
+        "| {:>5.1f} ms | {:>5.1f} ms | {:>10.1f} | {:>7.2f} |\n",
+        l.concurrency, l.num_ok, l.num_errors(FailureCause::kHttpStatus),
+        l.num_errors(FailureCause::kErrorFrame), l.num_errors(FailureCause::kStream),
+        l.num_errors(FailureCause::kTransport), l.num_resent, percentile(l.ttft_s, 50) * 1e3,
         percentile(l.ttft_s, 99) * 1e3, percentile(l.itl_s, 50) * 1e3,
         percentile(l.itl_s, 99) * 1e3, l.wall_s > 0 ? l.num_output_tokens / l.wall_s : 0.0,
         l.wall_s > 0 ? l.num_ok / l.wall_s : 0.0);
   }
+  fmt::print(
+      "failures by cause: http = an HTTP status other than 200, frame = an error frame in the "
+      "stream,\nstream = a malformed stream (not JSON, no [DONE], no output), net = transport "
+      "(connect,\nwrite, read, timeout); resent = sent again on a fresh connection after the "
+      "server had closed\na kept-alive one (not failures)\n");
   for (const Level& l : levels) {
+    for (const auto& [status, n] : l.num_by_http_status)
+      fmt::print("  conc {}: {} requests answered HTTP {}\n", l.concurrency, n, status);
     for (const std::string& e : l.errors) fmt::print("  conc {}: {}\n", l.concurrency, e);
     if (l.num_count_mismatch > 0)
       fmt::print(

@@ -13,24 +13,30 @@ RunFn add_make_model(CLI::App& app) {
       "make-model", "Write a random-weight GGUF model with a real tokenizer (tests, benchmarks)");
   auto o = std::make_shared<model::MakeModelOptions>();
   auto out = std::make_shared<std::string>();
-  cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3, qwen3moe")->capture_default_str();
+  auto* config = cmd->add_option(
+      "--config", o->config_path,
+      "a Hugging Face config.json: architecture, every hyperparameter, rope scaling, padded "
+      "vocab_size and tied embeddings from it (the shape flags are then refused)");
   cmd->add_option("--tokenizer", o->tokenizer_dir,
                   "folder with a Hugging Face tokenizer.json (+ tokenizer_config.json)")
       ->required();
-  cmd->add_option("--layers", o->n_layer, "number of blocks")->capture_default_str();
-  cmd->add_option("--hidden", o->n_embd, "embedding width")->capture_default_str();
-  cmd->add_option("--heads", o->n_head, "attention heads")->capture_default_str();
-  cmd->add_option("--kv-heads", o->n_head_kv, "key/value heads (GQA)")->capture_default_str();
-  cmd->add_option("--head-dim", o->head_dim, "head dimension (default hidden/heads)");
-  cmd->add_option("--ffn", o->n_ff, "feed-forward width")->capture_default_str();
-  cmd->add_option("--ctx", o->n_ctx, "training context length")->capture_default_str();
-  cmd->add_option("--experts", o->n_expert, "MoE: experts per layer");
-  cmd->add_option("--experts-used", o->n_expert_used, "MoE: experts per token");
-  cmd->add_option("--expert-ffn", o->n_ff_expert, "MoE: expert feed-forward width");
+  CLI::Option* shape[] = {
+      cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3, qwen3moe")->capture_default_str(),
+      cmd->add_option("--layers", o->n_layer, "number of blocks")->capture_default_str(),
+      cmd->add_option("--hidden", o->n_embd, "embedding width")->capture_default_str(),
+      cmd->add_option("--heads", o->n_head, "attention heads")->capture_default_str(),
+      cmd->add_option("--kv-heads", o->n_head_kv, "key/value heads (GQA)")->capture_default_str(),
+      cmd->add_option("--head-dim", o->head_dim, "head dimension (default hidden/heads)"),
+      cmd->add_option("--ffn", o->n_ff, "feed-forward width")->capture_default_str(),
+      cmd->add_option("--ctx", o->n_ctx, "training context length")->capture_default_str(),
+      cmd->add_option("--experts", o->n_expert, "MoE: experts per layer"),
+      cmd->add_option("--experts-used", o->n_expert_used, "MoE: experts per token"),
+      cmd->add_option("--expert-ffn", o->n_ff_expert, "MoE: expert feed-forward width"),
+      cmd->add_flag("--tied", o->tied_embeddings, "tie output to token embeddings")};
+  for (CLI::Option* opt : shape) config->excludes(opt);
   cmd->add_option("--type", o->type,
                   "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m")
       ->capture_default_str();
-  cmd->add_flag("--tied", o->tied_embeddings, "tie output to token embeddings");
   cmd->add_flag("--vocab-only", o->vocab_only, "write only tokenizer and hyperparameters");
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
   cmd->add_option("-o,--output", *out, "output .gguf path")->required();

@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <optional>
 
+#include "kiln/model/convert/hf_to_gguf.h"
 #include "kiln/model/file_type.h"
 #include "kiln/model/hparams.h"
 #include "kiln/quant/convert.h"
@@ -59,6 +61,32 @@ Expected<HParams> hparams_from(const MakeModelOptions& o, uint32_t n_vocab) {
   return hp;
 }
 
+// The model's shape from a Hugging Face config.json, as `kiln convert` reads it, with the
+// vocabulary padded to the config's vocab_size (llama.cpp's converter does the same, and
+// asserts that no token id reaches vocab_size).
+struct ConfigShape {
+  HParams hp;
+  nlohmann::json rope;  // the config's rope settings (for llama3's rope_freqs.weight)
+};
+
+Expected<ConfigShape> shape_from_config(const std::string& path, size_t n_tokens) {
+  std::ifstream in(path);
+  if (!in) return err("make-model: cannot read '{}'", path);
+  const nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
+  if (config.is_discarded() || !config.is_object())
+    return err("make-model: '{}' is not a JSON object", path);
+  ConfigShape s;
+  auto hp = hparams_from_hf_config(config);
+  if (!hp) return err("make-model: {}: {}", path, hp.error().message);
+  s.hp = std::move(*hp);
+  if (s.hp.n_vocab == 0) s.hp.n_vocab = static_cast<uint32_t>(n_tokens);
+  if (n_tokens > s.hp.n_vocab)
+    return err("make-model: the tokenizer has {} tokens, more than the config's vocab_size {}",
+               n_tokens, s.hp.n_vocab);
+  s.rope = hf_rope_settings(config);
+  return s;
+}
+
 // Random values for one tensor: norms near 1, weights ~ N(0, 1/fan_in) so activations keep
 // their scale through the layers.
 std::vector<float> random_values(const TensorSpec& spec, int64_t n, Rng& rng) {
@@ -79,15 +107,26 @@ Expected<gguf::Writer> make_model(const MakeModelOptions& o) {
   const ArchDef* arch = find_arch(o.arch);
   if (arch == nullptr) return err("make-model: unknown architecture '{}'", o.arch);
   if (o.tokenizer_dir.empty()) return err("make-model: --tokenizer DIR is required");
-  KILN_TRY(tokenizer::VocabData vocab, tokenizer::import_hf_tokenizer(o.tokenizer_dir));
-  KILN_TRY(HParams hp, hparams_from(o, static_cast<uint32_t>(vocab.tokens.size())));
+  KILN_TRY(tokenizer::VocabData vocab,
+           tokenizer::import_hf_tokenizer(o.tokenizer_dir, o.config_path));
+  HParams hp;
+  nlohmann::json rope = nlohmann::json::object();
+  if (o.config_path.empty()) {
+    KILN_TRY(hp, hparams_from(o, static_cast<uint32_t>(vocab.tokens.size())));
+  } else {
+    KILN_TRY(ConfigShape shape, shape_from_config(o.config_path, vocab.tokens.size()));
+    hp = std::move(shape.hp);
+    rope = std::move(shape.rope);
+    arch = find_arch(hp.arch);
+    if (arch == nullptr) return err("make-model: unknown architecture '{}'", hp.arch);
+  }
   if (arch->features.moe && (hp.n_expert == 0 || hp.n_expert_used == 0))
-    return err("make-model: architecture '{}' needs --experts and --experts-used", o.arch);
+    return err("make-model: architecture '{}' needs --experts and --experts-used", hp.arch);
   KILN_TRY(FileType ft, parse_file_type(o.type));
 
   gguf::Writer w;
   write_hparams(w, hp);
-  w.set_string("general.name", fmt::format("kiln-random-{}", o.arch));
+  w.set_string("general.name", fmt::format("kiln-random-{}", hp.arch));
   w.set_uint32("general.file_type", ft.id);
   w.set_uint32("general.quantization_version", 2);
   tokenizer::write_vocab(w, vocab);
@@ -95,6 +134,11 @@ Expected<gguf::Writer> make_model(const MakeModelOptions& o) {
 
   Rng rng{o.seed};
   for (const TensorSpec& spec : arch->manifest(hp)) {
+    if (spec.name == "rope_freqs.weight" && hf_rope_type(rope) == "llama3") {
+      // Not random: the llama3 frequency divisors, as `kiln convert` writes them.
+      KILN_TRY_STATUS(add_tensor_f32(w, spec, quant::Type::F32, llama3_rope_factors(rope, hp)));
+      continue;
+    }
     if (!spec.required && !(spec.name == "output.weight" && !hp.tied_embeddings)) continue;
     int64_t n = 1;
     for (int64_t d : spec.ne) n *= d;

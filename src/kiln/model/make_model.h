@@ -14,6 +14,12 @@ namespace kiln::model {
 struct MakeModelOptions {
   std::string arch = "llama";
   std::string tokenizer_dir;  // folder with tokenizer.json (+ tokenizer_config.json)
+  // A Hugging Face config.json. When set, the architecture and every hyperparameter come from
+  // it as `kiln convert` reads them (rope scaling included: llama3 as rope_freqs.weight,
+  // linear and yarn as rope.scaling.* keys; tie_word_embeddings), the vocabulary is padded to
+  // its vocab_size with "[PAD<id>]" unused tokens as llama.cpp's converter does, and the shape
+  // fields below (arch through n_ff_expert, tied_embeddings) are not used.
+  std::string config_path;
   uint32_t n_layer = 2;
   uint32_t n_embd = 256;
   uint32_t n_head = 4;

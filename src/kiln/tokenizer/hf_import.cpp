@@ -399,7 +399,8 @@ Expected<VocabData> import_hf_tokenizer_json(std::string_view tokenizer_json,
   }
 }
 
-Expected<VocabData> import_hf_tokenizer(const std::filesystem::path& dir) {
+Expected<VocabData> import_hf_tokenizer(const std::filesystem::path& dir,
+                                        const std::filesystem::path& config_path) {
   KILN_TRY(std::string tok, read_file(dir / "tokenizer.json"));
   std::string cfg;
   if (std::filesystem::exists(dir / "tokenizer_config.json")) {
@@ -407,8 +408,9 @@ Expected<VocabData> import_hf_tokenizer(const std::filesystem::path& dir) {
   }
   std::optional<size_t> vocab_size;
   std::optional<int32_t> config_bos, config_eos;
-  if (std::filesystem::exists(dir / "config.json")) {
-    KILN_TRY(std::string text, read_file(dir / "config.json"));
+  const std::filesystem::path config = config_path.empty() ? dir / "config.json" : config_path;
+  if (!config_path.empty() || std::filesystem::exists(config)) {
+    KILN_TRY(std::string text, read_file(config));
     const json c = json::parse(text, nullptr, false);
     if (c.is_object()) {
       auto get_id = [&](const char* key) -> std::optional<int64_t> {

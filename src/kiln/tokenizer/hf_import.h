@@ -19,7 +19,10 @@
 
 namespace kiln::tokenizer {
 
-Expected<VocabData> import_hf_tokenizer(const std::filesystem::path& dir);
+// config_path: the model's config.json (its vocab_size pads the vocabulary, its bos/eos ids
+// fill what tokenizer_config.json leaves unset); empty: dir/config.json when there is one.
+Expected<VocabData> import_hf_tokenizer(const std::filesystem::path& dir,
+                                        const std::filesystem::path& config_path = {});
 
 // The same from the files' contents. config_json may be empty ("{}" is assumed).
 // vocab_size: config.json's vocab_size when known (the vocabulary is padded to it with

@@ -63,19 +63,6 @@ Status sliding_window_from_config(const nlohmann::json& c, HParams& hp) {
   return {};
 }
 
-nlohmann::json rope_settings(const nlohmann::json& c) {
-  if (c.contains("rope_parameters") && c["rope_parameters"].is_object())
-    return c["rope_parameters"];
-  if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) return c["rope_scaling"];
-  return nlohmann::json::object();
-}
-
-std::string rope_type_of(const nlohmann::json& rope) {
-  for (const char* k : {"rope_type", "type"})
-    if (rope.contains(k) && rope[k].is_string()) return rope[k].get<std::string>();
-  return "default";
-}
-
 template <typename T>
 T cfg(const nlohmann::json& c, const char* key, T fallback) {
   if (c.contains(key) && !c[key].is_null()) return c[key].get<T>();
@@ -88,7 +75,7 @@ T cfg(const nlohmann::json& c, const char* key, T fallback) {
 Status rope_scaling_from_config(const nlohmann::json& rope_all, HParams& hp) {
   const nlohmann::json& rope =
       rope_all.contains("full_attention") ? rope_all["full_attention"] : rope_all;
-  const std::string type = rope_type_of(rope);
+  const std::string type = hf_rope_type(rope);
   if (type == "default" || type == "llama3") return {};  // llama3: rope_freqs.weight
   if (type != "linear" && type != "yarn")
     return err("convert: rope type '{}' is not supported (kiln: default, linear, yarn, llama3)",
@@ -121,6 +108,19 @@ Status rope_scaling_from_config(const nlohmann::json& rope_all, HParams& hp) {
 
 }  // namespace
 
+nlohmann::json hf_rope_settings(const nlohmann::json& c) {
+  if (c.contains("rope_parameters") && c["rope_parameters"].is_object())
+    return c["rope_parameters"];
+  if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) return c["rope_scaling"];
+  return nlohmann::json::object();
+}
+
+std::string hf_rope_type(const nlohmann::json& rope) {
+  for (const char* k : {"rope_type", "type"})
+    if (rope.contains(k) && rope[k].is_string()) return rope[k].get<std::string>();
+  return "default";
+}
+
 Expected<HParams> hparams_from_hf_config(const nlohmann::json& c) {
   HParams hp;
   KILN_TRY(hp.arch, arch_for(c));
@@ -140,7 +140,7 @@ Expected<HParams> hparams_from_hf_config(const nlohmann::json& c) {
   hp.rms_eps = cfg<float>(c, "rms_norm_eps", 1e-6f);
   // transformers >= 5 nests rope settings in rope_parameters; older configs use rope_theta
   // and rope_scaling.
-  const nlohmann::json rope = rope_settings(c);
+  const nlohmann::json rope = hf_rope_settings(c);
   hp.rope_freq_base = cfg<float>(c, "rope_theta", cfg<float>(rope, "rope_theta", 10000.0f));
   // Per-layer-type rope (gemma3 in transformers >= 5): full and sliding bases.
   if (rope.contains("full_attention"))
@@ -321,10 +321,10 @@ Expected<gguf::Writer> convert_hf(const ConvertOptions& o) {
     KILN_TRY(tokenizer::VocabData vocab, tokenizer::import_hf_tokenizer(o.hf_dir));
     tokenizer::write_vocab(w, vocab);
   }
-  const nlohmann::json rope = rope_settings(config);
+  const nlohmann::json rope = hf_rope_settings(config);
   for (const TensorSpec& spec : arch->manifest(hp)) {
     if (spec.name == "rope_freqs.weight") {
-      if (rope_type_of(rope) == "llama3")
+      if (hf_rope_type(rope) == "llama3")
         KILN_TRY_STATUS(add_tensor_f32(w, spec, quant::Type::F32, llama3_rope_factors(rope, hp)));
       continue;
     }

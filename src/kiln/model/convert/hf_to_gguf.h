@@ -24,6 +24,12 @@ struct ConvertOptions {
 // scaling included. Tensor-dependent fields (tied embeddings) are settled by convert_hf.
 Expected<HParams> hparams_from_hf_config(const nlohmann::json& config);
 
+// A config.json's rope settings: rope_parameters (transformers >= 5) or rope_scaling (older);
+// an empty object when it has neither.
+nlohmann::json hf_rope_settings(const nlohmann::json& config);
+// Their rope type ("default" when unnamed; "llama3", "linear", "yarn", ...).
+std::string hf_rope_type(const nlohmann::json& rope);
+
 // llama3 rope scaling (rope_scaling / rope_parameters of type llama3) as the per-pair divisors
 // llama.cpp's converter writes as rope_freqs.weight ([n_rot / 2]).
 std::vector<float> llama3_rope_factors(const nlohmann::json& rope, const HParams& hp);
