@@ -113,7 +113,8 @@ int run_bench(const BenchOptions& o) {
   run.type_kv = quant::type_name(*kv_type);
   run.n_batch = o.batch;
   run.test_time = test_time;
-  const ThreadPlacement placement = current_thread_placement(threads, pool.spin_us());
+  const ThreadPlacement placement =
+      current_thread_placement(threads, util::default_spin_us(threads));
   if (o.json) {
     fmt::print("{}\n", bench_json(run, placement, *figs).dump(2));
     return 0;

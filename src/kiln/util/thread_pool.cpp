@@ -133,6 +133,8 @@ namespace {
 constexpr int kDefaultSpinUs = 200;
 constexpr long kMaxSpinUs = 1000000;
 
+}  // namespace
+
 int default_spin_us(int num_threads) {
   if (const char* env = std::getenv("KILN_POOL_SPIN_US"); env != nullptr && *env != '\0') {
     char* end = nullptr;
@@ -142,8 +144,6 @@ int default_spin_us(int num_threads) {
   }
   return num_threads <= num_available_cores() ? kDefaultSpinUs : 0;
 }
-
-}  // namespace
 
 int default_num_threads() {
   return num_physical_cores();

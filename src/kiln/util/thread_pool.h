@@ -41,6 +41,9 @@ IndexRange static_range(int64_t n, int num_threads, int thread_idx);
 
 // Default thread count for compute: physical cores available to this process.
 int default_num_threads();
+// How long idle workers of a pool of num_threads spin before sleeping (Options::spin_us = -1):
+// KILN_POOL_SPIN_US when set, else 200 us, or 0 when the threads exceed the available cores.
+int default_spin_us(int num_threads);
 
 class ThreadPool {
  public:
