@@ -15,7 +15,6 @@
 // DISABLED_CudaAttentionBench prints achieved GB/s (decode, kv_write) and TFLOP/s (prefill)
 // against a device-to-device copy measured in the same run; run it with
 // --gtest_also_run_disabled_tests.
-#include <cuda_runtime.h>  // cudaMalloc(T**) for test::DeviceVec
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "kiln/backend/cuda/attention_impl.h"
@@ -192,19 +193,22 @@ __device__ __forceinline__ void unpack8(const Raw8& r, float x[8]) {
   }
 }
 
-// Loads keys [c0, c0 + kChunk) of kv head kvh of one sequence (blocks: its block table) as
-// fp32 rows of c.dim at dst + j * stride. Keys outside [kbeg, kend) are zero and are never
-// read from the cache. All loads of the chunk are issued before the first store.
+// Registers that hold one chunk of one of K or V as loaded (kChunk rows of up to kDimMax).
+template <int kDimMax>
+constexpr int chunk_iters() {
+  return (kChunk * kDimMax / 8 + kThreads - 1) / kThreads;
+}
+
+// Issues the loads of keys [c0, c0 + kChunk) of kv head kvh of one sequence (blocks: its block
+// table) into raw; keys outside [kbeg, kend) are zero and are never read from the cache.
 template <KvT T, int kDimMax>
-__device__ __forceinline__ void load_chunk(const Cache& c, int kvh, int block_tokens,
-                                           const int32_t* blocks, int c0, int kbeg, int kend,
-                                           float* dst, int stride) {
-  constexpr int kIters = (kChunk * kDimMax / 8 + kThreads - 1) / kThreads;
+__device__ __forceinline__ void load_chunk_raw(Raw8 (&raw)[chunk_iters<kDimMax>()], const Cache& c,
+                                               int kvh, int block_tokens, const int32_t* blocks,
+                                               int c0, int kbeg, int kend) {
   const int units_per_row = c.dim / 8;
   const int units = kChunk * units_per_row;
-  Raw8 raw[kIters];
 #pragma unroll
-  for (int i = 0; i < kIters; ++i) {
+  for (int i = 0; i < chunk_iters<kDimMax>(); ++i) {
     const int u = threadIdx.x + i * kThreads;
     const int j = u / units_per_row;
     const int e = (u - j * units_per_row) * 8;
@@ -216,8 +220,16 @@ __device__ __forceinline__ void load_chunk(const Cache& c, int kvh, int block_to
                         block_tokens, p % block_tokens, e);
     }
   }
+}
+
+// Stores a loaded chunk as fp32 rows of dim at dst + j * stride.
+template <KvT T, int kDimMax>
+__device__ __forceinline__ void store_chunk(const Raw8 (&raw)[chunk_iters<kDimMax>()], int dim,
+                                            float* dst, int stride) {
+  const int units_per_row = dim / 8;
+  const int units = kChunk * units_per_row;
 #pragma unroll
-  for (int i = 0; i < kIters; ++i) {
+  for (int i = 0; i < chunk_iters<kDimMax>(); ++i) {
     const int u = threadIdx.x + i * kThreads;
     if (u < units) {
       const int j = u / units_per_row;
@@ -229,6 +241,16 @@ __device__ __forceinline__ void load_chunk(const Cache& c, int kvh, int block_to
       d[1] = make_float4(x[4], x[5], x[6], x[7]);
     }
   }
+}
+
+// Both at once: all loads of the chunk are issued before the first store.
+template <KvT T, int kDimMax>
+__device__ __forceinline__ void load_chunk(const Cache& c, int kvh, int block_tokens,
+                                           const int32_t* blocks, int c0, int kbeg, int kend,
+                                           float* dst, int stride) {
+  Raw8 raw[chunk_iters<kDimMax>()];
+  load_chunk_raw<T, kDimMax>(raw, c, kvh, block_tokens, blocks, c0, kbeg, kend);
+  store_chunk<T, kDimMax>(raw, c.dim, dst, stride);
 }
 
 // ---- kv_write ------------------------------------------------------------------------------
@@ -372,11 +394,21 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
 #pragma unroll
   for (int i = 0; i < kHeadChunk / 4; ++i) m[i] = -INFINITY, l[i] = 0.0f;
 
+  // Software pipeline: the next chunk's loads are in flight while this one is computed.
+  Raw8 raw_k[chunk_iters<kDimMax>()], raw_v[chunk_iters<kDimMax>()];
+  if (kbeg < kend) {
+    load_chunk_raw<T, kDimMax>(raw_k, a.k, kvh, bt, blocks, kbeg, kbeg, kend);
+    load_chunk_raw<T, kDimMax>(raw_v, a.v, kvh, bt, blocks, kbeg, kbeg, kend);
+  }
   for (int c0 = kbeg; c0 < kend; c0 += kChunk) {
     __syncthreads();  // Qs written; the previous chunk's readers done
-    load_chunk<T, kDimMax>(a.k, kvh, bt, blocks, c0, kbeg, kend, Ks, ks);
-    load_chunk<T, kDimMax>(a.v, kvh, bt, blocks, c0, kbeg, kend, Vs, dv);
+    store_chunk<T, kDimMax>(raw_k, dk, Ks, ks);
+    store_chunk<T, kDimMax>(raw_v, dv, Vs, dv);
     __syncthreads();
+    if (c0 + kChunk < kend) {
+      load_chunk_raw<T, kDimMax>(raw_k, a.k, kvh, bt, blocks, c0 + kChunk, kbeg, kend);
+      load_chunk_raw<T, kDimMax>(raw_v, a.v, kvh, bt, blocks, c0 + kChunk, kbeg, kend);
+    }
     for (int u = tid; u < gc * kChunk; u += kThreads) {
       const int g = u / kChunk, j = u - g * kChunk;
       float sc = -INFINITY;
@@ -691,18 +723,21 @@ AttnKernelFn pick(bool decode, KvT t, int bucket) {
   return pick<256>(decode, t);
 }
 
-// Raises a kernel's dynamic shared memory limit to the most it can ask for, once.
+// Raises a kernel's dynamic shared memory limit to the most it can ask for, once per device
+// (the attribute belongs to the device's context).
 void allow_smem(AttnKernelFn fn, bool decode, int bucket) {
   static std::mutex mu;
-  static std::vector<AttnKernelFn> done;
+  static std::vector<std::pair<AttnKernelFn, int>> done;
+  int dev = 0;
+  KILN_CUDA_ASSERT(cudaGetDevice(&dev) == cudaSuccess);
   std::lock_guard<std::mutex> lock(mu);
-  if (std::find(done.begin(), done.end(), fn) != done.end()) return;
+  if (std::find(done.begin(), done.end(), std::make_pair(fn, dev)) != done.end()) return;
   const int rows = bucket > 128 ? 32 : 64;
   const size_t bytes =
       decode ? decode_smem_bytes(bucket, bucket) : prefill_smem_bytes(rows, bucket, bucket);
   KILN_CUDA_ASSERT(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(bytes)) == cudaSuccess);
-  done.push_back(fn);
+  done.emplace_back(fn, dev);
 }
 
 Cache cache_of(const KvLayer& kv, bool is_k) {
