@@ -6,13 +6,12 @@
 // handle GQA by giving one CTA up to 8 query heads of one kv head (so each K/V element read
 // serves all of them), and are correct for any batch, decode and prefill rows mixed:
 //  - decode: one CTA per (query row, kv head, head chunk, context split). It walks its share
-//    of the row's context in chunks of 32 keys, loading K and V straight from the cache into
-//    registers (each element once per CTA; the next chunk's loads in flight during this one's
-//    math): 4 threads per key compute its scores for every head, one warp per head updates
-//    the softmax (a lane per key), and threads owning (key group, 8 dims) accumulate P.V for
-//    every head. Split-K (Flash-Decoding): when the grid would be small, the context is
-//    split over several CTAs that write partial (m, l, acc) to the workspace, and a second
-//    kernel merges them. The split count depends only on host values.
+//    of the row's context in chunks of 32 keys: K and V of the chunk are dequantized into
+//    shared memory as fp32, one thread per (head, key) computes a score, one warp per head
+//    updates the softmax (a lane per key), and the threads that own (head, 4 dims) of the
+//    output accumulate P.V. Split-K (Flash-Decoding): when the grid would be small, the
+//    context is split over several CTAs that write partial (m, l, acc) to the workspace,
+//    and a second kernel merges them. The split count depends only on host values.
 //  - prefill: one CTA per (sequence, tile of query rows, kv head, head chunk); a tile is up
 //    to 64 (32 for head dims over 128) rows of (token, head), so it covers 64 / group tokens.
 //    Scores and P.V are register-tiled (4 rows x 4 keys / 4 rows x 4 float4 per thread) from
@@ -55,7 +54,7 @@ enum class KvT { F32, F16, Q8 };
 constexpr int kThreads = 128;        // every kernel here
 constexpr int kChunk = 32;           // keys per shared-memory chunk: one per lane in the softmax
 constexpr int kHeadChunk = 8;        // query heads of one kv head per CTA
-constexpr int kMaxSplits = 128;      // context splits of one decode row
+constexpr int kMaxSplits = 64;       // context splits of one decode row
 constexpr int kMaxSplitRows = 1024;  // n_splits * n_tokens the workspace holds
 
 // ---- fp16 and Q8_0 conversion, bit-exact with the CPU's quant:: functions ------------------
@@ -345,90 +344,22 @@ __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
   return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
 }
 
-// Floats of the decode kernel's buffer of per-key-group partial outputs: n_kgroups *
-// kHeadChunk * dv with n_kgroups = kThreads / (dv / 8).
-constexpr int kDecodeRedFloats = kThreads * 8 * kHeadChunk;
-
-size_t decode_smem_bytes(int dk, int /*dv*/) {
-  return sizeof(float) * static_cast<size_t>(kHeadChunk * dk + 2 * kHeadChunk * kChunk +
-                                             3 * kHeadChunk + kDecodeRedFloats);
-}
-
-// K units (8 dims) of one key held by a decode thread, and V keys (8 dims each) per thread.
-template <int kDimMax>
-constexpr int decode_k_units() {
-  return kDimMax / 32;
-}
-template <int kDimMax>
-constexpr int decode_v_keys() {
-  return kChunk * kDimMax / 8 / kThreads;
-}
-
-// Key c0 + kj of the chunk, units qd, qd + 4, ... of its dk / 8 (zero outside [.., kend)).
-template <KvT T, int kDimMax>
-__device__ __forceinline__ void decode_load_k(Raw8 (&rk)[decode_k_units<kDimMax>()],
-                                              const AttnArgs& a, int kvh, const int32_t* blocks,
-                                              int c0, int kend, int kj, int qd) {
-  const int p = c0 + kj, dk = a.k.dim;
-  const bool valid = p < kend;
-  const int64_t block = valid ? blocks[p / a.block_tokens] : 0;
-  const uint8_t* head = a.k.data + block * a.k.block_bytes + int64_t{kvh} * a.k.head_bytes;
-#pragma unroll
-  for (int i = 0; i < decode_k_units<kDimMax>(); ++i) {
-    const int e8 = qd + 4 * i;
-    rk[i] = Raw8{};
-    if (valid && e8 < dk / 8)
-      rk[i] = load8<T>(head, dk, a.block_tokens, p % a.block_tokens, e8 * 8);
-  }
-}
-
-// Dims c8 * 8 .. + 8 of keys c0 + kq + n_kg * i (zero outside [.., kend)).
-template <KvT T, int kDimMax>
-__device__ __forceinline__ void decode_load_v(Raw8 (&rv)[decode_v_keys<kDimMax>()],
-                                              const AttnArgs& a, int kvh, const int32_t* blocks,
-                                              int c0, int kend, int kq, int n_kg, int c8,
-                                              bool active) {
-#pragma unroll
-  for (int i = 0; i < decode_v_keys<kDimMax>(); ++i) {
-    const int j = kq + n_kg * i, p = c0 + j;
-    rv[i] = Raw8{};
-    if (active && j < kChunk && p < kend) {
-      const int64_t block = blocks[p / a.block_tokens];
-      rv[i] = load8<T>(a.v.data + block * a.v.block_bytes + int64_t{kvh} * a.v.head_bytes, a.v.dim,
-                       a.block_tokens, p % a.block_tokens, c8 * 8);
-    }
-  }
-}
-
-// Per chunk of kChunk keys, K and V go from the cache straight into registers, each element
-// loaded once per CTA:
-//  - scores: thread (key kj = tid / 4, quarter qd = tid % 4) dots its key's 8-dim units qd,
-//    qd + 4, ... with every head's query (Qs, broadcast reads); shuffles sum the quarters;
-//  - softmax: a warp per head, a lane per key;
-//  - P.V: thread (key group kq, 8-dim unit c8) accumulates keys kq, kq + n_kg, ... of its dims
-//    for every head; the key groups are summed once, at the end.
-// The next chunk's K loads are issued after the scores and its V loads after P.V, so each
-// is in flight during half an iteration. (A first version staged K and V in shared memory
-// as fp32 and read them once per head: shared-memory bound at ~35% of DRAM bandwidth.)
-// Four CTAs per multiprocessor (128 registers) where that costs at most a few spilled bytes.
-template <KvT T, int kDimMax>
-constexpr int decode_min_ctas() {
-  return kDimMax <= 128 && T != KvT::F32 ? 4 : 1;
+size_t decode_smem_bytes(int dk, int dv) {
+  const int ks = dk + 4;
+  return sizeof(float) * static_cast<size_t>(kChunk * ks + kChunk * dv + kHeadChunk * ks +
+                                             kHeadChunk * kChunk + 3 * kHeadChunk);
 }
 
 template <KvT T, int kDimMax>
-__global__ void __launch_bounds__(kThreads, decode_min_ctas<T, kDimMax>())
-    decode_kernel(const AttnArgs a) {
-  constexpr int kKU = decode_k_units<kDimMax>();
-  constexpr int kVK = decode_v_keys<kDimMax>();
+__global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
   extern __shared__ float4 smem4[];
-  const int dk = a.k.dim, dv = a.v.dim, dk4 = dk / 4, dv4 = dv / 4, dv8 = dv / 8;
-  float* Qs = reinterpret_cast<float*>(smem4);  // [kHeadChunk][dk]
-  float* Ss = Qs + kHeadChunk * dk;             // [kHeadChunk][kChunk] scores
-  float* Pt = Ss + kHeadChunk * kChunk;         // [kChunk][kHeadChunk] weights
-  float* corr_s = Pt + kChunk * kHeadChunk;     // [kHeadChunk]
+  const int dk = a.k.dim, dv = a.v.dim, ks = dk + 4, dk4 = dk / 4, dv4 = dv / 4;
+  float* Ks = reinterpret_cast<float*>(smem4);  // [kChunk][ks]
+  float* Vs = Ks + kChunk * ks;                 // [kChunk][dv]
+  float* Qs = Vs + kChunk * dv;                 // [kHeadChunk][ks]
+  float* Ps = Qs + kHeadChunk * ks;             // [kHeadChunk][kChunk] scores, then weights
+  float* corr_s = Ps + kHeadChunk * kChunk;     // [kHeadChunk]
   float* ml_s = corr_s + kHeadChunk;            // [kHeadChunk][2]
-  float* red = ml_s + 2 * kHeadChunk;           // [n_kg][kHeadChunk][dv]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   const int t = blockIdx.x;
@@ -451,105 +382,72 @@ __global__ void __launch_bounds__(kThreads, decode_min_ctas<T, kDimMax>())
 
   for (int u = tid; u < gc * dk4; u += kThreads) {
     const int g = u / dk4, d4 = u - g * dk4;
-    reinterpret_cast<float4*>(Qs + g * dk)[d4] =
+    reinterpret_cast<float4*>(Qs + g * ks)[d4] =
         reinterpret_cast<const float4*>(a.q + (int64_t{t} * a.n_heads + h0 + g) * dk)[d4];
   }
-  for (int u = tid; u < kChunk * kHeadChunk; u += kThreads) Pt[u] = 0.0f;
 
-  const int kj = tid >> 2, qd = tid & 3;  // scores
-  const int n_kg = kThreads / dv8;        // P.V key groups
-  const int kq = tid / dv8, c8 = tid - kq * dv8;
-  const bool pv_active = kq < n_kg;
-
-  float acc[kHeadChunk][8];
+  constexpr int kAcc = (kHeadChunk * kDimMax / 4 + kThreads - 1) / kThreads;
+  float4 acc[kAcc];
 #pragma unroll
-  for (int g = 0; g < kHeadChunk; ++g) {
-#pragma unroll
-    for (int k = 0; k < 8; ++k) acc[g][k] = 0.0f;
-  }
+  for (int r = 0; r < kAcc; ++r) acc[r] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   float m[kHeadChunk / 4], l[kHeadChunk / 4];  // heads warp + 4 i
 #pragma unroll
   for (int i = 0; i < kHeadChunk / 4; ++i) m[i] = -INFINITY, l[i] = 0.0f;
 
-  Raw8 rk[kKU], rv[kVK];
+  // Software pipeline: the next chunk's loads are in flight while this one is computed.
+  Raw8 raw_k[chunk_iters<kDimMax>()], raw_v[chunk_iters<kDimMax>()];
   if (kbeg < kend) {
-    decode_load_k<T, kDimMax>(rk, a, kvh, blocks, kbeg, kend, kj, qd);
-    decode_load_v<T, kDimMax>(rv, a, kvh, blocks, kbeg, kend, kq, n_kg, c8, pv_active);
+    load_chunk_raw<T, kDimMax>(raw_k, a.k, kvh, bt, blocks, kbeg, kbeg, kend);
+    load_chunk_raw<T, kDimMax>(raw_v, a.v, kvh, bt, blocks, kbeg, kbeg, kend);
   }
-  __syncthreads();  // Qs, Pt
   for (int c0 = kbeg; c0 < kend; c0 += kChunk) {
-    const bool more = c0 + kChunk < kend;
-    {
-      float dot[kHeadChunk];
-#pragma unroll
-      for (int g = 0; g < kHeadChunk; ++g) dot[g] = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kKU; ++i) {
-        const int e8 = qd + 4 * i;
-        if (e8 < dk / 8) {
-          float x[8];
-          unpack8<T>(rk[i], x);
-#pragma unroll
-          for (int g = 0; g < kHeadChunk; ++g) {
-            if (g < gc) {
-              const float4* qv = reinterpret_cast<const float4*>(Qs + g * dk + e8 * 8);
-              const float4 q0 = qv[0], q1 = qv[1];
-              dot[g] = dot4(q0, make_float4(x[0], x[1], x[2], x[3]), dot[g]);
-              dot[g] = dot4(q1, make_float4(x[4], x[5], x[6], x[7]), dot[g]);
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int g = 0; g < kHeadChunk; ++g) {
-        dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], 1);
-        dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], 2);
-      }
-      if (qd == 0) {
-        const bool valid = c0 + kj < kend;
-#pragma unroll
-        for (int g = 0; g < kHeadChunk; ++g)
-          if (g < gc) Ss[g * kChunk + kj] = valid ? score_of(dot[g], a) : -INFINITY;
-      }
+    __syncthreads();  // Qs written; the previous chunk's readers done
+    store_chunk<T, kDimMax>(raw_k, dk, Ks, ks);
+    store_chunk<T, kDimMax>(raw_v, dv, Vs, dv);
+    __syncthreads();
+    if (c0 + kChunk < kend) {
+      load_chunk_raw<T, kDimMax>(raw_k, a.k, kvh, bt, blocks, c0 + kChunk, kbeg, kend);
+      load_chunk_raw<T, kDimMax>(raw_v, a.v, kvh, bt, blocks, c0 + kChunk, kbeg, kend);
     }
-    if (more) decode_load_k<T, kDimMax>(rk, a, kvh, blocks, c0 + kChunk, kend, kj, qd);
+    for (int u = tid; u < gc * kChunk; u += kThreads) {
+      const int g = u / kChunk, j = u - g * kChunk;
+      float sc = -INFINITY;
+      if (c0 + j < kend) {
+        const float4* qr = reinterpret_cast<const float4*>(Qs + g * ks);
+        const float4* kr = reinterpret_cast<const float4*>(Ks + j * ks);
+        float dot = 0.0f;
+#pragma unroll 8
+        for (int d4 = 0; d4 < dk4; ++d4) dot = dot4(qr[d4], kr[d4], dot);
+        sc = score_of(dot, a);
+      }
+      Ps[g * kChunk + j] = sc;
+    }
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < kHeadChunk / 4; ++i) {
       const int g = warp + 4 * i;
       if (g < gc) {
         float corr;
-        Pt[lane * kHeadChunk + g] = softmax_step(Ss[g * kChunk + lane], m[i], l[i], corr);
+        const float p = softmax_step(Ps[g * kChunk + lane], m[i], l[i], corr);
+        Ps[g * kChunk + lane] = p;
         if (lane == 0) corr_s[g] = corr;
       }
     }
     __syncthreads();
-    if (pv_active) {
 #pragma unroll
-      for (int g = 0; g < kHeadChunk; ++g) {
-        const float c = g < gc ? corr_s[g] : 1.0f;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) acc[g][k] *= c;
-      }
-#pragma unroll
-      for (int i = 0; i < kVK; ++i) {
-        const int j = kq + n_kg * i;
-        if (j < kChunk) {
-          float x[8];
-          unpack8<T>(rv[i], x);
-          const float4 p0 = reinterpret_cast<const float4*>(Pt + j * kHeadChunk)[0];
-          const float4 p1 = reinterpret_cast<const float4*>(Pt + j * kHeadChunk)[1];
-          const float pg[kHeadChunk] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
-#pragma unroll
-          for (int g = 0; g < kHeadChunk; ++g) {
-#pragma unroll
-            for (int k = 0; k < 8; ++k) acc[g][k] = fmaf(pg[g], x[k], acc[g][k]);
-          }
-        }
+    for (int r = 0; r < kAcc; ++r) {
+      const int u = tid + r * kThreads;
+      if (u < gc * dv4) {
+        const int g = u / dv4, d4 = u - g * dv4;
+        const float c = corr_s[g];
+        float4 o = make_float4(acc[r].x * c, acc[r].y * c, acc[r].z * c, acc[r].w * c);
+        const float* pr = Ps + g * kChunk;
+        const float4* vc = reinterpret_cast<const float4*>(Vs) + d4;
+#pragma unroll 8
+        for (int j = 0; j < kChunk; ++j) o = fma4(pr[j], vc[j * dv4], o);
+        acc[r] = o;
       }
     }
-    if (more)
-      decode_load_v<T, kDimMax>(rv, a, kvh, blocks, c0 + kChunk, kend, kq, n_kg, c8, pv_active);
   }
 
   if (lane == 0) {
@@ -559,32 +457,21 @@ __global__ void __launch_bounds__(kThreads, decode_min_ctas<T, kDimMax>())
       if (g < gc) ml_s[2 * g] = m[i], ml_s[2 * g + 1] = l[i];
     }
   }
-  if (pv_active) {
-#pragma unroll
-    for (int g = 0; g < kHeadChunk; ++g) {
-      if (g < gc) {
-        float4* r = reinterpret_cast<float4*>(red + (kq * kHeadChunk + g) * dv + c8 * 8);
-        r[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
-        r[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
-      }
-    }
-  }
   __syncthreads();
   const int64_t rows = int64_t{a.n_tokens} * a.n_heads;
-  for (int u = tid; u < gc * dv4; u += kThreads) {
-    const int g = u / dv4, d4 = u - g * dv4;
-    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int q = 0; q < n_kg; ++q) {
-      const float4 r = reinterpret_cast<const float4*>(red + (q * kHeadChunk + g) * dv)[d4];
-      o = make_float4(o.x + r.x, o.y + r.y, o.z + r.z, o.w + r.w);
-    }
-    const int64_t row = int64_t{t} * a.n_heads + h0 + g;
-    if (a.n_splits == 1) {
-      const float li = ml_s[2 * g + 1];  // > 0: key pos is always visible
-      reinterpret_cast<float4*>(a.out)[row * dv4 + d4] =
-          make_float4(o.x / li, o.y / li, o.z / li, o.w / li);
-    } else {
-      reinterpret_cast<float4*>(a.ws)[(split * rows + row) * dv4 + d4] = o;
+#pragma unroll
+  for (int r = 0; r < kAcc; ++r) {
+    const int u = tid + r * kThreads;
+    if (u < gc * dv4) {
+      const int g = u / dv4, d4 = u - g * dv4;
+      const int64_t row = int64_t{t} * a.n_heads + h0 + g;
+      if (a.n_splits == 1) {
+        const float li = ml_s[2 * g + 1];  // > 0: key pos is always visible
+        reinterpret_cast<float4*>(a.out)[row * dv4 + d4] =
+            make_float4(acc[r].x / li, acc[r].y / li, acc[r].z / li, acc[r].w / li);
+      } else {
+        reinterpret_cast<float4*>(a.ws)[(split * rows + row) * dv4 + d4] = acc[r];
+      }
     }
   }
   if (a.n_splits > 1 && tid < gc) {
@@ -657,10 +544,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttnArgs a) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   const int s = blockIdx.x / a.tiles_per_seq;
-  // Last tiles first: under the causal mask they have the most keys, so the grid's tail is
-  // the short tiles.
-  const int tile = a.tiles_per_seq - 1 - static_cast<int>(blockIdx.x - s * a.tiles_per_seq);
-  const int q0 = a.b.qo[s] + tile * a.tile_tokens;
+  const int q0 = a.b.qo[s] + (blockIdx.x - s * a.tiles_per_seq) * a.tile_tokens;
   const int qn = min(a.tile_tokens, a.b.qo[s + 1] - q0);
   if (qn <= 0) return;
   const int kvh = blockIdx.y / a.n_hchunks;
@@ -704,29 +588,10 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttnArgs a) {
     for (int k = 0; k < kCI; ++k) acc[i][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 
-  // As in decode, the next chunk's loads are in flight during this one's math, except for F32
-  // at head dims over 128, where the registers would spill.
-  constexpr bool kPrefetch = !(T == KvT::F32 && kDimMax > 128);
-  constexpr int kRaw = kPrefetch ? chunk_iters<kDimMax>() : 1;
-  Raw8 raw_k[kRaw], raw_v[kRaw];
-  if constexpr (kPrefetch) {
-    load_chunk_raw<T, kDimMax>(raw_k, a.k, kvh, a.block_tokens, blocks, lo, lo, hi);
-    load_chunk_raw<T, kDimMax>(raw_v, a.v, kvh, a.block_tokens, blocks, lo, lo, hi);
-  }
   for (int c0 = lo; c0 < hi; c0 += kChunk) {
-    if constexpr (kPrefetch) {
-      store_chunk<T, kDimMax>(raw_k, dk, Ks, ks);
-      store_chunk<T, kDimMax>(raw_v, dv, Vs, dv);
-      __syncthreads();
-      if (c0 + kChunk < hi) {
-        load_chunk_raw<T, kDimMax>(raw_k, a.k, kvh, a.block_tokens, blocks, c0 + kChunk, lo, hi);
-        load_chunk_raw<T, kDimMax>(raw_v, a.v, kvh, a.block_tokens, blocks, c0 + kChunk, lo, hi);
-      }
-    } else {
-      load_chunk<T, kDimMax>(a.k, kvh, a.block_tokens, blocks, c0, lo, hi, Ks, ks);
-      load_chunk<T, kDimMax>(a.v, kvh, a.block_tokens, blocks, c0, lo, hi, Vs, dv);
-      __syncthreads();
-    }
+    load_chunk<T, kDimMax>(a.k, kvh, a.block_tokens, blocks, c0, lo, hi, Ks, ks);
+    load_chunk<T, kDimMax>(a.v, kvh, a.block_tokens, blocks, c0, lo, hi, Vs, dv);
+    __syncthreads();
     float sc[kRI][4];
 #pragma unroll
     for (int i = 0; i < kRI; ++i) {
@@ -764,7 +629,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttnArgs a) {
       float m = m_s[r], l = l_s[r], corr;
       const float p = softmax_step(Ss[r * kSs + lane], m, l, corr);
       Ss[r * kSs + lane] = p;
-      __syncwarp();  // every lane has read m_s[r], l_s[r]
+      __syncwarp();  // every lane has read m_s[r], l_s[r] (racecheck: warp-level WAR)
       if (lane == 0) m_s[r] = m, l_s[r] = l, corr_s[r] = corr;
     }
     __syncthreads();
@@ -873,10 +738,6 @@ void allow_smem(AttnKernelFn fn, bool decode, int bucket) {
       decode ? decode_smem_bytes(bucket, bucket) : prefill_smem_bytes(rows, bucket, bucket);
   KILN_CUDA_ASSERT(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(bytes)) == cudaSuccess);
-  // Occupancy comes from shared memory (the CTAs of a multiprocessor share it): prefer the
-  // largest carveout over L1.
-  KILN_CUDA_ASSERT(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        cudaSharedmemCarveoutMaxShared) == cudaSuccess);
   done.emplace_back(fn, dev);
 }
 
@@ -957,9 +818,9 @@ int32_t attention_decode_splits(const KvLayer& kv, int64_t n_tokens, const AttnP
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
     sms = 132;
   }
-  // About two waves of resident CTAs (the decode kernel's shared memory and registers allow
-  // five per multiprocessor at head dim 128).
-  int64_t splits = (10 * int64_t{sms} + ctas - 1) / ctas;
+  // About four resident CTAs per multiprocessor (the decode kernel's shared memory allows
+  // five at head dim 128), each walking a long enough stretch of context.
+  int64_t splits = (4 * int64_t{sms} + ctas - 1) / ctas;
   splits = std::min<int64_t>(splits, kMaxSplits);
   splits = std::min<int64_t>(
       splits, p.workspace_bytes / (n_tokens * split_bytes_per_token(p.n_heads, kv.head_dim_v)));
