@@ -95,8 +95,14 @@ void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64
 // ---- paged KV cache and attention (attention.cu) -------------------------------------------
 
 // One layer's paged KV storage on the device. Layout per block (the CUDA backend's own,
-// defined here): for each kv head, block_tokens rows of head_dim elements of `type`
-// ([block][kv_head][token][dim]; Q8_0 rows are head_dim / 32 block_q8_0). K and V alike.
+// defined here): for each kv head (head-major: one head's part of a block is contiguous),
+//  - F32/F16: block_tokens rows of head_dim elements ([block][kv_head][token][dim]), so a
+//    warp reading a key row reads consecutive 16-byte words;
+//  - Q8_0: the same values as ggml's block_q8_0 rows, split into two arrays so the int8
+//    levels stay 16-byte aligned: qs [token][head_dim] int8, then d [token][head_dim / 32]
+//    f16 (a block_q8_0 is 34 bytes, which would leave the levels only 2-byte aligned). The
+//    byte count equals block_tokens rows of head_dim / 32 block_q8_0.
+// K and V alike (unlike cpu::KvLayerView, which stores F32/F16 K transposed).
 struct KvLayer {
   quant::Type type = quant::Type::F16;  // F32, F16 or Q8_0
   uint8_t* k = nullptr;
@@ -105,19 +111,29 @@ struct KvLayer {
   int64_t v_block_bytes = 0;
   int32_t block_tokens = 16;
   int32_t n_kv_heads = 0;
-  int32_t head_dim_k = 0;
+  int32_t head_dim_k = 0;  // multiple of 8 (of 32 for Q8_0), at most 256
   int32_t head_dim_v = 0;
 };
 // Bytes of one block of one layer for K (or V: pass head_dim_v).
 int64_t kv_block_bytes(quant::Type type, int32_t block_tokens, int32_t n_kv_heads,
                        int32_t head_dim);
+// A KvLayer over device storage k, v with kv_block_bytes filled in.
+KvLayer make_kv_layer(quant::Type type, uint8_t* k, uint8_t* v, int32_t block_tokens,
+                      int32_t n_kv_heads, int32_t head_dim_k, int32_t head_dim_v);
 
 struct AttnParams {
   int32_t n_heads = 0;
   float scale = 1.0f;
   float softcap = 0.0f;        // 0 = off
   int32_t sliding_window = 0;  // 0 = whole context
+  // Device scratch for split-K decode (partial softmax states); null = no split (one CTA
+  // per (token, kv head) walks the whole context). Size it with attention_workspace_bytes.
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
 };
+// Scratch that lets attention() split long decode contexts over several CTAs (a fixed
+// size: the split count shrinks as the token count grows).
+int64_t attention_workspace_bytes(int32_t n_heads, int32_t head_dim_v);
 
 // b: the step's CSR metadata (AttnBatch) with every pointer in device memory; n_tokens the
 // flat row count (qo_indptr[num_seqs]); max_q_len the longest query run of any sequence (host
@@ -125,8 +141,11 @@ struct AttnParams {
 // positions, converted to the cache type (F16 round-to-nearest-even, Q8_0 as ggml).
 void kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, const float* k,
               const float* v, cudaStream_t s);
-// Causal paged attention with GQA, sliding window and softcap, as cpu::attention.
-// q [n_tokens, n_heads, head_dim_k], out [n_tokens, n_heads, head_dim_v].
+// Causal paged attention with GQA, sliding window and softcap, as cpu::attention (fp32 math;
+// within 1e-5 of max |V| of cpu::attention_reference on the same stored K/V).
+// q [n_tokens, n_heads, head_dim_k], out [n_tokens, n_heads, head_dim_v], both 16-byte
+// aligned. max_q_len <= 1 runs the decode kernel (split-K over the context when p.workspace
+// is set), otherwise the tiled prefill kernel; either handles a mixed batch.
 void attention(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, int32_t max_q_len,
                const float* q, float* out, const AttnParams& p, cudaStream_t s);
 // Reads token in_block of kv head kvh of `block` back as fp32 (host out), for tests.

@@ -1,0 +1,906 @@
+// The paged KV cache (kv_write, kv_read) and causal paged attention on CUDA (kernels.h),
+// checked against cpu::kv_write and cpu::attention_reference by
+// tests/unit/cuda/attention_test.cpp.
+//
+// Both attention kernels do fp32 math with an online softmax (Milakov & Gimelshein 2018),
+// handle GQA by giving one CTA up to 8 query heads of one kv head (so each K/V element read
+// serves all of them), and are correct for any batch, decode and prefill rows mixed:
+//  - decode: one CTA per (query row, kv head, head chunk, context split). It walks its share
+//    of the row's context in chunks of 32 keys: K and V of the chunk are dequantized into
+//    shared memory as fp32, one thread per (head, key) computes a score, one warp per head
+//    updates the softmax (a lane per key), and the threads that own (head, 4 dims) of the
+//    output accumulate P.V. Split-K (Flash-Decoding): when the grid would be small, the
+//    context is split over several CTAs that write partial (m, l, acc) to the workspace,
+//    and a second kernel merges them. The split count depends only on host values.
+//  - prefill: one CTA per (sequence, tile of query rows, kv head, head chunk); a tile is up
+//    to 64 (32 for head dims over 128) rows of (token, head), so it covers 64 / group tokens.
+//    Scores and P.V are register-tiled (4 rows x 4 keys / 4 rows x 4 float4 per thread) from
+//    shared memory; keys run from the tile's first visible position to its last query
+//    position (causal skipping, sliding window) in chunks of 32.
+// Nothing here allocates or synchronises: the launch shape depends on n_tokens, max_q_len,
+// num_seqs, the head counts and the workspace size only (all host values).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "kiln/backend/cuda/attention_impl.h"
+#include "kiln/backend/cuda/kernels.h"
+#include "kiln/quant/fp16.h"
+
+// kiln/util/status.h pulls in fmt, which nvcc's host pass does not compile; the same
+// always-on invariant check as its KILN_ASSERT.
+#define KILN_CUDA_ASSERT(cond)                                                                  \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
+      std::fprintf(stderr, "kiln: assertion failed: %s at %s:%d\n", #cond, __FILE__, __LINE__); \
+      std::abort();                                                                             \
+    }                                                                                           \
+  } while (0)
+
+namespace kiln::backend::cuda {
+namespace {
+
+enum class KvT { F32, F16, Q8 };
+
+constexpr int kThreads = 128;        // every kernel here
+constexpr int kChunk = 32;           // keys per shared-memory chunk: one per lane in the softmax
+constexpr int kHeadChunk = 8;        // query heads of one kv head per CTA
+constexpr int kMaxSplits = 64;       // context splits of one decode row
+constexpr int kMaxSplitRows = 1024;  // n_splits * n_tokens the workspace holds
+
+// ---- fp16 and Q8_0 conversion, bit-exact with the CPU's quant:: functions ------------------
+
+// quant::fp32_to_fp16: round to nearest even, overflow to inf, NaN payload kept.
+__device__ __forceinline__ uint16_t fp32_to_fp16_bits(float f) {
+  const uint32_t x = __float_as_uint(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) {  // NaN
+    uint32_t payload = (ax >> 13) & 0x3ffu;
+    if (payload == 0) payload = 0x200;
+    return static_cast<uint16_t>(sign | 0x7c00u | payload);
+  }
+  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (ax >= 0x38800000u) {  // normal f16
+    const uint32_t exp16 = (ax >> 23) - (127 - 15);
+    const uint32_t mant = ax & 0x7fffffu;
+    uint32_t h = (exp16 << 10) | (mant >> 13);
+    const uint32_t rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+    return static_cast<uint16_t>(sign | h);
+  }
+  if (ax <= 0x33000000u) return static_cast<uint16_t>(sign);
+  const uint32_t exp32 = ax >> 23;  // subnormal f16: 102..112
+  const uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
+  const uint32_t shift = 126 - exp32;
+  uint32_t h = mant >> shift;
+  const uint32_t rest = mant & ((1u << shift) - 1);
+  const uint32_t half = 1u << (shift - 1);
+  if (rest > half || (rest == half && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+__device__ __forceinline__ float fp16_bits_to_fp32(uint32_t h) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h & 0xffffu)));
+}
+
+// quant::detail::scale_to_fp16: NaN -> 0, clamped to the largest finite f16.
+__device__ __forceinline__ uint16_t scale_to_fp16_bits(float d) {
+  if (isnan(d)) return 0;
+  return fp32_to_fp16_bits(fminf(fmaxf(d, -65504.0f), 65504.0f));
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+// Every lane ends with the same bits: each butterfly step adds the same pair in either order.
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// ---- the cache as the kernels see it ------------------------------------------------------
+
+struct Cache {  // K or V of one layer
+  uint8_t* data;
+  int64_t block_bytes;  // all kv heads
+  int64_t head_bytes;   // one kv head's part of a block
+  int32_t dim;
+};
+
+struct Batch {
+  const int32_t* qo;
+  const int32_t* kv_ptr;
+  const int32_t* kv_idx;
+  const int32_t* pos;
+  int32_t num_seqs;
+};
+
+// The sequence s with qo[s] <= t < qo[s + 1] (empty sequences are never returned).
+__device__ __forceinline__ int seq_of_token(const int32_t* qo, int num_seqs, int t) {
+  int lo = 0, hi = num_seqs;  // qo[lo] <= t < qo[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (qo[mid] <= t) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Eight consecutive elements of one cached row, as loaded: F32 a, b = 8 floats; F16 a = 8
+// halves; Q8_0 a.x, a.y = 8 int8 levels and b.x = the f16 scale of their group of 32.
+struct Raw8 {
+  uint4 a, b;
+};
+
+// Elements e..e+7 of token j of one kv head's part of a block (head).
+template <KvT T>
+__device__ __forceinline__ Raw8 load8(const uint8_t* head, int dim, int block_tokens, int j,
+                                      int e) {
+  Raw8 r{};
+  if constexpr (T == KvT::F32) {
+    const uint4* p = reinterpret_cast<const uint4*>(head + (int64_t{j} * dim + e) * 4);
+    r.a = __ldg(p);
+    r.b = __ldg(p + 1);
+  } else if constexpr (T == KvT::F16) {
+    r.a = __ldg(reinterpret_cast<const uint4*>(head + (int64_t{j} * dim + e) * 2));
+  } else {
+    const uint2 q = __ldg(reinterpret_cast<const uint2*>(head + int64_t{j} * dim + e));
+    r.a.x = q.x;
+    r.a.y = q.y;
+    r.b.x = __ldg(reinterpret_cast<const unsigned short*>(head + int64_t{block_tokens} * dim +
+                                                          (int64_t{j} * (dim / 32) + e / 32) * 2));
+  }
+  return r;
+}
+
+template <KvT T>
+__device__ __forceinline__ void unpack8(const Raw8& r, float x[8]) {
+  if constexpr (T == KvT::F32) {
+    x[0] = __uint_as_float(r.a.x), x[1] = __uint_as_float(r.a.y);
+    x[2] = __uint_as_float(r.a.z), x[3] = __uint_as_float(r.a.w);
+    x[4] = __uint_as_float(r.b.x), x[5] = __uint_as_float(r.b.y);
+    x[6] = __uint_as_float(r.b.z), x[7] = __uint_as_float(r.b.w);
+  } else if constexpr (T == KvT::F16) {
+    const uint32_t w[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      x[2 * i] = fp16_bits_to_fp32(w[i]);
+      x[2 * i + 1] = fp16_bits_to_fp32(w[i] >> 16);
+    }
+  } else {  // as quant's dequant_q8_0: float(q) * float(d)
+    const float d = fp16_bits_to_fp32(r.b.x);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      x[i] = static_cast<float>(static_cast<int8_t>((r.a.x >> (8 * i)) & 0xffu)) * d;
+      x[4 + i] = static_cast<float>(static_cast<int8_t>((r.a.y >> (8 * i)) & 0xffu)) * d;
+    }
+  }
+}
+
+// Registers that hold one chunk of one of K or V as loaded (kChunk rows of up to kDimMax).
+template <int kDimMax>
+constexpr int chunk_iters() {
+  return (kChunk * kDimMax / 8 + kThreads - 1) / kThreads;
+}
+
+// Issues the loads of keys [c0, c0 + kChunk) of kv head kvh of one sequence (blocks: its block
+// table) into raw; keys outside [kbeg, kend) are zero and are never read from the cache.
+template <KvT T, int kDimMax>
+__device__ __forceinline__ void load_chunk_raw(Raw8 (&raw)[chunk_iters<kDimMax>()], const Cache& c,
+                                               int kvh, int block_tokens, const int32_t* blocks,
+                                               int c0, int kbeg, int kend) {
+  const int units_per_row = c.dim / 8;
+  const int units = kChunk * units_per_row;
+#pragma unroll
+  for (int i = 0; i < chunk_iters<kDimMax>(); ++i) {
+    const int u = threadIdx.x + i * kThreads;
+    const int j = u / units_per_row;
+    const int e = (u - j * units_per_row) * 8;
+    const int p = c0 + j;
+    raw[i] = Raw8{};
+    if (u < units && p >= kbeg && p < kend) {
+      const int64_t block = blocks[p / block_tokens];
+      raw[i] = load8<T>(c.data + block * c.block_bytes + int64_t{kvh} * c.head_bytes, c.dim,
+                        block_tokens, p % block_tokens, e);
+    }
+  }
+}
+
+// Stores a loaded chunk as fp32 rows of dim at dst + j * stride.
+template <KvT T, int kDimMax>
+__device__ __forceinline__ void store_chunk(const Raw8 (&raw)[chunk_iters<kDimMax>()], int dim,
+                                            float* dst, int stride) {
+  const int units_per_row = dim / 8;
+  const int units = kChunk * units_per_row;
+#pragma unroll
+  for (int i = 0; i < chunk_iters<kDimMax>(); ++i) {
+    const int u = threadIdx.x + i * kThreads;
+    if (u < units) {
+      const int j = u / units_per_row;
+      const int e = (u - j * units_per_row) * 8;
+      float x[8];
+      unpack8<T>(raw[i], x);
+      float4* d = reinterpret_cast<float4*>(dst + j * stride + e);
+      d[0] = make_float4(x[0], x[1], x[2], x[3]);
+      d[1] = make_float4(x[4], x[5], x[6], x[7]);
+    }
+  }
+}
+
+// Both at once: all loads of the chunk are issued before the first store.
+template <KvT T, int kDimMax>
+__device__ __forceinline__ void load_chunk(const Cache& c, int kvh, int block_tokens,
+                                           const int32_t* blocks, int c0, int kbeg, int kend,
+                                           float* dst, int stride) {
+  Raw8 raw[chunk_iters<kDimMax>()];
+  load_chunk_raw<T, kDimMax>(raw, c, kvh, block_tokens, blocks, c0, kbeg, kend);
+  store_chunk<T, kDimMax>(raw, c.dim, dst, stride);
+}
+
+// ---- kv_write ------------------------------------------------------------------------------
+
+// Token j of one kv head's part of a block (head) from the fp32 row x of dim elements.
+template <KvT T>
+__device__ __forceinline__ void write_row(uint8_t* head, int dim, int block_tokens, int j,
+                                          const float* x) {
+  if constexpr (T == KvT::F32) {
+    float* row = reinterpret_cast<float*>(head) + int64_t{j} * dim;
+    for (int d = threadIdx.x; d < dim; d += blockDim.x) row[d] = x[d];
+  } else if constexpr (T == KvT::F16) {
+    uint16_t* row = reinterpret_cast<uint16_t*>(head) + int64_t{j} * dim;
+    for (int d = threadIdx.x; d < dim; d += blockDim.x) row[d] = fp32_to_fp16_bits(x[d]);
+  } else {
+    // quant's q8_levels: d = f16(amax / 127), q = round(x / d) against the stored d.
+    const int lane = threadIdx.x & 31;
+    int8_t* qs = reinterpret_cast<int8_t*>(head) + int64_t{j} * dim;
+    uint16_t* ds =
+        reinterpret_cast<uint16_t*>(head + int64_t{block_tokens} * dim) + int64_t{j} * (dim / 32);
+    for (int g = threadIdx.x >> 5; g < dim / 32; g += blockDim.x >> 5) {
+      const float xv = x[g * 32 + lane];
+      const float amax = warp_max(fabsf(xv));  // fmaxf skips NaN, as std::max(amax, NaN)
+      const uint16_t dbits = scale_to_fp16_bits(__fdiv_rn(amax, 127.0f));
+      const float d = fp16_bits_to_fp32(dbits);
+      const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+      const float v = __fmul_rn(xv, id);
+      qs[g * 32 + lane] =
+          static_cast<int8_t>(isnan(v) ? 0.0f : roundf(fminf(fmaxf(v, -127.0f), 127.0f)));
+      if (lane == 0) ds[g] = dbits;
+    }
+  }
+}
+
+template <KvT T>
+__global__ void __launch_bounds__(kThreads)
+    kv_write_kernel(Cache k, Cache v, int block_tokens, Batch b, int n_kv_heads, const float* ks,
+                    const float* vs) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const int s = seq_of_token(b.qo, b.num_seqs, t);
+  const int pos = b.pos[t];
+  const int64_t block = b.kv_idx[b.kv_ptr[s] + pos / block_tokens];
+  const int j = pos % block_tokens;
+  const int64_t row = int64_t{t} * n_kv_heads + h;
+  write_row<T>(k.data + block * k.block_bytes + h * k.head_bytes, k.dim, block_tokens, j,
+               ks + row * k.dim);
+  write_row<T>(v.data + block * v.block_bytes + h * v.head_bytes, v.dim, block_tokens, j,
+               vs + row * v.dim);
+}
+
+// ---- attention -----------------------------------------------------------------------------
+
+struct AttnArgs {
+  Cache k, v;
+  int32_t block_tokens;
+  Batch b;
+  const float* q;  // [n_tokens, n_heads, dk]
+  float* out;      // [n_tokens, n_heads, dv]
+  float* ws;       // split-K partials: acc [n_splits][n_tokens][n_heads][dv], then (m, l)
+  int32_t n_tokens, n_heads;
+  int32_t group;      // query heads per kv head
+  int32_t n_hchunks;  // ceil(group / kHeadChunk): blockIdx.y = kv_head * n_hchunks + chunk
+  int32_t n_splits;
+  int32_t tile_tokens, tiles_per_seq;  // prefill
+  int32_t window;
+  float scale, softcap;
+};
+
+__device__ __forceinline__ float score_of(float dot, const AttnArgs& a) {
+  float s = dot * a.scale;
+  if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
+  return s;
+}
+
+// One online-softmax step of a row over a chunk's scores, one per lane (-inf = masked). m and
+// l are the row's running max and normaliser (the same in every lane); corr rescales the
+// row's accumulator. Returns the lane's weight.
+__device__ __forceinline__ float softmax_step(float sc, float& m, float& l, float& corr) {
+  const float m_new = fmaxf(m, warp_max(sc));
+  corr = m_new == -INFINITY ? 1.0f : expf(m - m_new);
+  const float p = sc == -INFINITY ? 0.0f : expf(sc - m_new);
+  l = l * corr + warp_sum(p);
+  m = m_new;
+  return p;
+}
+
+__device__ __forceinline__ float4 fma4(float p, float4 v, float4 o) {
+  return make_float4(fmaf(p, v.x, o.x), fmaf(p, v.y, o.y), fmaf(p, v.z, o.z), fmaf(p, v.w, o.w));
+}
+__device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
+  return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
+}
+
+size_t decode_smem_bytes(int dk, int dv) {
+  const int ks = dk + 4;
+  return sizeof(float) * static_cast<size_t>(kChunk * ks + kChunk * dv + kHeadChunk * ks +
+                                             kHeadChunk * kChunk + 3 * kHeadChunk);
+}
+
+template <KvT T, int kDimMax>
+__global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
+  extern __shared__ float4 smem4[];
+  const int dk = a.k.dim, dv = a.v.dim, ks = dk + 4, dk4 = dk / 4, dv4 = dv / 4;
+  float* Ks = reinterpret_cast<float*>(smem4);  // [kChunk][ks]
+  float* Vs = Ks + kChunk * ks;                 // [kChunk][dv]
+  float* Qs = Vs + kChunk * dv;                 // [kHeadChunk][ks]
+  float* Ps = Qs + kHeadChunk * ks;             // [kHeadChunk][kChunk] scores, then weights
+  float* corr_s = Ps + kHeadChunk * kChunk;     // [kHeadChunk]
+  float* ml_s = corr_s + kHeadChunk;            // [kHeadChunk][2]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  const int t = blockIdx.x;
+  const int kvh = blockIdx.y / a.n_hchunks;
+  const int hc = blockIdx.y - kvh * a.n_hchunks;
+  const int h0 = kvh * a.group + hc * kHeadChunk;
+  const int gc = min(kHeadChunk, a.group - hc * kHeadChunk);
+  const int split = blockIdx.z;
+  const int s = seq_of_token(a.b.qo, a.b.num_seqs, t);
+  const int pos = a.b.pos[t];
+  const int32_t* blocks = a.b.kv_idx + a.b.kv_ptr[s];
+  const int bt = a.block_tokens;
+
+  // Keys [lo, pos]; this split takes its share of the blocks they span.
+  const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  const int b_first = lo / bt, n_blocks = pos / bt - b_first + 1;
+  const int per_split = (n_blocks + a.n_splits - 1) / a.n_splits;
+  const int kbeg = max(lo, (b_first + split * per_split) * bt);
+  const int kend = min(pos + 1, (b_first + (split + 1) * per_split) * bt);
+
+  for (int u = tid; u < gc * dk4; u += kThreads) {
+    const int g = u / dk4, d4 = u - g * dk4;
+    reinterpret_cast<float4*>(Qs + g * ks)[d4] =
+        reinterpret_cast<const float4*>(a.q + (int64_t{t} * a.n_heads + h0 + g) * dk)[d4];
+  }
+
+  constexpr int kAcc = (kHeadChunk * kDimMax / 4 + kThreads - 1) / kThreads;
+  float4 acc[kAcc];
+#pragma unroll
+  for (int r = 0; r < kAcc; ++r) acc[r] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float m[kHeadChunk / 4], l[kHeadChunk / 4];  // heads warp + 4 i
+#pragma unroll
+  for (int i = 0; i < kHeadChunk / 4; ++i) m[i] = -INFINITY, l[i] = 0.0f;
+
+  // Software pipeline: the next chunk's loads are in flight while this one is computed.
+  Raw8 raw_k[chunk_iters<kDimMax>()], raw_v[chunk_iters<kDimMax>()];
+  if (kbeg < kend) {
+    load_chunk_raw<T, kDimMax>(raw_k, a.k, kvh, bt, blocks, kbeg, kbeg, kend);
+    load_chunk_raw<T, kDimMax>(raw_v, a.v, kvh, bt, blocks, kbeg, kbeg, kend);
+  }
+  for (int c0 = kbeg; c0 < kend; c0 += kChunk) {
+    __syncthreads();  // Qs written; the previous chunk's readers done
+    store_chunk<T, kDimMax>(raw_k, dk, Ks, ks);
+    store_chunk<T, kDimMax>(raw_v, dv, Vs, dv);
+    __syncthreads();
+    if (c0 + kChunk < kend) {
+      load_chunk_raw<T, kDimMax>(raw_k, a.k, kvh, bt, blocks, c0 + kChunk, kbeg, kend);
+      load_chunk_raw<T, kDimMax>(raw_v, a.v, kvh, bt, blocks, c0 + kChunk, kbeg, kend);
+    }
+    for (int u = tid; u < gc * kChunk; u += kThreads) {
+      const int g = u / kChunk, j = u - g * kChunk;
+      float sc = -INFINITY;
+      if (c0 + j < kend) {
+        const float4* qr = reinterpret_cast<const float4*>(Qs + g * ks);
+        const float4* kr = reinterpret_cast<const float4*>(Ks + j * ks);
+        float dot = 0.0f;
+#pragma unroll 8
+        for (int d4 = 0; d4 < dk4; ++d4) dot = dot4(qr[d4], kr[d4], dot);
+        sc = score_of(dot, a);
+      }
+      Ps[g * kChunk + j] = sc;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kHeadChunk / 4; ++i) {
+      const int g = warp + 4 * i;
+      if (g < gc) {
+        float corr;
+        const float p = softmax_step(Ps[g * kChunk + lane], m[i], l[i], corr);
+        Ps[g * kChunk + lane] = p;
+        if (lane == 0) corr_s[g] = corr;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kAcc; ++r) {
+      const int u = tid + r * kThreads;
+      if (u < gc * dv4) {
+        const int g = u / dv4, d4 = u - g * dv4;
+        const float c = corr_s[g];
+        float4 o = make_float4(acc[r].x * c, acc[r].y * c, acc[r].z * c, acc[r].w * c);
+        const float* pr = Ps + g * kChunk;
+        const float4* vc = reinterpret_cast<const float4*>(Vs) + d4;
+#pragma unroll 8
+        for (int j = 0; j < kChunk; ++j) o = fma4(pr[j], vc[j * dv4], o);
+        acc[r] = o;
+      }
+    }
+  }
+
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < kHeadChunk / 4; ++i) {
+      const int g = warp + 4 * i;
+      if (g < gc) ml_s[2 * g] = m[i], ml_s[2 * g + 1] = l[i];
+    }
+  }
+  __syncthreads();
+  const int64_t rows = int64_t{a.n_tokens} * a.n_heads;
+#pragma unroll
+  for (int r = 0; r < kAcc; ++r) {
+    const int u = tid + r * kThreads;
+    if (u < gc * dv4) {
+      const int g = u / dv4, d4 = u - g * dv4;
+      const int64_t row = int64_t{t} * a.n_heads + h0 + g;
+      if (a.n_splits == 1) {
+        const float li = ml_s[2 * g + 1];  // > 0: key pos is always visible
+        reinterpret_cast<float4*>(a.out)[row * dv4 + d4] =
+            make_float4(acc[r].x / li, acc[r].y / li, acc[r].z / li, acc[r].w / li);
+      } else {
+        reinterpret_cast<float4*>(a.ws)[(split * rows + row) * dv4 + d4] = acc[r];
+      }
+    }
+  }
+  if (a.n_splits > 1 && tid < gc) {
+    float* ml = a.ws + int64_t{a.n_splits} * rows * dv +
+                (split * rows + int64_t{t} * a.n_heads + h0 + tid) * 2;
+    ml[0] = ml_s[2 * tid];
+    ml[1] = ml_s[2 * tid + 1];
+  }
+}
+
+// Merges the decode splits of row (token blockIdx.x, head blockIdx.y); a split that saw no
+// key (l == 0) is skipped.
+__global__ void __launch_bounds__(64) combine_splits_kernel(const AttnArgs a) {
+  const int dv = a.v.dim, dv4 = dv / 4;
+  const int64_t rows = int64_t{a.n_tokens} * a.n_heads;
+  const int64_t row = int64_t{blockIdx.x} * a.n_heads + blockIdx.y;
+  const float* ml = a.ws + int64_t{a.n_splits} * rows * dv;
+  float m_max = -INFINITY;
+  for (int sp = 0; sp < a.n_splits; ++sp) {
+    const float* x = ml + (sp * rows + row) * 2;
+    if (x[1] > 0.0f) m_max = fmaxf(m_max, x[0]);
+  }
+  float l_sum = 0.0f;
+  for (int sp = 0; sp < a.n_splits; ++sp) {
+    const float* x = ml + (sp * rows + row) * 2;
+    if (x[1] > 0.0f) l_sum += x[1] * expf(x[0] - m_max);
+  }
+  const float4* acc = reinterpret_cast<const float4*>(a.ws);
+  for (int d4 = threadIdx.x; d4 < dv4; d4 += blockDim.x) {
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int sp = 0; sp < a.n_splits; ++sp) {
+      const float* x = ml + (sp * rows + row) * 2;
+      if (x[1] > 0.0f) o = fma4(expf(x[0] - m_max), acc[(sp * rows + row) * dv4 + d4], o);
+    }
+    reinterpret_cast<float4*>(a.out)[row * dv4 + d4] =
+        make_float4(o.x / l_sum, o.y / l_sum, o.z / l_sum, o.w / l_sum);
+  }
+}
+
+// Rows (token, head) of a prefill tile: 64, or 32 when a head dim exceeds 128 (registers).
+template <int kDimMax>
+constexpr int prefill_rows() {
+  return kDimMax > 128 ? 32 : 64;
+}
+
+size_t prefill_smem_bytes(int rows, int dk, int dv) {
+  const int ks = dk + 4;
+  return sizeof(float) * static_cast<size_t>(rows * ks + kChunk * ks + kChunk * dv +
+                                             rows * (kChunk + 1) + 3 * rows) +
+         sizeof(int) * static_cast<size_t>(rows + 2);
+}
+
+template <KvT T, int kDimMax>
+__global__ void __launch_bounds__(kThreads) prefill_kernel(const AttnArgs a) {
+  constexpr int kRows = prefill_rows<kDimMax>();
+  constexpr int kRI = kRows / 16;    // rows per thread: rg + 16 i
+  constexpr int kCI = kDimMax / 32;  // float4 output columns per thread: cg + 8 k
+  constexpr int kSs = kChunk + 1;    // score row stride
+  extern __shared__ float4 smem4[];
+  const int dk = a.k.dim, dv = a.v.dim, ks = dk + 4, ks4 = ks / 4, dk4 = dk / 4, dv4 = dv / 4;
+  float* Qs = reinterpret_cast<float*>(smem4);  // [kRows][ks]
+  float* Ks = Qs + kRows * ks;                  // [kChunk][ks]
+  float* Vs = Ks + kChunk * ks;                 // [kChunk][dv]
+  float* Ss = Vs + kChunk * dv;                 // [kRows][kSs] scores, then weights
+  float* m_s = Ss + kRows * kSs;                // [kRows]
+  float* l_s = m_s + kRows;
+  float* corr_s = l_s + kRows;
+  int* pos_s = reinterpret_cast<int*>(corr_s + kRows);  // [kRows]; -1 = no row
+  int* range_s = pos_s + kRows;                         // min, max position of the tile
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  const int s = blockIdx.x / a.tiles_per_seq;
+  const int q0 = a.b.qo[s] + (blockIdx.x - s * a.tiles_per_seq) * a.tile_tokens;
+  const int qn = min(a.tile_tokens, a.b.qo[s + 1] - q0);
+  if (qn <= 0) return;
+  const int kvh = blockIdx.y / a.n_hchunks;
+  const int hc = blockIdx.y - kvh * a.n_hchunks;
+  const int h0 = kvh * a.group + hc * kHeadChunk;
+  const int gc = min(kHeadChunk, a.group - hc * kHeadChunk);
+  const int n_rows = qn * gc;  // row r: token q0 + r / gc, head h0 + r % gc
+  const int32_t* blocks = a.b.kv_idx + a.b.kv_ptr[s];
+
+  if (tid == 0) range_s[0] = INT_MAX, range_s[1] = -1;
+  __syncthreads();
+  for (int r = tid; r < kRows; r += kThreads) {
+    int p = -1;
+    if (r < n_rows) {
+      p = a.b.pos[q0 + r / gc];
+      atomicMin(&range_s[0], p);
+      atomicMax(&range_s[1], p);
+    }
+    pos_s[r] = p;
+    m_s[r] = -INFINITY;
+    l_s[r] = 0.0f;
+  }
+  for (int u = tid; u < kRows * dk4; u += kThreads) {
+    const int r = u / dk4, d4 = u - r * dk4;
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < n_rows) {
+      const int64_t row = int64_t{q0 + r / gc} * a.n_heads + h0 + r % gc;
+      x = reinterpret_cast<const float4*>(a.q + row * dk)[d4];
+    }
+    reinterpret_cast<float4*>(Qs + r * ks)[d4] = x;
+  }
+  __syncthreads();
+  const int lo = a.window > 0 ? max(0, range_s[0] - a.window + 1) : 0;
+  const int hi = range_s[1] + 1;
+
+  const int rg = tid / 8, cg = tid % 8;  // rows rg + 16 i; keys / float4 columns cg + 8 k
+  float4 acc[kRI][kCI];
+#pragma unroll
+  for (int i = 0; i < kRI; ++i) {
+#pragma unroll
+    for (int k = 0; k < kCI; ++k) acc[i][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+
+  for (int c0 = lo; c0 < hi; c0 += kChunk) {
+    load_chunk<T, kDimMax>(a.k, kvh, a.block_tokens, blocks, c0, lo, hi, Ks, ks);
+    load_chunk<T, kDimMax>(a.v, kvh, a.block_tokens, blocks, c0, lo, hi, Vs, dv);
+    __syncthreads();
+    float sc[kRI][4];
+#pragma unroll
+    for (int i = 0; i < kRI; ++i) {
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) sc[i][jj] = 0.0f;
+    }
+    const float4* Q4 = reinterpret_cast<const float4*>(Qs);
+    const float4* K4 = reinterpret_cast<const float4*>(Ks);
+#pragma unroll 2
+    for (int d4 = 0; d4 < dk4; ++d4) {
+      float4 qv[kRI], kv[4];
+#pragma unroll
+      for (int i = 0; i < kRI; ++i) qv[i] = Q4[(rg + 16 * i) * ks4 + d4];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) kv[jj] = K4[(cg + 8 * jj) * ks4 + d4];
+#pragma unroll
+      for (int i = 0; i < kRI; ++i) {
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) sc[i][jj] = dot4(qv[i], kv[jj], sc[i][jj]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kRI; ++i) {
+      const int r = rg + 16 * i;
+      const int pr = pos_s[r];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int key = cg + 8 * jj, p = c0 + key;
+        const bool visible = pr >= 0 && p <= pr && (a.window <= 0 || p > pr - a.window);
+        Ss[r * kSs + key] = visible ? score_of(sc[i][jj], a) : -INFINITY;
+      }
+    }
+    __syncthreads();
+    for (int r = warp; r < kRows; r += kThreads / 32) {
+      float m = m_s[r], l = l_s[r], corr;
+      const float p = softmax_step(Ss[r * kSs + lane], m, l, corr);
+      Ss[r * kSs + lane] = p;
+      __syncwarp();  // every lane has read m_s[r], l_s[r] (racecheck: warp-level WAR)
+      if (lane == 0) m_s[r] = m, l_s[r] = l, corr_s[r] = corr;
+    }
+    __syncthreads();
+    const float4* V4 = reinterpret_cast<const float4*>(Vs);
+#pragma unroll
+    for (int i = 0; i < kRI; ++i) {
+      const float c = corr_s[rg + 16 * i];
+#pragma unroll
+      for (int k = 0; k < kCI; ++k)
+        acc[i][k] = make_float4(acc[i][k].x * c, acc[i][k].y * c, acc[i][k].z * c, acc[i][k].w * c);
+    }
+#pragma unroll 4
+    for (int j = 0; j < kChunk; ++j) {
+      float pj[kRI];
+#pragma unroll
+      for (int i = 0; i < kRI; ++i) pj[i] = Ss[(rg + 16 * i) * kSs + j];
+#pragma unroll
+      for (int k = 0; k < kCI; ++k) {
+        if (cg + 8 * k < dv4) {
+          const float4 v = V4[j * dv4 + cg + 8 * k];
+#pragma unroll
+          for (int i = 0; i < kRI; ++i) acc[i][k] = fma4(pj[i], v, acc[i][k]);
+        }
+      }
+    }
+    __syncthreads();  // before the next chunk overwrites Ks, Vs, Ss
+  }
+
+#pragma unroll
+  for (int i = 0; i < kRI; ++i) {
+    const int r = rg + 16 * i;
+    if (r < n_rows) {
+      const float li = l_s[r];
+      const int64_t row = int64_t{q0 + r / gc} * a.n_heads + h0 + r % gc;
+#pragma unroll
+      for (int k = 0; k < kCI; ++k) {
+        if (cg + 8 * k < dv4) {
+          reinterpret_cast<float4*>(a.out)[row * dv4 + cg + 8 * k] =
+              make_float4(acc[i][k].x / li, acc[i][k].y / li, acc[i][k].z / li, acc[i][k].w / li);
+        }
+      }
+    }
+  }
+}
+
+// ---- host side -------------------------------------------------------------------------------
+
+using AttnKernelFn = void (*)(AttnArgs);
+
+KvT kv_t(quant::Type t) {
+  switch (t) {
+    case quant::Type::F32:
+      return KvT::F32;
+    case quant::Type::F16:
+      return KvT::F16;
+    case quant::Type::Q8_0:
+      return KvT::Q8;
+    default:
+      KILN_CUDA_ASSERT(false && "KV cache type must be F32, F16 or Q8_0");
+  }
+  return KvT::F16;
+}
+
+int dim_bucket(const KvLayer& kv) {
+  const int d = std::max(kv.head_dim_k, kv.head_dim_v);
+  return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
+
+void check_layer(const KvLayer& kv) {
+  KILN_CUDA_ASSERT(kv.head_dim_k > 0 && kv.head_dim_k % 8 == 0 && kv.head_dim_k <= 256);
+  KILN_CUDA_ASSERT(kv.head_dim_v > 0 && kv.head_dim_v % 8 == 0 && kv.head_dim_v <= 256);
+  if (kv.type == quant::Type::Q8_0)
+    KILN_CUDA_ASSERT(kv.head_dim_k % 32 == 0 && kv.head_dim_v % 32 == 0);
+  KILN_CUDA_ASSERT(kv.block_tokens > 0 && kv.n_kv_heads > 0);
+}
+
+template <int D>
+AttnKernelFn pick(bool decode, KvT t) {
+  switch (t) {
+    case KvT::F32:
+      return decode ? decode_kernel<KvT::F32, D> : prefill_kernel<KvT::F32, D>;
+    case KvT::F16:
+      return decode ? decode_kernel<KvT::F16, D> : prefill_kernel<KvT::F16, D>;
+    default:
+      return decode ? decode_kernel<KvT::Q8, D> : prefill_kernel<KvT::Q8, D>;
+  }
+}
+
+AttnKernelFn pick(bool decode, KvT t, int bucket) {
+  if (bucket == 64) return pick<64>(decode, t);
+  if (bucket == 128) return pick<128>(decode, t);
+  return pick<256>(decode, t);
+}
+
+// Raises a kernel's dynamic shared memory limit to the most it can ask for, once per device
+// (the attribute belongs to the device's context).
+void allow_smem(AttnKernelFn fn, bool decode, int bucket) {
+  static std::mutex mu;
+  static std::vector<std::pair<AttnKernelFn, int>> done;
+  int dev = 0;
+  KILN_CUDA_ASSERT(cudaGetDevice(&dev) == cudaSuccess);
+  std::lock_guard<std::mutex> lock(mu);
+  if (std::find(done.begin(), done.end(), std::make_pair(fn, dev)) != done.end()) return;
+  const int rows = bucket > 128 ? 32 : 64;
+  const size_t bytes =
+      decode ? decode_smem_bytes(bucket, bucket) : prefill_smem_bytes(rows, bucket, bucket);
+  KILN_CUDA_ASSERT(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)) == cudaSuccess);
+  done.emplace_back(fn, dev);
+}
+
+Cache cache_of(const KvLayer& kv, bool is_k) {
+  Cache c;
+  c.data = is_k ? kv.k : kv.v;
+  c.block_bytes = is_k ? kv.k_block_bytes : kv.v_block_bytes;
+  c.head_bytes = c.block_bytes / kv.n_kv_heads;
+  c.dim = is_k ? kv.head_dim_k : kv.head_dim_v;
+  return c;
+}
+
+Batch batch_of(const AttnBatch& b) {
+  return Batch{b.qo_indptr, b.kv_indptr, b.kv_indices, b.positions, b.num_seqs};
+}
+
+int64_t split_bytes_per_token(int32_t n_heads, int32_t head_dim_v) {
+  return int64_t{n_heads} * (head_dim_v + 2) * static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace
+
+int64_t kv_block_bytes(quant::Type type, int32_t block_tokens, int32_t n_kv_heads,
+                       int32_t head_dim) {
+  const std::optional<uint64_t> row = quant::row_bytes(type, static_cast<uint64_t>(head_dim));
+  KILN_CUDA_ASSERT(row.has_value());
+  return int64_t{block_tokens} * n_kv_heads * static_cast<int64_t>(*row);
+}
+
+KvLayer make_kv_layer(quant::Type type, uint8_t* k, uint8_t* v, int32_t block_tokens,
+                      int32_t n_kv_heads, int32_t head_dim_k, int32_t head_dim_v) {
+  KvLayer kv;
+  kv.type = type;
+  kv.k = k;
+  kv.v = v;
+  kv.block_tokens = block_tokens;
+  kv.n_kv_heads = n_kv_heads;
+  kv.head_dim_k = head_dim_k;
+  kv.head_dim_v = head_dim_v;
+  kv.k_block_bytes = kv_block_bytes(type, block_tokens, n_kv_heads, head_dim_k);
+  kv.v_block_bytes = kv_block_bytes(type, block_tokens, n_kv_heads, head_dim_v);
+  return kv;
+}
+
+int64_t attention_workspace_bytes(int32_t n_heads, int32_t head_dim_v) {
+  return kMaxSplitRows * split_bytes_per_token(n_heads, head_dim_v);
+}
+
+void kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, const float* k,
+              const float* v, cudaStream_t s) {
+  if (n_tokens <= 0) return;
+  check_layer(kv);
+  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(kv.n_kv_heads));
+  const Cache kc = cache_of(kv, true), vc = cache_of(kv, false);
+  const Batch bb = batch_of(b);
+  switch (kv_t(kv.type)) {
+    case KvT::F32:
+      kv_write_kernel<KvT::F32>
+          <<<grid, kThreads, 0, s>>>(kc, vc, kv.block_tokens, bb, kv.n_kv_heads, k, v);
+      break;
+    case KvT::F16:
+      kv_write_kernel<KvT::F16>
+          <<<grid, kThreads, 0, s>>>(kc, vc, kv.block_tokens, bb, kv.n_kv_heads, k, v);
+      break;
+    case KvT::Q8:
+      kv_write_kernel<KvT::Q8>
+          <<<grid, kThreads, 0, s>>>(kc, vc, kv.block_tokens, bb, kv.n_kv_heads, k, v);
+      break;
+  }
+}
+
+int32_t attention_decode_splits(const KvLayer& kv, int64_t n_tokens, const AttnParams& p) {
+  if (p.workspace == nullptr || n_tokens <= 0) return 1;
+  const int group = p.n_heads / kv.n_kv_heads;
+  const int64_t ctas = n_tokens * kv.n_kv_heads * ((group + kHeadChunk - 1) / kHeadChunk);
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    sms = 132;
+  }
+  // About four resident CTAs per multiprocessor (the decode kernel's shared memory allows
+  // five at head dim 128), each walking a long enough stretch of context.
+  int64_t splits = (4 * int64_t{sms} + ctas - 1) / ctas;
+  splits = std::min<int64_t>(splits, kMaxSplits);
+  splits = std::min<int64_t>(
+      splits, p.workspace_bytes / (n_tokens * split_bytes_per_token(p.n_heads, kv.head_dim_v)));
+  return static_cast<int32_t>(std::max<int64_t>(splits, 1));
+}
+
+void attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, int64_t n_tokens,
+                    int32_t max_q_len, const float* q, float* out, const AttnParams& p,
+                    cudaStream_t s) {
+  if (n_tokens <= 0 || b.num_seqs <= 0) return;
+  check_layer(kv);
+  KILN_CUDA_ASSERT(p.n_heads > 0 && p.n_heads % kv.n_kv_heads == 0);
+  const bool decode =
+      kernel == AttnKernel::Decode || (kernel == AttnKernel::Auto && max_q_len <= 1);
+  const int bucket = dim_bucket(kv);
+  AttnArgs a{};
+  a.k = cache_of(kv, true);
+  a.v = cache_of(kv, false);
+  a.block_tokens = kv.block_tokens;
+  a.b = batch_of(b);
+  a.q = q;
+  a.out = out;
+  a.ws = static_cast<float*>(p.workspace);
+  a.n_tokens = static_cast<int32_t>(n_tokens);
+  a.n_heads = p.n_heads;
+  a.group = p.n_heads / kv.n_kv_heads;
+  a.n_hchunks = (a.group + kHeadChunk - 1) / kHeadChunk;
+  a.window = p.sliding_window;
+  a.scale = p.scale;
+  a.softcap = p.softcap;
+  const AttnKernelFn fn = pick(decode, kv_t(kv.type), bucket);
+  allow_smem(fn, decode, bucket);
+  const unsigned gy = static_cast<unsigned>(kv.n_kv_heads * a.n_hchunks);
+  if (decode) {
+    a.n_splits = attention_decode_splits(kv, n_tokens, p);
+    const dim3 grid(static_cast<unsigned>(n_tokens), gy, static_cast<unsigned>(a.n_splits));
+    fn<<<grid, kThreads, decode_smem_bytes(kv.head_dim_k, kv.head_dim_v), s>>>(a);
+    if (a.n_splits > 1) {
+      combine_splits_kernel<<<dim3(static_cast<unsigned>(n_tokens), p.n_heads), 64, 0, s>>>(a);
+    }
+    return;
+  }
+  const int rows = bucket > 128 ? 32 : 64;
+  a.n_splits = 1;
+  a.tile_tokens = std::max(1, rows / std::min(a.group, kHeadChunk));
+  a.tiles_per_seq = (std::max(max_q_len, 1) + a.tile_tokens - 1) / a.tile_tokens;
+  const dim3 grid(static_cast<unsigned>(int64_t{b.num_seqs} * a.tiles_per_seq), gy);
+  fn<<<grid, kThreads, prefill_smem_bytes(rows, kv.head_dim_k, kv.head_dim_v), s>>>(a);
+}
+
+void attention(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, int32_t max_q_len,
+               const float* q, float* out, const AttnParams& p, cudaStream_t s) {
+  attention_with(AttnKernel::Auto, kv, b, n_tokens, max_q_len, q, out, p, s);
+}
+
+void kv_read(const KvLayer& kv, bool is_k, int64_t block, int32_t in_block, int32_t kvh,
+             float* host_out) {
+  const Cache c = cache_of(kv, is_k);
+  const uint8_t* head = c.data + block * c.block_bytes + int64_t{kvh} * c.head_bytes;
+  const int dim = c.dim;
+  if (kv.type == quant::Type::F32) {
+    KILN_CUDA_ASSERT(cudaMemcpy(host_out, head + int64_t{in_block} * dim * 4, size_t(dim) * 4,
+                                cudaMemcpyDeviceToHost) == cudaSuccess);
+  } else if (kv.type == quant::Type::F16) {
+    std::vector<uint16_t> h(static_cast<size_t>(dim));
+    KILN_CUDA_ASSERT(cudaMemcpy(h.data(), head + int64_t{in_block} * dim * 2, size_t(dim) * 2,
+                                cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (int d = 0; d < dim; ++d) host_out[d] = quant::fp16_to_fp32(h[d]);
+  } else {
+    std::vector<int8_t> qs(static_cast<size_t>(dim));
+    std::vector<uint16_t> ds(static_cast<size_t>(dim / 32));
+    KILN_CUDA_ASSERT(cudaMemcpy(qs.data(), head + int64_t{in_block} * dim, size_t(dim),
+                                cudaMemcpyDeviceToHost) == cudaSuccess);
+    KILN_CUDA_ASSERT(
+        cudaMemcpy(ds.data(),
+                   head + int64_t{kv.block_tokens} * dim + int64_t{in_block} * (dim / 32) * 2,
+                   ds.size() * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (int d = 0; d < dim; ++d)
+      host_out[d] = static_cast<float>(qs[d]) * quant::fp16_to_fp32(ds[d / 32]);
+  }
+}
+
+}  // namespace kiln::backend::cuda
