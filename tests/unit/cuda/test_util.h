@@ -25,7 +25,9 @@ template <typename T>
 class DeviceVec {
  public:
   explicit DeviceVec(size_t n) : n_(n) {
-    if (cudaMalloc(&p_, std::max<size_t>(1, n) * sizeof(T)) != cudaSuccess) p_ = nullptr;
+    if (cudaMalloc(reinterpret_cast<void**>(&p_), std::max<size_t>(1, n) * sizeof(T)) !=
+        cudaSuccess)
+      p_ = nullptr;
   }
   explicit DeviceVec(const std::vector<T>& host) : DeviceVec(host.size()) {
     if (p_ != nullptr && !host.empty())
