@@ -95,6 +95,8 @@ template <typename F>
 double time_graph_us(F launch, int per_graph) {
   cudaStream_t s;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  launch(0, s);  // eager first: module loading and library set-up stay outside the capture
+  cudaStreamSynchronize(s);
   cudaGraph_t g;
   cudaGraphExec_t ge;
   cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
