@@ -81,8 +81,13 @@ void dequantize_rows_f16(const Weight& w, int64_t row0, int64_t n_rows, uint16_t
 
 // Scratch memory and library handles the matmul needs, made once (no allocation per call).
 struct MatmulContext;
-// max_tokens: the largest n_tokens of any call; max_n_in / max_n_out: the largest weight.
-MatmulContext* create_matmul_context(int64_t max_tokens, int64_t max_n_in, int64_t max_n_out);
+// max_tokens: the largest n_tokens of any call; max_n_in / max_n_out: the largest weight;
+// max_pairs / max_experts: the largest n_pairs and n_expert of any matmul_id call (0: no
+// matmul_id). (The two MoE bounds were added by the matmul author: matmul_id plans its
+// per-expert tiles on the device into scratch sized by them.) Null when the device memory or
+// the cuBLAS handle cannot be had.
+MatmulContext* create_matmul_context(int64_t max_tokens, int64_t max_n_in, int64_t max_n_out,
+                                     int64_t max_pairs = 0, int64_t max_experts = 0);
 void destroy_matmul_context(MatmulContext* ctx);
 // Bytes of device scratch the context holds (for the memory plan).
 uint64_t matmul_context_bytes(const MatmulContext* ctx);
@@ -91,6 +96,16 @@ uint64_t matmul_context_bytes(const MatmulContext* ctx);
 // rows directly; larger: dequantized tiles through cuBLAS on the tensor cores.
 void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64_t n_tokens,
             cudaStream_t s);
+// MoE expert matmul: for each pair p < n_pairs, y[p] = W_{ids[p]} . x[x_rows[p]], W_e expert e
+// of a stacked weight (n_expert matrices of stacked.n_out rows each, back to back: expert e
+// starts at stacked.data + e * n_out * row_bytes). ids, x_rows: device int32 [n_pairs], each id
+// in [0, n_expert) (a pair with another id is left unwritten); x [*, n_in], y [n_pairs, n_out].
+// Pairs are grouped by expert on the device and each expert's rows are read once per 8 of its
+// pairs by the direct kernels (fp32 arithmetic). Needs n_in % 8 == 0 and n_pairs, n_expert
+// within the context's bounds.
+void matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, const float* x,
+               const int32_t* x_rows, const int32_t* ids, float* y, int64_t n_pairs,
+               cudaStream_t s);
 
 // ---- paged KV cache and attention (attention.cu) -------------------------------------------
 

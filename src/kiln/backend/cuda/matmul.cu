@@ -1,0 +1,493 @@
+// matmul and matmul_id on CUDA. Two paths:
+//
+// Direct (n_tokens <= 8, and every matmul_id): the weight rows are read in place as stored.
+// A CTA of 4 warps owns 4 output rows; the warps split each row into chunks of whole blocks
+// (chunk c goes to warp c % 4), copy the chunk of all 4 rows into shared memory with
+// cp.async (16-byte copies when the row is 16-byte aligned, as real model rows are; 8/4/2-byte
+// copies otherwise), double-buffered, then each lane decodes 8 weights at a time
+// (quant_blocks.cuh) and multiplies them with the fp32 activations (read through L1, reused
+// across the 4 rows) in fp32 FMAs. Per-lane partial sums are reduced across the warp and the
+// 4 warps in a fixed order, so a result does not depend on n_tokens or the other tokens.
+// Memory-bound at 1-2 tokens; at 8 tokens the fp32 FMAs (8 per weight) bound it near half the
+// memory bandwidth for the 4-bit types. F16, BF16, F32, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K have
+// kernels for 1, 2, 4 and 8 tokens; the other types one for 8 (fewer tokens are masked).
+//
+// cuBLAS (n_tokens > 8): activations are rounded to fp16 into scratch; F16 weights are used
+// in place, other types are dequantized to fp16 in chunks of rows (<= 64 MiB of scratch) and
+// each chunk is one GemmEx (fp16 operands, fp32 accumulation and output) on the tensor cores.
+// F32 weights stay fp32: one GemmEx in plain fp32 (no TF32), no scratch.
+//
+// Nothing here allocates or synchronises the host: the cuBLAS workspace is the context's
+// (cublasSetWorkspace after every cublasSetStream, which resets it), so a call can be captured.
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/quant_blocks.cuh"
+
+namespace kiln::backend::cuda {
+
+struct MatmulContext {
+  cublasHandle_t cublas = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  __half* x16 = nullptr;  // [x16_elems]: activations rounded to fp16
+  int64_t x16_elems = 0;
+  __half* w16 = nullptr;  // [w16_elems]: a chunk of dequantized weight rows
+  int64_t w16_elems = 0;
+  int32_t* moe = nullptr;  // perm [max_pairs], num_tiles [1], tiles [3 * max_tiles]
+  int64_t max_n_in = 0;
+  int64_t max_pairs = 0;
+  int64_t max_experts = 0;
+  int64_t max_tiles = 0;
+  uint64_t device_bytes = 0;
+};
+
+namespace {
+
+constexpr int kWarps = 4;         // warps per CTA of the direct kernel, splitting n_in
+constexpr int kRowsPerCta = 4;    // output rows per CTA
+constexpr int kDirectTokens = 8;  // the direct path's largest token count
+constexpr int kThreads = 32 * kWarps;
+constexpr int64_t kW16Bytes = int64_t{64} << 20;
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS' advice for Hopper
+
+// Blocks per chunk: whole blocks, 16-byte multiples where one block is not, ~0.5-1 KiB.
+template <class D>
+constexpr int chunk_blocks() {
+  switch (D::kType) {
+    case quant::Type::F32:
+    case quant::Type::F16:
+    case quant::Type::BF16:
+      return 32;  // 256 elements
+    case quant::Type::Q8_0:
+    case quant::Type::Q8_1:
+      return 16;
+    case quant::Type::Q8_K:
+      return 2;
+    default:
+      return D::kElems == 32 ? 32 : 4;
+  }
+}
+
+template <class D>
+constexpr bool has_token_variants() {
+  switch (D::kType) {
+    case quant::Type::F32:
+    case quant::Type::F16:
+    case quant::Type::BF16:
+    case quant::Type::Q8_0:
+    case quant::Type::Q4_0:
+    case quant::Type::Q4_K:
+    case quant::Type::Q5_K:
+    case quant::Type::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+constexpr int gcd16(int b) {
+  return (b % 16 == 0) ? 16 : (b % 8 == 0) ? 8 : (b % 4 == 0) ? 4 : 2;
+}
+
+struct DirectArgs {
+  const uint8_t* w;
+  uint64_t row_bytes;
+  uint64_t expert_bytes;  // matmul_id: bytes of one expert's matrix
+  int64_t n_in, n_out, n_blocks;
+  const float* x;
+  float* y;
+  bool x_vec;    // x rows are 16-byte aligned
+  int n_tokens;  // plain matmul
+  // matmul_id (null for plain matmul): pair p of tile slot i is perm[tiles[3i+1] + t], t <
+  // tiles[3i+2], all of expert tiles[3i]; *num_tiles slots are filled.
+  const int32_t* tiles;
+  const int32_t* num_tiles;
+  const int32_t* perm;
+  const int32_t* x_rows;
+};
+
+__device__ __forceinline__ void cp_async16(uint8_t* dst, const uint8_t* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async8(uint8_t* dst, const uint8_t* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async4(uint8_t* dst, const uint8_t* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// The warp copies `bytes` (even) from src (2-byte aligned) to dst (16-byte aligned shared).
+__device__ __forceinline__ void warp_copy(uint8_t* dst, const uint8_t* src, int bytes, int lane) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(src) | static_cast<uintptr_t>(bytes);
+  if ((a & 15) == 0) {
+    for (int i = 16 * lane; i < bytes; i += 512) cp_async16(dst + i, src + i);
+  } else if ((a & 7) == 0) {
+    for (int i = 8 * lane; i < bytes; i += 256) cp_async8(dst + i, src + i);
+  } else if ((a & 3) == 0) {
+    for (int i = 4 * lane; i < bytes; i += 128) cp_async4(dst + i, src + i);
+  } else {
+    for (int i = 2 * lane; i < bytes; i += 64) {
+      *reinterpret_cast<uint16_t*>(dst + i) = __ldg(reinterpret_cast<const uint16_t*>(src + i));
+    }
+  }
+}
+
+__device__ __forceinline__ void load_x8(const float* p, bool vec, float* v) {
+  if (vec) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    for (int k = 0; k < 8; ++k) v[k] = __ldg(p + k);
+  }
+}
+
+// At most 128 registers (4 CTAs, 16 warps per SM): without the cap the 1-token kernels took
+// ~230 and ran 8 warps per SM, too few loads in flight for the memory system.
+// y rows [blockIdx.x * 4, +4) for up to T tokens: one tile of matmul_id (a set of pairs of
+// one expert) per blockIdx.y step, or the whole plain matmul.
+template <class D, int T>
+__global__ void __launch_bounds__(kThreads, 4) direct_kernel(const DirectArgs a) {
+  constexpr int kChunkBlocks = chunk_blocks<D>();
+  constexpr int kChunkBytes = kChunkBlocks * D::kBytes;
+  constexpr int kChunkElems = kChunkBlocks * D::kElems;
+  constexpr int kGroupsPerBlock = D::kElems / 8;
+  constexpr int kAlign = gcd16(D::kBytes);
+  static_assert(kChunkBytes % 16 == 0 || kChunkBytes % 8 == 0, "chunk copies");
+  __shared__ __align__(16) uint8_t stage[2][kWarps][kRowsPerCta][kChunkBytes];
+  __shared__ float red[kWarps][kRowsPerCta][T];
+  __shared__ int s_xrow[T], s_yrow[T];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row0 = int64_t{blockIdx.x} * kRowsPerCta;
+  const int64_t n_chunks = (a.n_blocks + kChunkBlocks - 1) / kChunkBlocks;
+  const int num_tiles = a.tiles != nullptr ? *a.num_tiles : 1;
+
+  for (int tile = blockIdx.y; tile < num_tiles; tile += gridDim.y) {
+    const uint8_t* wbase = a.w;
+    int cnt = a.n_tokens;
+    if (a.tiles != nullptr) {
+      wbase += static_cast<uint64_t>(a.tiles[3 * tile]) * a.expert_bytes;
+      const int start = a.tiles[3 * tile + 1];
+      cnt = a.tiles[3 * tile + 2];
+      if (threadIdx.x < T) {
+        const int p = a.perm[start + min(static_cast<int>(threadIdx.x), cnt - 1)];
+        s_xrow[threadIdx.x] = a.x_rows[p];
+        s_yrow[threadIdx.x] = p;
+      }
+    } else if (threadIdx.x < T) {
+      s_xrow[threadIdx.x] = threadIdx.x;
+      s_yrow[threadIdx.x] = threadIdx.x;
+    }
+    __syncthreads();
+    const float* xp[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) xp[t] = a.x + int64_t{s_xrow[t]} * a.n_in;
+    const uint8_t* rowp[kRowsPerCta];
+#pragma unroll
+    for (int r = 0; r < kRowsPerCta; ++r)
+      rowp[r] =
+          wbase + static_cast<uint64_t>(std::min<int64_t>(row0 + r, a.n_out - 1)) * a.row_bytes;
+
+    float acc[kRowsPerCta][T];
+#pragma unroll
+    for (int r = 0; r < kRowsPerCta; ++r)
+#pragma unroll
+      for (int t = 0; t < T; ++t) acc[r][t] = 0.0f;
+
+    auto issue = [&](int64_t c, int buf) {
+      const int nb =
+          static_cast<int>(std::min<int64_t>(kChunkBlocks, a.n_blocks - c * kChunkBlocks));
+#pragma unroll
+      for (int r = 0; r < kRowsPerCta; ++r)
+        warp_copy(stage[buf][warp][r], rowp[r] + c * kChunkBytes, nb * D::kBytes, lane);
+    };
+    int buf = 0;
+    if (warp < n_chunks) issue(warp, 0);
+    cp_async_commit();
+    for (int64_t c = warp; c < n_chunks; c += kWarps) {
+      if (c + kWarps < n_chunks) issue(c + kWarps, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();  // chunk c has landed (this lane's copies)
+      __syncwarp();        // ... and every lane's
+      const int nb =
+          static_cast<int>(std::min<int64_t>(kChunkBlocks, a.n_blocks - c * kChunkBlocks));
+      const int groups = nb * kGroupsPerBlock;
+      for (int g = lane; g < groups; g += 32) {
+        const int blk = g / kGroupsPerBlock, j = g % kGroupsPerBlock;
+        const int64_t col = c * kChunkElems + 8 * int64_t{g};
+        float w[kRowsPerCta][8];
+#pragma unroll
+        for (int r = 0; r < kRowsPerCta; ++r)
+          D::template dec8<kAlign>(stage[buf][warp][r] + blk * D::kBytes, j, w[r]);
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+          if (t < cnt) {
+            float xv[8];
+            load_x8(xp[t] + col, a.x_vec, xv);
+#pragma unroll
+            for (int r = 0; r < kRowsPerCta; ++r)
+#pragma unroll
+              for (int k = 0; k < 8; ++k) acc[r][t] = fmaf(w[r][k], xv[k], acc[r][t]);
+          }
+        }
+      }
+      __syncwarp();  // the buffer is refilled two chunks later
+      buf ^= 1;
+    }
+    cp_async_wait<0>();
+
+#pragma unroll
+    for (int r = 0; r < kRowsPerCta; ++r)
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        float v = acc[r][t];
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) red[warp][r][t] = v;
+      }
+    __syncthreads();
+    if (threadIdx.x < kRowsPerCta * T) {
+      const int r = threadIdx.x / T, t = threadIdx.x % T;
+      if (t < cnt && row0 + r < a.n_out) {
+        float v = red[0][r][t];
+#pragma unroll
+        for (int k = 1; k < kWarps; ++k) v += red[k][r][t];
+        a.y[int64_t{s_yrow[t]} * a.n_out + row0 + r] = v;
+      }
+    }
+    __syncthreads();  // red, s_xrow, s_yrow and stage are reused by the next tile
+  }
+}
+
+template <class D>
+void launch_direct(const DirectArgs& a, int n_tokens, dim3 grid, cudaStream_t s) {
+  if constexpr (has_token_variants<D>()) {
+    if (n_tokens <= 1) {
+      direct_kernel<D, 1><<<grid, kThreads, 0, s>>>(a);
+      return;
+    }
+    if (n_tokens <= 2) {
+      direct_kernel<D, 2><<<grid, kThreads, 0, s>>>(a);
+      return;
+    }
+    if (n_tokens <= 4) {
+      direct_kernel<D, 4><<<grid, kThreads, 0, s>>>(a);
+      return;
+    }
+  }
+  direct_kernel<D, kDirectTokens><<<grid, kThreads, 0, s>>>(a);
+}
+
+void dispatch_direct(quant::Type type, const DirectArgs& a, int n_tokens, dim3 grid,
+                     cudaStream_t s) {
+  switch (type) {
+#define KILN_DIRECT_CASE(T)                     \
+  case quant::Type::T:                          \
+    launch_direct<qb::T>(a, n_tokens, grid, s); \
+    break;
+    KILN_CUDA_PLAIN_TYPES(KILN_DIRECT_CASE)
+    KILN_CUDA_BLOCK_TYPES(KILN_DIRECT_CASE)
+#undef KILN_DIRECT_CASE
+    default:
+      break;
+  }
+}
+
+DirectArgs direct_args(const Weight& w, const float* x, float* y) {
+  DirectArgs a{};
+  const auto& tr = quant::traits(w.type);
+  a.w = w.data;
+  a.row_bytes = w.row_bytes;
+  a.n_in = w.n_in;
+  a.n_out = w.n_out;
+  a.n_blocks = tr.is_quantized ? w.n_in / tr.block_elems : w.n_in / 8;
+  a.x = x;
+  a.y = y;
+  a.x_vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0 && w.n_in % 4 == 0;
+  return a;
+}
+
+// Groups the pairs by expert: perm lists the pairs of expert 0, then 1, ...; one tile per
+// run of up to kDirectTokens pairs of one expert. One CTA; counts in shared memory.
+__global__ void moe_plan_kernel(const int32_t* ids, int64_t n_pairs, int n_expert, int32_t* perm,
+                                int32_t* num_tiles, int32_t* tiles) {
+  extern __shared__ int counts[];  // [n_expert] counts, then [n_expert] cursors
+  int* cursor = counts + n_expert;
+  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
+  for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+    const int e = ids[p];
+    if (e >= 0 && e < n_expert) atomicAdd(&counts[e], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int off = 0, nt = 0;
+    for (int e = 0; e < n_expert; ++e) {
+      cursor[e] = off;
+      for (int k = 0; k < counts[e]; k += kDirectTokens, ++nt) {
+        tiles[3 * nt] = e;
+        tiles[3 * nt + 1] = off + k;
+        tiles[3 * nt + 2] = min(kDirectTokens, counts[e] - k);
+      }
+      off += counts[e];
+    }
+    *num_tiles = nt;
+  }
+  __syncthreads();
+  for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+    const int e = ids[p];
+    if (e >= 0 && e < n_expert) perm[atomicAdd(&cursor[e], 1)] = static_cast<int32_t>(p);
+  }
+}
+
+__global__ void to_half_kernel(const float* x, __half* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = __float2half_rn(x[i]);
+}
+
+void gemm(MatmulContext* ctx, const void* a, cudaDataType_t type, int64_t lda, const void* b,
+          float* c, int64_t m, int64_t n, int64_t k, int64_t ldc) {
+  const float alpha = 1.0f, beta = 0.0f;
+  // Row-major y[n][ldc] = x[n][k] . W[m][k]^T is column-major C[m][n] = A^T B with A = W
+  // (k x m, lda) and B = x (k x n).
+  cublasGemmEx(ctx->cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n),
+               static_cast<int>(k), &alpha, a, type, static_cast<int>(lda), b, type,
+               static_cast<int>(k), &beta, c, CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+               CUBLAS_GEMM_DEFAULT);
+}
+
+void matmul_cublas(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64_t n_tokens,
+                   cudaStream_t s) {
+  cublasSetStream(ctx->cublas, s);
+  cublasSetWorkspace(ctx->cublas, ctx->workspace, ctx->workspace_bytes);
+  const int64_t n_in = w.n_in, n_out = w.n_out;
+  if (w.type == quant::Type::F32) {  // plain fp32 (the handle's default math mode: no TF32)
+    gemm(ctx, w.data, CUDA_R_32F, n_in, x, y, n_out, n_tokens, n_in, n_out);
+    return;
+  }
+  // Token chunks that fit the fp16 activation scratch (one chunk when within max_tokens).
+  const int64_t tok_chunk = std::max<int64_t>(1, ctx->x16_elems / n_in);
+  const int64_t row_chunk = n_out <= ctx->w16_elems / n_in
+                                ? n_out
+                                : std::max<int64_t>(1, ctx->w16_elems / n_in / 64 * 64);
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += tok_chunk) {
+    const int64_t nt = std::min(tok_chunk, n_tokens - t0);
+    const int64_t n = nt * n_in;
+    to_half_kernel<<<static_cast<int>(std::min<int64_t>((n + 255) / 256, 1 << 16)), 256, 0, s>>>(
+        x + t0 * n_in, ctx->x16, n);
+    if (w.type == quant::Type::F16) {
+      gemm(ctx, w.data, CUDA_R_16F, n_in, ctx->x16, y + t0 * n_out, n_out, nt, n_in, n_out);
+      continue;
+    }
+    for (int64_t r0 = 0; r0 < n_out; r0 += row_chunk) {
+      const int64_t nr = std::min(row_chunk, n_out - r0);
+      dequantize_rows_f16(w, r0, nr, reinterpret_cast<uint16_t*>(ctx->w16), s);
+      gemm(ctx, ctx->w16, CUDA_R_16F, n_in, ctx->x16, y + t0 * n_out + r0, nr, nt, n_in, n_out);
+    }
+  }
+}
+
+}  // namespace
+
+MatmulContext* create_matmul_context(int64_t max_tokens, int64_t max_n_in, int64_t max_n_out,
+                                     int64_t max_pairs, int64_t max_experts) {
+  auto* ctx = new MatmulContext();
+  bool ok = cublasCreate(&ctx->cublas) == CUBLAS_STATUS_SUCCESS;
+  auto alloc = [&](void** p, size_t bytes) {
+    if (ok && bytes > 0) {
+      ok = cudaMalloc(p, bytes) == cudaSuccess;
+      if (ok) ctx->device_bytes += bytes;
+    }
+  };
+  ctx->max_n_in = max_n_in;
+  ctx->workspace_bytes = kWorkspaceBytes;
+  alloc(&ctx->workspace, ctx->workspace_bytes);
+  ctx->x16_elems = std::max<int64_t>(1, max_tokens) * std::max<int64_t>(1, max_n_in);
+  alloc(reinterpret_cast<void**>(&ctx->x16), static_cast<size_t>(ctx->x16_elems) * 2);
+  ctx->w16_elems = std::max<int64_t>(std::min<int64_t>(kW16Bytes / 2, max_n_in * max_n_out),
+                                     std::max<int64_t>(1, max_n_in));
+  alloc(reinterpret_cast<void**>(&ctx->w16), static_cast<size_t>(ctx->w16_elems) * 2);
+  if (max_pairs > 0) {
+    ctx->max_pairs = max_pairs;
+    ctx->max_experts = max_experts;
+    ctx->max_tiles = (max_pairs + kDirectTokens - 1) / kDirectTokens +
+                     std::min(max_pairs, std::max<int64_t>(1, max_experts));
+    alloc(reinterpret_cast<void**>(&ctx->moe),
+          static_cast<size_t>(max_pairs + 1 + 3 * ctx->max_tiles) * sizeof(int32_t));
+  }
+  if (!ok) {
+    destroy_matmul_context(ctx);
+    return nullptr;
+  }
+  return ctx;
+}
+
+void destroy_matmul_context(MatmulContext* ctx) {
+  if (ctx == nullptr) return;
+  if (ctx->cublas != nullptr) cublasDestroy(ctx->cublas);
+  cudaFree(ctx->workspace);
+  cudaFree(ctx->x16);
+  cudaFree(ctx->w16);
+  cudaFree(ctx->moe);
+  delete ctx;
+}
+
+uint64_t matmul_context_bytes(const MatmulContext* ctx) {
+  return ctx != nullptr ? ctx->device_bytes : 0;
+}
+
+void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64_t n_tokens,
+            cudaStream_t s) {
+  if (n_tokens <= 0 || w.n_out <= 0 || !supports_type(w.type)) return;
+  const bool direct_shape = w.n_in % 8 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 1) == 0;
+  if (n_tokens <= kDirectTokens && direct_shape) {
+    DirectArgs a = direct_args(w, x, y);
+    a.n_tokens = static_cast<int>(n_tokens);
+    const dim3 grid(static_cast<unsigned>((w.n_out + kRowsPerCta - 1) / kRowsPerCta), 1);
+    dispatch_direct(w.type, a, static_cast<int>(n_tokens), grid, s);
+    return;
+  }
+  if (w.n_in > ctx->max_n_in) return;  // outside the context's bounds: the scratch is too small
+  matmul_cublas(ctx, w, x, y, n_tokens, s);
+}
+
+void matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, const float* x,
+               const int32_t* x_rows, const int32_t* ids, float* y, int64_t n_pairs,
+               cudaStream_t s) {
+  if (n_pairs <= 0 || stacked.n_out <= 0 || !supports_type(stacked.type)) return;
+  if (n_pairs > ctx->max_pairs || n_expert > ctx->max_experts || stacked.n_in % 8 != 0) return;
+  int32_t* perm = ctx->moe;
+  int32_t* num_tiles = perm + ctx->max_pairs;
+  int32_t* tiles = num_tiles + 1;
+  moe_plan_kernel<<<1, 1024, 2 * static_cast<size_t>(n_expert) * sizeof(int), s>>>(
+      ids, n_pairs, static_cast<int>(n_expert), perm, num_tiles, tiles);
+  DirectArgs a = direct_args(stacked, x, y);
+  a.expert_bytes = static_cast<uint64_t>(stacked.n_out) * stacked.row_bytes;
+  a.tiles = tiles;
+  a.num_tiles = num_tiles;
+  a.perm = perm;
+  a.x_rows = x_rows;
+  const int64_t tile_slots =
+      (n_pairs + kDirectTokens - 1) / kDirectTokens + std::min(n_pairs, n_expert);
+  const dim3 grid(static_cast<unsigned>((stacked.n_out + kRowsPerCta - 1) / kRowsPerCta),
+                  static_cast<unsigned>(std::min<int64_t>(tile_slots, 65535)));
+  dispatch_direct(stacked.type, a, kDirectTokens, grid, s);
+}
+
+}  // namespace kiln::backend::cuda

@@ -1,0 +1,271 @@
+// Benchmark of the CUDA matmul, a test-binary mode: runs only with KILN_CUDA_BENCH=1 (skipped
+// otherwise), prints figures and asserts nothing about speed.
+//   ceiling: device-to-device copy bandwidth (bytes read + written), measured in the same run;
+//   decode (direct kernels): Llama-3-8B shapes, achieved GB/s (weight + x + y bytes) and % of
+//   the copy ceiling, at 1, 4 and 8 tokens;
+//   prefill (dequant + cuBLAS): TFLOP/s at 512 tokens;
+//   matmul_id: a Qwen3-30B-A3B-shaped expert matmul (128 experts of 768 x 2048).
+// Timing: launches captured in a CUDA graph (rotating over enough weight copies to exceed the
+// 50 MiB L2), replayed; the median of 7 replays. Weights are random bytes with small finite
+// f16 scales (never zeros).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "kiln/backend/cuda/kernels.h"
+#include "kiln/quant/types.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using backend::Weight;
+using quant::Type;
+
+#define KILN_BENCH_REQUIRE()                                     \
+  do {                                                           \
+    KILN_REQUIRE_GPU();                                          \
+    if (std::getenv("KILN_CUDA_BENCH") == nullptr)               \
+      GTEST_SKIP() << "benchmark: set KILN_CUDA_BENCH=1 to run"; \
+  } while (0)
+
+// 256 MiB of random bytes, made once and uploaded repeatedly.
+const std::vector<uint8_t>& random_pool() {
+  static const std::vector<uint8_t> pool = [] {
+    std::vector<uint64_t> v((size_t{256} << 20) / 8);
+    uint64_t s = 0x9E3779B97F4A7C15ULL;
+    for (auto& x : v) {
+      s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
+      x = s * 0x2545F4914F6CDD1DULL;
+    }
+    std::vector<uint8_t> b(v.size() * 8);
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  }();
+  return pool;
+}
+
+// Offsets of the f16 scale fields of a block type (none for the plain types).
+std::vector<int> scale_offsets(Type t) {
+  switch (t) {
+    case Type::Q4_0:
+    case Type::Q8_0:
+    case Type::IQ4_NL:
+    case Type::IQ4_XS:
+    case Type::Q5_0:
+      return {0};
+    case Type::Q4_1:
+    case Type::Q5_1:
+    case Type::Q4_K:
+    case Type::Q5_K:
+      return {0, 2};
+    case Type::Q2_K:
+      return {80, 82};
+    case Type::Q3_K:
+      return {108};
+    case Type::Q6_K:
+      return {208};
+    default:
+      return {};
+  }
+}
+
+// A device buffer of `bytes` random bytes laid out as blocks of `t`, scale fields ~1e-3.
+uint8_t* random_weight_bytes(Type t, uint64_t bytes) {
+  uint8_t* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+  const auto& pool = random_pool();
+  for (uint64_t off = 0; off < bytes; off += pool.size())
+    cudaMemcpy(p + off, pool.data(), std::min<uint64_t>(pool.size(), bytes - off),
+               cudaMemcpyHostToDevice);
+  const uint32_t bb = quant::traits(t).block_bytes;
+  for (int o : scale_offsets(t)) {
+    // 0x14 0x14 -> f16 0x1414 ~ 1.1e-3
+    cudaMemset2D(p + o, bb, 0x14, 2, bytes / bb);
+  }
+  return p;
+}
+
+template <typename F>
+double time_graph_us(F launch, int per_graph) {
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  launch(0, s);  // eager first: module loading and library set-up stay outside the capture
+  cudaStreamSynchronize(s);
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+  for (int i = 0; i < per_graph; ++i) launch(i, s);
+  cudaStreamEndCapture(s, &g);
+  cudaGraphInstantiate(&ge, g, 0);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaGraphLaunch(ge, s);  // warm-up
+  std::vector<float> ms;
+  for (int r = 0; r < 7; ++r) {
+    cudaEventRecord(a, s);
+    cudaGraphLaunch(ge, s);
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float t = 0;
+    cudaEventElapsedTime(&t, a, b);
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+  return 1000.0 * ms[ms.size() / 2] / per_graph;
+}
+
+double copy_ceiling_gbs() {
+  const size_t n = size_t{1} << 30;
+  void *a, *b;
+  if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess) return 0;
+  cudaMemset(a, 1, n);
+  const double us = time_graph_us(
+      [&](int, cudaStream_t s) { cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, s); }, 4);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * n / us / 1e3;
+}
+
+TEST(CudaMatmulBench, DecodeAndPrefill) {
+  KILN_BENCH_REQUIRE();
+  const double ceiling = copy_ceiling_gbs();
+  std::printf("copy ceiling: %.0f GB/s (read + write, 1 GiB D2D)\n", ceiling);
+  struct Shape {
+    int64_t n_out, n_in;
+  };
+  const Shape shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  const Type types[] = {Type::F16,  Type::BF16, Type::Q8_0, Type::Q4_0,  Type::Q4_K,
+                        Type::Q5_K, Type::Q6_K, Type::Q3_K, Type::IQ4_XS};
+  auto* ctx = backend::cuda::create_matmul_context(512, 14336, 128256);
+  ASSERT_NE(ctx, nullptr);
+  float *x, *y;
+  KILN_CUDA_OK(cudaMalloc(&x, 512 * 14336 * sizeof(float)));
+  KILN_CUDA_OK(cudaMalloc(&y, 512 * size_t{128256} * sizeof(float)));
+  {
+    std::vector<float> hx(512 * 14336);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd(0, 1);
+    for (auto& f : hx) f = nd(rng);
+    cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice);
+  }
+  std::printf("%-7s %7s %6s %4s %9s %9s %6s\n", "type", "n_out", "n_in", "tok", "us", "GB/s",
+              "%ceil");
+  for (Type t : types) {
+    for (const Shape& sh : shapes) {
+      const uint64_t rb = *quant::row_bytes(t, sh.n_in);
+      const uint64_t wbytes = rb * sh.n_out;
+      const int copies =
+          static_cast<int>(std::clamp<uint64_t>((uint64_t{400} << 20) / wbytes + 1, 1, 8));
+      uint8_t* w = random_weight_bytes(t, wbytes * copies);
+      ASSERT_NE(w, nullptr);
+      for (int64_t tok : {1, 4, 8}) {
+        const double us = time_graph_us(
+            [&](int i, cudaStream_t s) {
+              Weight wt;
+              wt.type = t;
+              wt.n_in = sh.n_in;
+              wt.n_out = sh.n_out;
+              wt.row_bytes = rb;
+              wt.data = w + (i % copies) * wbytes;
+              backend::cuda::matmul(ctx, wt, x, y, tok, s);
+            },
+            4 * copies);
+        const double bytes = wbytes + 4.0 * tok * (sh.n_in + sh.n_out);
+        std::printf("%-7s %7ld %6ld %4ld %9.1f %9.0f %5.0f%%\n",
+                    std::string(quant::type_name(t)).c_str(), sh.n_out, sh.n_in, tok, us,
+                    bytes / us / 1e3, 100.0 * bytes / us / 1e3 / ceiling);
+      }
+      if (sh.n_out != 128256 && (t == Type::F16 || t == Type::Q8_0 || t == Type::Q4_K)) {
+        const int64_t tok = 512;
+        const double us = time_graph_us(
+            [&](int, cudaStream_t s) {
+              Weight wt;
+              wt.type = t;
+              wt.n_in = sh.n_in;
+              wt.n_out = sh.n_out;
+              wt.row_bytes = rb;
+              wt.data = w;
+              backend::cuda::matmul(ctx, wt, x, y, tok, s);
+            },
+            3);
+        std::printf("%-7s %7ld %6ld %4ld %9.1f  prefill %.0f TFLOP/s\n",
+                    std::string(quant::type_name(t)).c_str(), sh.n_out, sh.n_in, tok, us,
+                    2.0 * sh.n_out * sh.n_in * tok / us / 1e6);
+      }
+      std::fflush(stdout);
+      cudaFree(w);
+    }
+  }
+  ASSERT_EQ(cudaSuccess, cudaGetLastError());
+  cudaFree(x);
+  cudaFree(y);
+  backend::cuda::destroy_matmul_context(ctx);
+}
+
+TEST(CudaMatmulBench, MatmulId) {
+  KILN_BENCH_REQUIRE();
+  const int64_t n_expert = 128, n_out = 768, n_in = 2048, top_k = 8;
+  auto* ctx = backend::cuda::create_matmul_context(512, n_in, n_out, 512 * top_k, n_expert);
+  ASSERT_NE(ctx, nullptr);
+  float *x, *y;
+  int32_t *ids, *rows;
+  KILN_CUDA_OK(cudaMalloc(&x, 512 * n_in * sizeof(float)));
+  KILN_CUDA_OK(cudaMalloc(&y, 512 * top_k * n_out * sizeof(float)));
+  KILN_CUDA_OK(cudaMalloc(&ids, 512 * top_k * sizeof(int32_t)));
+  KILN_CUDA_OK(cudaMalloc(&rows, 512 * top_k * sizeof(int32_t)));
+  std::mt19937 rng(2);
+  std::vector<int32_t> hid(512 * top_k), hrows(512 * top_k);
+  for (size_t p = 0; p < hid.size(); ++p) {
+    hid[p] = static_cast<int32_t>(rng() % n_expert);
+    hrows[p] = static_cast<int32_t>(p / top_k);
+  }
+  cudaMemcpy(ids, hid.data(), hid.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(rows, hrows.data(), hrows.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemset(x, 0x3c, 512 * n_in * sizeof(float));
+  for (Type t : {Type::Q4_K, Type::Q8_0}) {
+    const uint64_t rb = *quant::row_bytes(t, n_in);
+    uint8_t* w = random_weight_bytes(t, rb * n_out * n_expert);
+    ASSERT_NE(w, nullptr);
+    Weight wt;
+    wt.type = t;
+    wt.n_in = n_in;
+    wt.n_out = n_out;
+    wt.row_bytes = rb;
+    wt.data = w;
+    for (int64_t tokens : {1, 512}) {
+      const int64_t pairs = tokens * top_k;
+      const double us = time_graph_us(
+          [&](int, cudaStream_t s) {
+            backend::cuda::matmul_id(ctx, wt, n_expert, x, rows, ids, y, pairs, s);
+          },
+          10);
+      const double bytes = static_cast<double>(std::min<int64_t>(pairs, n_expert)) * rb * n_out;
+      std::printf(
+          "matmul_id %-5s %ld pairs: %.1f us, %.0f GB/s of distinct experts, %.1f TFLOP/s\n",
+          std::string(quant::type_name(t)).c_str(), pairs, us, bytes / us / 1e3,
+          2.0 * pairs * n_out * n_in / us / 1e6);
+    }
+    cudaFree(w);
+  }
+  ASSERT_EQ(cudaSuccess, cudaGetLastError());
+  cudaFree(x);
+  cudaFree(y);
+  cudaFree(ids);
+  cudaFree(rows);
+  backend::cuda::destroy_matmul_context(ctx);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,274 @@
+// CUDA matmul and matmul_id against cpu::matmul_reference (fp32 activations against the
+// reference dequantization), on fresh random inputs: weights quantized from Gaussian rows,
+// Gaussian activations. The error is |y - ref| / |ref| over the whole output (L2 norms):
+//   direct kernels (n_tokens <= 8, n_in % 8 == 0; every matmul_id): fp32 arithmetic, 1e-5;
+//   cuBLAS path with F32 weights: plain fp32 GEMM, 1e-5;
+//   cuBLAS path with any other type: fp16 operands (weights and activations each rounded to
+//   fp16, relative 2^-11), fp32 accumulation: 2e-3.
+// Outputs are poisoned with NaN before each run; every element must be written and finite.
+// A CUDA graph capture of each path must replay to the same bits as the eager call.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kiln/backend/cpu/matmul.h"
+#include "kiln/backend/cuda/kernels.h"
+#include "kiln/quant/convert.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using backend::Weight;
+using quant::Type;
+
+constexpr double kDirectBound = 1e-5;
+constexpr double kFp32GemmBound = 1e-5;
+constexpr double kFp16GemmBound = 2e-3;
+
+const Type kAllTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0,   Type::Q4_1,  Type::Q5_0,
+                          Type::Q5_1, Type::Q8_0, Type::Q8_1, Type::Q2_K,   Type::Q3_K,  Type::Q4_K,
+                          Type::Q5_K, Type::Q6_K, Type::Q8_K, Type::IQ4_NL, Type::IQ4_XS};
+
+double error_bound(Type t, int64_t n_tokens, int64_t n_in) {
+  if (n_tokens <= 8 && n_in % 8 == 0) return kDirectBound;
+  return t == Type::F32 ? kFp32GemmBound : kFp16GemmBound;
+}
+
+uint64_t fresh_seed() {
+  return (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+}
+
+std::vector<float> gaussian(size_t n, std::mt19937_64& rng, float scale = 1.0f) {
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& f : v) f = nd(rng);
+  return v;
+}
+
+// n_rows rows of n_in Gaussian weights quantized to `type` (host bytes).
+std::vector<uint8_t> quantized_rows(Type type, int64_t n_rows, int64_t n_in, std::mt19937_64& rng) {
+  const uint64_t rb = *quant::row_bytes(type, static_cast<uint64_t>(n_in));
+  std::vector<uint8_t> bytes(rb * n_rows);
+  const std::vector<float> f = gaussian(static_cast<size_t>(n_rows * n_in), rng, 0.05f);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    EXPECT_TRUE(quant::quantize_row(type, f.data() + r * n_in, bytes.data() + r * rb, n_in).ok());
+  }
+  return bytes;
+}
+
+Weight weight_view(Type type, int64_t n_in, int64_t n_out, const uint8_t* data) {
+  Weight w;
+  w.type = type;
+  w.n_in = n_in;
+  w.n_out = n_out;
+  w.row_bytes = *quant::row_bytes(type, static_cast<uint64_t>(n_in));
+  w.data = data;
+  return w;
+}
+
+// |a - b| / |b| (L2), or infinity when a has a non-finite element.
+double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
+    den += double{b[i]} * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+struct Ctx {
+  backend::cuda::MatmulContext* p;
+  Ctx(int64_t max_tokens, int64_t max_n_in, int64_t max_n_out, int64_t max_pairs = 0,
+      int64_t max_experts = 0)
+      : p(backend::cuda::create_matmul_context(max_tokens, max_n_in, max_n_out, max_pairs,
+                                               max_experts)) {}
+  ~Ctx() { backend::cuda::destroy_matmul_context(p); }
+};
+
+void check_matmul(backend::cuda::MatmulContext* ctx, Type type, int64_t n_in, int64_t n_out,
+                  std::mt19937_64& rng) {
+  const std::vector<uint8_t> wb = quantized_rows(type, n_out, n_in, rng);
+  test::DeviceVec<uint8_t> dw(wb);
+  const Weight hw = weight_view(type, n_in, n_out, wb.data());
+  const Weight w = weight_view(type, n_in, n_out, dw.get());
+  for (int64_t n_tokens : {1, 2, 3, 7, 8, 9, 33, 200}) {
+    SCOPED_TRACE(testing::Message() << "n_tokens=" << n_tokens);
+    const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
+    std::vector<float> ref(static_cast<size_t>(n_tokens * n_out));
+    backend::cpu::matmul_reference(hw, x.data(), ref.data(), n_tokens, nullptr);
+    test::DeviceVec<float> dx(x);
+    test::DeviceVec<float> dy(ref.size());
+    KILN_CUDA_OK(cudaMemset(dy.get(), 0xff, ref.size() * sizeof(float)));
+    backend::cuda::matmul(ctx, w, dx.get(), dy.get(), n_tokens, nullptr);
+    KILN_CUDA_OK(cudaDeviceSynchronize());
+    const double err = rel_error(dy.to_host(), ref);
+    EXPECT_LE(err, error_bound(type, n_tokens, n_in));
+  }
+}
+
+TEST(CudaMatmul, EveryTypeMatchesReference) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  Ctx ctx(200, 2304, 67);
+  ASSERT_NE(ctx.p, nullptr);
+  for (Type t : kAllTypes) {
+    const int64_t be = quant::traits(t).block_elems;
+    // A short row (a partial chunk) and a long one (several chunks per warp, ragged tail).
+    for (int64_t n_in : {be == 1 ? int64_t{24} : 3 * be, int64_t{2304}}) {
+      SCOPED_TRACE(testing::Message()
+                   << quant::type_name(t) << " n_in=" << n_in << " seed=" << seed);
+      check_matmul(ctx.p, t, n_in, n_in == 2304 ? 67 : 37, rng);
+    }
+  }
+}
+
+TEST(CudaMatmul, PlainTypesWithOddRowLength) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  Ctx ctx(200, 37, 37);
+  ASSERT_NE(ctx.p, nullptr);
+  for (Type t : {Type::F32, Type::F16, Type::BF16}) {
+    SCOPED_TRACE(testing::Message() << quant::type_name(t) << " seed=" << seed);
+    check_matmul(ctx.p, t, 37, 37, rng);  // n_in % 8 != 0: the cuBLAS path at every count
+  }
+}
+
+TEST(CudaMatmul, WeightLargerThanScratchIsChunked) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  // 64 MiB of fp16 scratch holds 8192 rows of 4096: 8293 rows take two chunks.
+  const int64_t n_in = 4096, n_out = 8293, n_tokens = 12;
+  Ctx ctx(n_tokens, n_in, n_out);
+  ASSERT_NE(ctx.p, nullptr);
+  const std::vector<uint8_t> wb = quantized_rows(Type::Q4_K, n_out, n_in, rng);
+  test::DeviceVec<uint8_t> dw(wb);
+  const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
+  std::vector<float> ref(static_cast<size_t>(n_tokens * n_out));
+  backend::cpu::matmul_reference(weight_view(Type::Q4_K, n_in, n_out, wb.data()), x.data(),
+                                 ref.data(), n_tokens, nullptr);
+  test::DeviceVec<float> dx(x);
+  test::DeviceVec<float> dy(ref.size());
+  KILN_CUDA_OK(cudaMemset(dy.get(), 0xff, ref.size() * sizeof(float)));
+  backend::cuda::matmul(ctx.p, weight_view(Type::Q4_K, n_in, n_out, dw.get()), dx.get(), dy.get(),
+                        n_tokens, nullptr);
+  KILN_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_LE(rel_error(dy.to_host(), ref), kFp16GemmBound) << "seed=" << seed;
+}
+
+// y[p] = W_{ids[p]} x[x_rows[p]] against the reference per pair.
+void check_matmul_id(backend::cuda::MatmulContext* ctx, Type type, int64_t n_in, int64_t n_out,
+                     int64_t n_expert, int64_t n_tokens, int64_t top_k, std::mt19937_64& rng) {
+  const std::vector<uint8_t> wb = quantized_rows(type, n_expert * n_out, n_in, rng);
+  test::DeviceVec<uint8_t> dw(wb);
+  const int64_t n_pairs = n_tokens * top_k;
+  std::vector<int32_t> ids(n_pairs), x_rows(n_pairs);
+  for (int64_t p = 0; p < n_pairs; ++p) {
+    ids[p] = static_cast<int32_t>(rng() % n_expert);
+    x_rows[p] = static_cast<int32_t>(p / top_k);
+  }
+  const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
+  std::vector<float> ref(static_cast<size_t>(n_pairs * n_out));
+  const uint64_t expert_bytes = *quant::row_bytes(type, n_in) * n_out;
+  for (int64_t p = 0; p < n_pairs; ++p) {
+    backend::cpu::matmul_reference(
+        weight_view(type, n_in, n_out, wb.data() + ids[p] * expert_bytes),
+        x.data() + x_rows[p] * n_in, ref.data() + p * n_out, 1, nullptr);
+  }
+  test::DeviceVec<float> dx(x);
+  test::DeviceVec<int32_t> did(ids), dxr(x_rows);
+  test::DeviceVec<float> dy(ref.size());
+  KILN_CUDA_OK(cudaMemset(dy.get(), 0xff, ref.size() * sizeof(float)));
+  backend::cuda::matmul_id(ctx, weight_view(type, n_in, n_out, dw.get()), n_expert, dx.get(),
+                           dxr.get(), did.get(), dy.get(), n_pairs, nullptr);
+  KILN_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_LE(rel_error(dy.to_host(), ref), kDirectBound);
+}
+
+TEST(CudaMatmul, MatmulIdMatchesPerExpertReference) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  Ctx ctx(40, 768, 37, 160, 5);
+  ASSERT_NE(ctx.p, nullptr);
+  for (Type t : kAllTypes) {
+    const int64_t be = quant::traits(t).block_elems;
+    const int64_t n_in = be == 256 ? 768 : 3 * 32 * 8;
+    SCOPED_TRACE(testing::Message() << quant::type_name(t) << " seed=" << seed);
+    check_matmul_id(ctx.p, t, n_in, 37, 5, 1, 2, rng);   // decode: 2 pairs
+    check_matmul_id(ctx.p, t, n_in, 37, 5, 3, 2, rng);   // 6 pairs
+    check_matmul_id(ctx.p, t, n_in, 37, 5, 40, 4, rng);  // several tiles per expert
+  }
+}
+
+// Captures f on a stream into a graph and replays it; returns the output after the replay.
+template <typename F>
+std::vector<float> replay(F f, test::DeviceVec<float>& y, size_t n) {
+  cudaStream_t s;
+  EXPECT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  EXPECT_EQ(cudaSuccess, cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  f(s);
+  EXPECT_EQ(cudaSuccess, cudaStreamEndCapture(s, &g));
+  EXPECT_EQ(cudaSuccess, cudaGraphInstantiate(&ge, g, 0));
+  EXPECT_EQ(cudaSuccess, cudaMemset(y.get(), 0xff, n * sizeof(float)));
+  EXPECT_EQ(cudaSuccess, cudaGraphLaunch(ge, s));
+  EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(s));
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+  return y.to_host();
+}
+
+TEST(CudaMatmul, GraphReplayEqualsEager) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int64_t n_in = 1024, n_out = 301, n_expert = 4;
+  Ctx ctx(64, n_in, n_out, 64, n_expert);
+  ASSERT_NE(ctx.p, nullptr);
+  const std::vector<uint8_t> wb = quantized_rows(Type::Q4_K, n_out * n_expert, n_in, rng);
+  test::DeviceVec<uint8_t> dw(wb);
+  const Weight w = weight_view(Type::Q4_K, n_in, n_out, dw.get());
+  const std::vector<float> x = gaussian(static_cast<size_t>(64 * n_in), rng);
+  test::DeviceVec<float> dx(x);
+  for (int64_t n_tokens : {1, 5, 64}) {  // direct, direct masked, cuBLAS
+    const size_t n = static_cast<size_t>(n_tokens * n_out);
+    test::DeviceVec<float> dy(n);
+    auto run = [&](cudaStream_t s) {
+      backend::cuda::matmul(ctx.p, w, dx.get(), dy.get(), n_tokens, s);
+    };
+    run(nullptr);
+    KILN_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> eager = dy.to_host();
+    EXPECT_EQ(replay(run, dy, n), eager) << "n_tokens=" << n_tokens << " seed=" << seed;
+  }
+  std::vector<int32_t> ids(64), x_rows(64);
+  for (int p = 0; p < 64; ++p) ids[p] = static_cast<int32_t>(rng() % n_expert), x_rows[p] = p / 2;
+  test::DeviceVec<int32_t> did(ids), dxr(x_rows);
+  test::DeviceVec<float> dy(64 * n_out);
+  auto run_id = [&](cudaStream_t s) {
+    backend::cuda::matmul_id(ctx.p, w, n_expert, dx.get(), dxr.get(), did.get(), dy.get(), 64, s);
+  };
+  run_id(nullptr);
+  KILN_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> eager = dy.to_host();
+  EXPECT_EQ(replay(run_id, dy, 64 * n_out), eager) << "matmul_id seed=" << seed;
+}
+
+TEST(CudaMatmul, ContextReportsItsBytes) {
+  KILN_REQUIRE_GPU();
+  Ctx ctx(16, 4096, 4096);
+  ASSERT_NE(ctx.p, nullptr);
+  // The cuBLAS workspace (32 MiB), 16 x 4096 fp16 activations, 4096 x 4096 fp16 weights.
+  EXPECT_EQ(backend::cuda::matmul_context_bytes(ctx.p),
+            (uint64_t{32} << 20) + 16 * 4096 * 2 + 4096 * 4096 * 2);
+}
+
+}  // namespace
+}  // namespace kiln
