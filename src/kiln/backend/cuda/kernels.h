@@ -84,8 +84,8 @@ uint64_t matmul_context_bytes(const MatmulContext* ctx);
 // weights (within ~1e-5 of the reference, relative to the output norm), and y[t] does not
 // depend on n_tokens or the other tokens; above, F32 weights are a plain fp32 GEMM (~1e-5) and
 // every other type rounds weights and activations to fp16 (~5e-4; activations beyond +-65504
-// overflow). w.data must be 2-byte aligned; rows 16-byte aligned (n_in a multiple of 256 for
-// the block types, of 8 for F16/BF16, of 4 for F32, on a 16-byte aligned base) read fastest.
+// overflow). w.data must be 2-byte aligned; rows whose base and byte length are multiples of 16
+// (of 8 for Q3_K, Q6_K and Q8_K) are copied in the widest loads: all Llama-sized rows are.
 void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64_t n_tokens,
             cudaStream_t s);
 // MoE expert matmul: for each pair p < n_pairs, y[p] = W_{ids[p]} . x[x_rows[p]], W_e expert e
