@@ -61,8 +61,8 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       const int64_t e = 8 * g;
       float v[8];
-      D::template dec8<2>(row + (e / D::kElems) * D::kBytes, static_cast<int>((e % D::kElems) / 8),
-                          v);
+      D::template dec8<2, true>(row + (e / D::kElems) * D::kBytes,
+                                static_cast<int>((e % D::kElems) / 8), v);
       store8(out + r * n_in + e, v, vec);
     }
   }

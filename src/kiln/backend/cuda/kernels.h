@@ -94,6 +94,12 @@ uint64_t matmul_context_bytes(const MatmulContext* ctx);
 // y[t][o] = sum_i W[o][i] * x[t][i]; x [n_tokens, w.n_in] fp32, y [n_tokens, w.n_out] fp32,
 // w.data device memory holding the GGUF rows. Small n_tokens: kernels that read the quantized
 // rows directly; larger: dequantized tiles through cuBLAS on the tensor cores.
+// (matmul.cu) Precision: n_tokens <= 8 with n_in % 8 == 0 is fp32 arithmetic on the exact
+// weights (within ~1e-5 of the reference, relative to the output norm), and y[t] does not
+// depend on n_tokens or the other tokens; above, F32 weights are a plain fp32 GEMM (~1e-5) and
+// every other type rounds weights and activations to fp16 (~5e-4; activations beyond +-65504
+// overflow). w.data must be 2-byte aligned; rows whose base and byte length are multiples of 16
+// (of 8 for Q3_K, Q6_K and Q8_K) are copied in the widest loads: all Llama-sized rows are.
 void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64_t n_tokens,
             cudaStream_t s);
 // MoE expert matmul: for each pair p < n_pairs, y[p] = W_{ids[p]} . x[x_rows[p]], W_e expert e

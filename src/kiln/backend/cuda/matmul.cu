@@ -10,7 +10,7 @@
 // 4 warps in a fixed order, so a result does not depend on n_tokens or the other tokens.
 // Memory-bound at 1-2 tokens; at 8 tokens the fp32 FMAs (8 per weight) bound it near half the
 // memory bandwidth for the 4-bit types. F16, BF16, F32, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K have
-// kernels for 1, 2, 4 and 8 tokens; the other types one for 8 (fewer tokens are masked).
+// kernels for 4 and 8 tokens; the other types one for 8 (fewer tokens are masked).
 //
 // cuBLAS (n_tokens > 8): activations are rounded to fp16 into scratch; F16 weights are used
 // in place, other types are dequantized to fp16 in chunks of rows (<= 64 MiB of scratch) and
@@ -134,6 +134,7 @@ __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ void warp_copy(uint8_t* dst, const uint8_t* src, int bytes, int lane) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(src) | static_cast<uintptr_t>(bytes);
   if ((a & 15) == 0) {
+#pragma unroll 1
     for (int i = 16 * lane; i < bytes; i += 512) cp_async16(dst + i, src + i);
   } else if ((a & 7) == 0) {
     for (int i = 8 * lane; i < bytes; i += 256) cp_async8(dst + i, src + i);
@@ -156,12 +157,10 @@ __device__ __forceinline__ void load_x8(const float* p, bool vec, float* v) {
   }
 }
 
-// At most 128 registers (4 CTAs, 16 warps per SM): without the cap the 1-token kernels took
-// ~230 and ran 8 warps per SM, too few loads in flight for the memory system.
 // y rows [blockIdx.x * 4, +4) for up to T tokens: one tile of matmul_id (a set of pairs of
 // one expert) per blockIdx.y step, or the whole plain matmul.
 template <class D, int T>
-__global__ void __launch_bounds__(kThreads, 4) direct_kernel(const DirectArgs a) {
+__global__ void __launch_bounds__(kThreads) direct_kernel(const DirectArgs a) {
   constexpr int kChunkBlocks = chunk_blocks<D>();
   constexpr int kChunkBytes = kChunkBlocks * D::kBytes;
   constexpr int kChunkElems = kChunkBlocks * D::kElems;
@@ -219,6 +218,7 @@ __global__ void __launch_bounds__(kThreads, 4) direct_kernel(const DirectArgs a)
     int buf = 0;
     if (warp < n_chunks) issue(warp, 0);
     cp_async_commit();
+#pragma unroll 1
     for (int64_t c = warp; c < n_chunks; c += kWarps) {
       if (c + kWarps < n_chunks) issue(c + kWarps, buf ^ 1);
       cp_async_commit();
@@ -227,13 +227,16 @@ __global__ void __launch_bounds__(kThreads, 4) direct_kernel(const DirectArgs a)
       const int nb =
           static_cast<int>(std::min<int64_t>(kChunkBlocks, a.n_blocks - c * kChunkBlocks));
       const int groups = nb * kGroupsPerBlock;
+      // Not unrolled: unrolling decoded several groups of 4 rows at once and spilled at 1-2
+      // tokens under the 128-register cap.
+#pragma unroll 1
       for (int g = lane; g < groups; g += 32) {
         const int blk = g / kGroupsPerBlock, j = g % kGroupsPerBlock;
         const int64_t col = c * kChunkElems + 8 * int64_t{g};
         float w[kRowsPerCta][8];
 #pragma unroll
         for (int r = 0; r < kRowsPerCta; ++r)
-          D::template dec8<kAlign>(stage[buf][warp][r] + blk * D::kBytes, j, w[r]);
+          D::template dec8<kAlign, false>(stage[buf][warp][r] + blk * D::kBytes, j, w[r]);
 #pragma unroll
         for (int t = 0; t < T; ++t) {
           if (t < cnt) {
@@ -276,15 +279,9 @@ __global__ void __launch_bounds__(kThreads, 4) direct_kernel(const DirectArgs a)
 
 template <class D>
 void launch_direct(const DirectArgs& a, int n_tokens, dim3 grid, cudaStream_t s) {
+  // 1 and 2 tokens run the 4-token kernel masked: compiled for 1 or 2 tokens, ptxas kept
+  // ~230 registers live (8 warps per SM), and capped at 128 it spilled 300-450 bytes.
   if constexpr (has_token_variants<D>()) {
-    if (n_tokens <= 1) {
-      direct_kernel<D, 1><<<grid, kThreads, 0, s>>>(a);
-      return;
-    }
-    if (n_tokens <= 2) {
-      direct_kernel<D, 2><<<grid, kThreads, 0, s>>>(a);
-      return;
-    }
     if (n_tokens <= 4) {
       direct_kernel<D, 4><<<grid, kThreads, 0, s>>>(a);
       return;

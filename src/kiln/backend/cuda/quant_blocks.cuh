@@ -36,6 +36,30 @@ __device__ __forceinline__ float f16_bits_to_f32(uint32_t h) {
   }
   return __uint_as_float(sign | ((exp + (127 - 15)) << 23) | (mant << 13));
 }
+// f16 bits -> f32, branch-free, exact for finite values (normal and subnormal: the bits moved
+// into place are the value times 2^-112); inf and NaN come out finite. For the matmul's F16
+// weights only, where the reference's exactness on NaN payloads does not matter.
+__device__ __forceinline__ float f16_finite_to_f32(uint32_t h) {
+  return __fmul_rn(__uint_as_float(((h & 0x8000u) << 16) | ((h & 0x7fffu) << 13)), 0x1p112f);
+}
+
+// f16 bits -> f32: the reference's conversion when kExact, else the branch-free one.
+template <bool kExact>
+__device__ __forceinline__ float f16_to_f32(uint32_t h) {
+  if constexpr (kExact) {
+    return f16_bits_to_f32(h);
+  } else {
+    return f16_finite_to_f32(h);
+  }
+}
+
+// v - bias as a float for 0 <= v < 2^23 and small biases, exactly, on the FP32 pipe: the bits
+// of 2^23 + v minus 2^23 + bias (an int-to-float conversion instruction issues at a fraction
+// of the FP32 rate, and the decoders run once per weight).
+__device__ __forceinline__ float int_to_f32(uint32_t v, int bias = 0) {
+  return __fsub_rn(__uint_as_float(0x4B000000u | v), 8388608.0f + static_cast<float>(bias));
+}
+
 __device__ __forceinline__ float ld_f16(const uint8_t* p) {
   return f16_bits_to_f32(ld_u16(p));
 }
@@ -75,7 +99,7 @@ struct F32 {
   __device__ static float elem(const uint8_t* row, int64_t i) {
     return __uint_as_float(ldw<2>(row + 4 * i));
   }
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int, float* o) {
     for (int k = 0; k < 8; k += 2) {
       const uint64_t v = ldq<min_align(A, 8)>(b + 4 * k);
@@ -88,12 +112,12 @@ struct F16 {
   static constexpr quant::Type kType = quant::Type::F16;
   static constexpr int kElems = 8, kBytes = 16;
   __device__ static float elem(const uint8_t* row, int64_t i) { return ld_f16(row + 2 * i); }
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int, float* o) {
     const uint64_t lo = ldq<min_align(A, 8)>(b), hi = ldq<min_align(A, 8)>(b + 8);
     for (int k = 0; k < 4; ++k) {
-      o[k] = f16_bits_to_f32(static_cast<uint32_t>(lo >> (16 * k)) & 0xffffu);
-      o[k + 4] = f16_bits_to_f32(static_cast<uint32_t>(hi >> (16 * k)) & 0xffffu);
+      o[k] = f16_finite_to_f32(static_cast<uint32_t>(lo >> (16 * k)) & 0xffffu);
+      o[k + 4] = f16_finite_to_f32(static_cast<uint32_t>(hi >> (16 * k)) & 0xffffu);
     }
   }
 };
@@ -103,7 +127,7 @@ struct BF16 {
   __device__ static float elem(const uint8_t* row, int64_t i) {
     return __uint_as_float(ld_u16(row + 2 * i) << 16);
   }
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int, float* o) {
     const uint64_t lo = ldq<min_align(A, 8)>(b), hi = ldq<min_align(A, 8)>(b + 8);
     for (int k = 0; k < 4; ++k) {
@@ -124,21 +148,20 @@ __device__ __forceinline__ int nib(const uint8_t* qs, int j, int k) {
 struct Q4_0 {
   static constexpr quant::Type kType = quant::Type::Q4_0;
   static constexpr int kElems = 32, kBytes = 18;
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int j, float* o) {
-    const float d = f16_bits_to_f32(ldw<2>(b) & 0xffffu);
-    const uint64_t q = ldq<2>(b + 2 + 8 * (j & 1));
-    const int shift = j < 2 ? 0 : 4;
+    const float d = f16_to_f32<kExact>(ldw<2>(b) & 0xffffu);
+    const uint64_t q = ldq<2>(b + 2 + 8 * (j & 1)) >> (j < 2 ? 0 : 4);
     for (int k = 0; k < 8; ++k) {
-      const int v = static_cast<int>((q >> (8 * k + shift)) & 0xf);
-      o[k] = __fmul_rn(static_cast<float>(v - 8), d);
+      const int v = static_cast<int>((q >> (8 * k)) & 0xf);
+      o[k] = __fmul_rn(int_to_f32(static_cast<uint32_t>(v), 8), d);
     }
   }
 };
 struct Q4_1 {
   static constexpr quant::Type kType = quant::Type::Q4_1;
   static constexpr int kElems = 32, kBytes = 20;
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int j, float* o) {
     const float d = ld_f16(b), m = ld_f16(b + 2);
     for (int k = 0; k < 8; ++k)
@@ -153,7 +176,7 @@ __device__ __forceinline__ int q5(const uint8_t* qh, const uint8_t* qs, int j, i
 struct Q5_0 {
   static constexpr quant::Type kType = quant::Type::Q5_0;
   static constexpr int kElems = 32, kBytes = 22;
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int j, float* o) {
     const float d = ld_f16(b);
     for (int k = 0; k < 8; ++k)
@@ -163,7 +186,7 @@ struct Q5_0 {
 struct Q5_1 {
   static constexpr quant::Type kType = quant::Type::Q5_1;
   static constexpr int kElems = 32, kBytes = 24;
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int j, float* o) {
     const float d = ld_f16(b), m = ld_f16(b + 2);
     for (int k = 0; k < 8; ++k)
@@ -173,19 +196,19 @@ struct Q5_1 {
 struct Q8_0 {
   static constexpr quant::Type kType = quant::Type::Q8_0;
   static constexpr int kElems = 32, kBytes = 34;
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int j, float* o) {
-    const float d = f16_bits_to_f32(*reinterpret_cast<const uint16_t*>(b));
+    const float d = f16_to_f32<kExact>(*reinterpret_cast<const uint16_t*>(b));
     const uint64_t q = ldq<2>(b + 2 + 8 * j);
     for (int k = 0; k < 8; ++k) {
-      o[k] = __fmul_rn(static_cast<float>(static_cast<int8_t>(q >> (8 * k))), d);
+      o[k] = __fmul_rn(int_to_f32(static_cast<uint32_t>((q >> (8 * k)) & 0xff) ^ 0x80u, 128), d);
     }
   }
 };
 struct Q8_1 {
   static constexpr quant::Type kType = quant::Type::Q8_1;
   static constexpr int kElems = 32, kBytes = 36;
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int j, float* o) {
     const float d = ld_f16(b);
     const uint8_t* q = b + 4 + 8 * j;
@@ -195,7 +218,7 @@ struct Q8_1 {
 struct IQ4_NL {
   static constexpr quant::Type kType = quant::Type::IQ4_NL;
   static constexpr int kElems = 32, kBytes = 18;
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int j, float* o) {
     const float d = ld_f16(b);
     for (int k = 0; k < 8; ++k) o[k] = __fmul_rn(d, static_cast<float>(kIq4nl[nib(b + 2, j, k)]));
@@ -207,7 +230,7 @@ struct IQ4_NL {
 struct Q2_K {  // scales[16] qs[64] d dmin
   static constexpr quant::Type kType = quant::Type::Q2_K;
   static constexpr int kElems = 256, kBytes = 84;
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int j, float* o) {
     const float d = ld_f16(b + 80), dmin = ld_f16(b + 82);
     const int i0 = 8 * j, half = i0 / 128, shift = 2 * ((i0 % 128) / 32), l0 = i0 % 32;
@@ -222,7 +245,7 @@ struct Q2_K {  // scales[16] qs[64] d dmin
 struct Q3_K {  // hmask[32] qs[64] scales[12] d
   static constexpr quant::Type kType = quant::Type::Q3_K;
   static constexpr int kElems = 256, kBytes = 110;
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int j, float* o) {
     const float d = ld_f16(b + 108);
     const int i0 = 8 * j, half = i0 / 128, shift = 2 * ((i0 % 128) / 32), l0 = i0 % 32;
@@ -265,69 +288,67 @@ __device__ __forceinline__ void scale_min_k4w(int sub, uint32_t s0, uint32_t s1,
 struct Q4_K {  // d dmin scales[12] qs[128]
   static constexpr quant::Type kType = quant::Type::Q4_K;
   static constexpr int kElems = 256, kBytes = 144;
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int j, float* o) {
     constexpr int A4 = min_align(A, 4), A8 = min_align(A, 8);
     const uint32_t dd = ldw<A4>(b);
-    const float d = f16_bits_to_f32(dd & 0xffffu), dmin = f16_bits_to_f32(dd >> 16);
+    const float d = f16_to_f32<kExact>(dd & 0xffffu), dmin = f16_to_f32<kExact>(dd >> 16);
     const int sub = j / 4, l0 = 8 * (j % 4);
     int sc, m;
     scale_min_k4w(sub, ldw<A4>(b + 4), ldw<A8>(b + 8), ldw<A4>(b + 12), &sc, &m);
     const float dl = __fmul_rn(d, static_cast<float>(sc));
     const float ml = __fmul_rn(dmin, static_cast<float>(m));
-    const uint64_t q = ldq<A8>(b + 16 + 32 * (sub / 2) + l0);
-    const int shift = 4 * (sub % 2);
+    const uint64_t q = ldq<A8>(b + 16 + 32 * (sub / 2) + l0) >> (4 * (sub % 2));
     for (int k = 0; k < 8; ++k) {
-      const int v = static_cast<int>((q >> (8 * k + shift)) & 0xf);
-      o[k] = __fsub_rn(__fmul_rn(dl, static_cast<float>(v)), ml);
+      const int v = static_cast<int>((q >> (8 * k)) & 0xf);
+      o[k] = __fsub_rn(__fmul_rn(dl, int_to_f32(static_cast<uint32_t>(v))), ml);
     }
   }
 };
 struct Q5_K {  // d dmin scales[12] qh[32] qs[128]
   static constexpr quant::Type kType = quant::Type::Q5_K;
   static constexpr int kElems = 256, kBytes = 176;
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int j, float* o) {
     constexpr int A4 = min_align(A, 4), A8 = min_align(A, 8);
     const uint32_t dd = ldw<A4>(b);
-    const float d = f16_bits_to_f32(dd & 0xffffu), dmin = f16_bits_to_f32(dd >> 16);
+    const float d = f16_to_f32<kExact>(dd & 0xffffu), dmin = f16_to_f32<kExact>(dd >> 16);
     const int sub = j / 4, l0 = 8 * (j % 4);
     int sc, m;
     scale_min_k4w(sub, ldw<A4>(b + 4), ldw<A8>(b + 8), ldw<A4>(b + 12), &sc, &m);
     const float dl = __fmul_rn(d, static_cast<float>(sc));
     const float ml = __fmul_rn(dmin, static_cast<float>(m));
-    const uint64_t qh = ldq<A8>(b + 16 + l0);
-    const uint64_t q = ldq<A8>(b + 48 + 32 * (sub / 2) + l0);
-    const int shift = 4 * (sub % 2);
+    const uint64_t qh = ldq<A8>(b + 16 + l0) >> sub;
+    const uint64_t q = ldq<A8>(b + 48 + 32 * (sub / 2) + l0) >> (4 * (sub % 2));
     for (int k = 0; k < 8; ++k) {
-      const int v = static_cast<int>((q >> (8 * k + shift)) & 0xf) +
-                    16 * static_cast<int>((qh >> (8 * k + sub)) & 1);
-      o[k] = __fsub_rn(__fmul_rn(dl, static_cast<float>(v)), ml);
+      const int v =
+          static_cast<int>((q >> (8 * k)) & 0xf) + 16 * static_cast<int>((qh >> (8 * k)) & 1);
+      o[k] = __fsub_rn(__fmul_rn(dl, int_to_f32(static_cast<uint32_t>(v))), ml);
     }
   }
 };
 struct Q6_K {  // ql[128] qh[64] scales[16] d
   static constexpr quant::Type kType = quant::Type::Q6_K;
   static constexpr int kElems = 256, kBytes = 210;
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int j, float* o) {
-    const float d = f16_bits_to_f32(*reinterpret_cast<const uint16_t*>(b + 208));
+    const float d = f16_to_f32<kExact>(*reinterpret_cast<const uint16_t*>(b + 208));
     const int i0 = 8 * j, half = i0 / 128, quarter = (i0 % 128) / 32, l0 = i0 % 32;
     const float ds = __fmul_rn(d, static_cast<float>(static_cast<int8_t>(b[192 + i0 / 16])));
-    const uint64_t ql = ldq<2>(b + 64 * half + 32 * (quarter % 2) + l0);
-    const uint64_t qh = ldq<2>(b + 128 + 32 * half + l0);
-    const int lshift = 4 * (quarter / 2), hshift = 2 * quarter;
+    const uint64_t ql = ldq<2>(b + 64 * half + 32 * (quarter % 2) + l0) >> (4 * (quarter / 2));
+    const uint64_t qh = ldq<2>(b + 128 + 32 * half + l0) >> (2 * quarter);
     for (int k = 0; k < 8; ++k) {
-      const int lo = static_cast<int>((ql >> (8 * k + lshift)) & 0xf);
-      const int hi = static_cast<int>((qh >> (8 * k + hshift)) & 3);
-      o[k] = __fmul_rn(ds, static_cast<float>((lo | (hi << 4)) - 32));  // (d * sc) * q as ggml
+      const int lo = static_cast<int>((ql >> (8 * k)) & 0xf);
+      const int hi = static_cast<int>((qh >> (8 * k)) & 3);
+      o[k] = __fmul_rn(
+          ds, int_to_f32(static_cast<uint32_t>(lo | (hi << 4)), 32));  // (d * sc) * q as ggml
     }
   }
 };
 struct Q8_K {  // float d, qs[256], bsums[16]
   static constexpr quant::Type kType = quant::Type::Q8_K;
   static constexpr int kElems = 256, kBytes = 292;
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int j, float* o) {
     const float d = __uint_as_float(ld_u32(b));
     const uint8_t* q = b + 4 + 8 * j;
@@ -337,7 +358,7 @@ struct Q8_K {  // float d, qs[256], bsums[16]
 struct IQ4_XS {  // d scales_h scales_l[4] qs[128]
   static constexpr quant::Type kType = quant::Type::IQ4_XS;
   static constexpr int kElems = 256, kBytes = 136;
-  template <int A>
+  template <int A, bool kExact = true>
   __device__ static void dec8(const uint8_t* b, int j, float* o) {
     const float d = ld_f16(b);
     const int sub = j / 4, jj = j % 4;
@@ -353,7 +374,8 @@ struct IQ4_XS {  // d scales_h scales_l[4] qs[128]
 
 // X(type struct) for every type CUDA decodes; the plain types first.
 #define KILN_CUDA_PLAIN_TYPES(X) X(F32) X(F16) X(BF16)
-#define KILN_CUDA_BLOCK_TYPES(X)                                                          \
-  X(Q4_0)                                                                                 \
-  X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(Q8_1) X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K) X(Q8_K) \
-      X(IQ4_NL) X(IQ4_XS)
+#define KILN_CUDA_BLOCK_TYPES(X) \
+  X(Q4_0)                        \
+  X(Q4_1)                        \
+  X(Q5_0)                        \
+  X(Q5_1) X(Q8_0) X(Q8_1) X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K) X(Q8_K) X(IQ4_NL) X(IQ4_XS)
