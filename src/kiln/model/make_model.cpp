@@ -1,9 +1,11 @@
 #include "kiln/model/make_model.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include "kiln/model/convert/hf_to_gguf.h"
 #include "kiln/model/file_type.h"
@@ -132,18 +134,54 @@ Expected<gguf::Writer> make_model(const MakeModelOptions& o) {
   tokenizer::write_vocab(w, vocab);
   if (o.vocab_only) return w;
 
-  Rng rng{o.seed};
+  // Each tensor's values come from its own generator (the seed and the tensor's place in the
+  // manifest), so the tensors are made and quantized in parallel, then added in order.
+  struct Job {
+    TensorSpec spec;
+    quant::Type type = quant::Type::F32;
+    std::vector<float> fixed;  // values that are not random (llama3 rope factors)
+    std::vector<uint8_t> bytes;
+    Status st;
+  };
+  std::vector<Job> jobs;
   for (const TensorSpec& spec : arch->manifest(hp)) {
+    Job j;
+    j.spec = spec;
     if (spec.name == "rope_freqs.weight" && hf_rope_type(rope) == "llama3") {
       // Not random: the llama3 frequency divisors, as `kiln convert` writes them.
-      KILN_TRY_STATUS(add_tensor_f32(w, spec, quant::Type::F32, llama3_rope_factors(rope, hp)));
+      j.fixed = llama3_rope_factors(rope, hp);
+    } else if (!spec.required && !(spec.name == "output.weight" && !hp.tied_embeddings)) {
       continue;
+    } else {
+      j.type = tensor_type(ft, spec, hp);
     }
-    if (!spec.required && !(spec.name == "output.weight" && !hp.tied_embeddings)) continue;
-    int64_t n = 1;
-    for (int64_t d : spec.ne) n *= d;
-    KILN_TRY_STATUS(
-        add_tensor_f32(w, spec, tensor_type(ft, spec, hp), random_values(spec, n, rng)));
+    jobs.push_back(std::move(j));
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < jobs.size();) {
+      Job& j = jobs[i];
+      int64_t n = 1;
+      for (int64_t d : j.spec.ne) n *= d;
+      Rng rng{o.seed ^ ((i + 1) * 0x9e3779b97f4a7c15ull)};
+      const std::vector<float> values = j.fixed.empty() ? random_values(j.spec, n, rng) : j.fixed;
+      const int64_t row = j.spec.ne[0];
+      const uint64_t row_bytes = *quant::row_bytes(j.type, static_cast<uint64_t>(row));
+      j.bytes.resize(row_bytes * static_cast<uint64_t>(n / row));
+      for (int64_t r = 0; r < n / row && j.st.ok(); ++r)
+        j.st = quant::quantize_row(j.type, values.data() + r * row,
+                                   j.bytes.data() + static_cast<uint64_t>(r) * row_bytes, row);
+    }
+  };
+  std::vector<std::thread> threads;
+  const unsigned n_threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  for (unsigned t = 1; t < n_threads; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  for (Job& j : jobs) {
+    KILN_TRY_STATUS(std::move(j.st));
+    KILN_TRY_STATUS(w.add_tensor(j.spec.name, j.type, j.spec.ne, j.bytes));
+    std::vector<uint8_t>().swap(j.bytes);
   }
   return w;
 }
