@@ -4,20 +4,41 @@
 #include <charconv>
 
 #include "kiln/backend/cpu/cpu_backend.h"
+#ifdef KILN_HAVE_CUDA
+#include "kiln/backend/cuda/cuda_backend.h"
+#include "kiln/backend/cuda/device.h"
+#endif
 
 namespace kiln::backend {
 
 bool cuda_compiled() {
+#ifdef KILN_HAVE_CUDA
+  return true;
+#else
   return false;
+#endif
 }
 
 int cuda_device_count() {
+#ifdef KILN_HAVE_CUDA
+  return cuda::device_count();
+#else
   return 0;
+#endif
 }
 
 CudaInfo cuda_info() {
   CudaInfo info;
+#ifdef KILN_HAVE_CUDA
+  info.compiled = true;
+  info.driver_version = cuda::driver_version();
+  info.runtime_version = cuda::runtime_version();
+  for (const cuda::GpuProps& g : cuda::gpus(&info.error))
+    info.gpus.push_back(
+        {g.index, g.name, g.cc_major, g.cc_minor, g.sm_count, g.total_bytes, g.free_bytes});
+#else
   info.error = "this build of kiln has no CUDA backend";
+#endif
   return info;
 }
 
@@ -42,7 +63,11 @@ Expected<std::unique_ptr<Backend>> create_backend(const BackendOptions& opts) {
   const int count = cuda_device_count();
   if (count == 0) return err("device '{}': no CUDA GPU found", d);
   if (index >= count) return err("device '{}': only {} CUDA GPU(s) found", d, count);
+#ifdef KILN_HAVE_CUDA
+  return cuda::create_cuda_backend(index);
+#else
   return err("device '{}': this build of kiln has no CUDA backend", d);
+#endif
 }
 
 }  // namespace kiln::backend

@@ -93,6 +93,8 @@ struct HostStep {
 struct StepCapacity {
   int64_t max_tokens = 0;      // rows per step
   int64_t max_kv_indices = 0;  // entries of kv_indices per step
+  int32_t n_heads = 0;         // attention's query heads and V head size (its scratch)
+  int32_t head_dim_v = 0;
 };
 
 struct AttnParams {

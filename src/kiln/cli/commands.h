@@ -22,5 +22,6 @@ RunFn add_bench(CLI::App& app);
 void add_bench_http(CLI::App& bench, std::function<bool()>* chosen, RunFn* run);
 RunFn add_serve(CLI::App& app);
 RunFn add_perplexity(CLI::App& app);
+RunFn add_doctor(CLI::App& app);
 
 }  // namespace kiln::cli

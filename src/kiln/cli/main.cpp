@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   add(kiln::cli::add_bench);
   add(kiln::cli::add_serve);
   add(kiln::cli::add_perplexity);
+  add(kiln::cli::add_doctor);
 
   try {
     app.parse(argc, argv);

@@ -1,6 +1,8 @@
 #include "kiln/engine/executor.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -14,6 +16,11 @@ double mib(uint64_t b) {
 }
 
 }  // namespace
+
+bool ExecutorOptions::graphs_default() {
+  const char* v = std::getenv("KILN_CUDA_GRAPHS");
+  return v == nullptr || std::string_view(v) != "0";
+}
 
 std::string MemoryPlan::to_string() const {
   std::string s = fmt::format("memory plan on {}", device);

@@ -28,7 +28,10 @@ struct ExecutorOptions {
   uint64_t kv_memory_bytes = 0;
   double gpu_memory_fraction = 0.9;
   int32_t min_kv_blocks = 1;
-  bool graphs = true;  // decode steps from CUDA graphs where the backend has them
+  // Decode steps from CUDA graphs where the backend has them; KILN_CUDA_GRAPHS=0 in the
+  // environment turns them off (every step eager, for comparisons and debugging).
+  bool graphs = graphs_default();
+  static bool graphs_default();
 };
 
 // What the model takes on its device, printed at start by kiln serve and kiln run.
@@ -62,6 +65,7 @@ class Executor {
   backend::KvCache& kv() { return *kv_; }
   const backend::KvCache& kv() const { return *kv_; }
   model::Forward& forward() { return *forward_; }
+  const model::Forward& forward() const { return *forward_; }
   backend::Backend& backend() { return be_; }
   const MemoryPlan& plan() const { return plan_; }
   const ExecutorOptions& options() const { return opts_; }

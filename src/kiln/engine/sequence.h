@@ -43,6 +43,7 @@ class SequenceRunner {
   // --dump-activations); an empty function stops it.
   void set_dump(model::ActivationDump dump) { exec_->forward().set_dump(std::move(dump)); }
   const MemoryPlan& plan() const { return exec_->plan(); }
+  const model::Forward& forward() const { return exec_->forward(); }
 
  private:
   SequenceRunner(const model::Model& model, int32_t n_ctx, std::unique_ptr<Executor> exec);

@@ -26,6 +26,8 @@ Expected<std::unique_ptr<Forward>> Forward::create(const Model& model, backend::
   cap.max_tokens = o.max_tokens;
   const int64_t blocks_per_seq = (int64_t{o.max_context} + kv::kBlockTokens - 1) / kv::kBlockTokens;
   cap.max_kv_indices = int64_t{o.max_seqs} * blocks_per_seq;
+  cap.n_heads = static_cast<int32_t>(model.hparams().n_head);
+  cap.head_dim_v = static_cast<int32_t>(model.hparams().head_dim_v);
   KILN_TRY_STATUS(be.reserve_step(cap));
   return f;
 }

@@ -14,4 +14,49 @@ int device_count() {
   return n;
 }
 
+int driver_version() {
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) cudaGetLastError();
+  return v;
+}
+
+int runtime_version() {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) cudaGetLastError();
+  return v;
+}
+
+std::vector<GpuProps> gpus(std::string* error) {
+  std::vector<GpuProps> out;
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (error != nullptr) *error = cudaGetErrorString(e);
+    cudaGetLastError();
+    return out;
+  }
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    GpuProps g;
+    g.index = i;
+    g.name = p.name;
+    g.cc_major = p.major;
+    g.cc_minor = p.minor;
+    g.sm_count = p.multiProcessorCount;
+    g.total_bytes = p.totalGlobalMem;
+    size_t free_b = 0, total_b = 0;
+    if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+      g.free_bytes = free_b;
+    } else {
+      cudaGetLastError();
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
 }  // namespace kiln::backend::cuda

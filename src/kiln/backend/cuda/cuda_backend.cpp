@@ -1,0 +1,433 @@
+#include "kiln/backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "kiln/backend/cuda/kernels.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+// Errors of calls made at load (allocation, copies) become Status; a failing call inside a
+// step is a broken device, reported by the next download/sync.
+Status check(cudaError_t e, std::string_view what) {
+  if (e == cudaSuccess) return {};
+  cudaGetLastError();
+  return err("cuda: {}: {}", what, cudaGetErrorString(e));
+}
+
+class DeviceBuffer final : public Buffer {
+ public:
+  DeviceBuffer(void* p, uint64_t bytes) : Buffer(p, bytes) {}
+  ~DeviceBuffer() override { cudaFree(data_); }
+};
+
+class PinnedBuffer final : public Buffer {
+ public:
+  PinnedBuffer(void* p, uint64_t bytes) : Buffer(p, bytes) {}
+  ~PinnedBuffer() override { cudaFreeHost(data_); }
+};
+
+Expected<void*> device_alloc(uint64_t bytes, std::string_view what) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<uint64_t>(bytes, 256));
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    return err("cuda: out of memory allocating {:.1f} MiB for {} ({:.1f} MiB free of {:.1f} MiB)",
+               static_cast<double>(bytes) / (1 << 20), what,
+               static_cast<double>(free_b) / (1 << 20), static_cast<double>(total_b) / (1 << 20));
+  }
+  return p;
+}
+
+class CudaKvCache final : public KvCache {
+ public:
+  CudaKvCache(const KvSpec& spec, int32_t num_blocks, const KvLayer& geometry, void* k, void* v)
+      : KvCache(spec, num_blocks), geometry_(geometry), k_(k), v_(v) {}
+  ~CudaKvCache() override {
+    cudaFree(k_);
+    cudaFree(v_);
+  }
+  KvLayer layer(int32_t il) const {
+    KvLayer l = geometry_;
+    l.k = static_cast<uint8_t*>(k_) + static_cast<size_t>(il) * num_blocks_ * l.k_block_bytes;
+    l.v = static_cast<uint8_t*>(v_) + static_cast<size_t>(il) * num_blocks_ * l.v_block_bytes;
+    return l;
+  }
+  void read(bool is_k, int32_t layer_index, int32_t block, int32_t in_block, int32_t kvh,
+            float* out) const override {
+    cudaDeviceSynchronize();
+    kv_read(layer(layer_index), is_k, block, in_block, kvh, out);
+  }
+
+ private:
+  KvLayer geometry_;
+  void* k_ = nullptr;
+  void* v_ = nullptr;
+};
+
+// Largest expert count per token the MoE op supports (its identity row buffer).
+constexpr int64_t kMaxExpertsUsed = 32;
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {}
+  ~CudaBackend() override {
+    for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
+    if (matmul_ != nullptr) destroy_matmul_context(matmul_);
+    for (void* p : owned_) cudaFree(p);
+    if (staging_ != nullptr) cudaFreeHost(staging_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  Status init() {
+    KILN_TRY_STATUS(check(cudaSetDevice(device_), "set device"));
+    KILN_TRY_STATUS(check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"));
+    KILN_TRY_STATUS(check(cudaGetDeviceProperties(&props_, device_), "device properties"));
+    return {};
+  }
+
+  std::string name() const override { return fmt::format("cuda:{}", device_); }
+  std::string description() const override {
+    const DeviceMemory m = memory();
+    return fmt::format("cuda:{}: {}, compute capability {}.{}, {} SMs, {:.0f} MiB ({:.0f} free)",
+                       device_, props_.name, props_.major, props_.minor, props_.multiProcessorCount,
+                       static_cast<double>(m.total_bytes) / (1 << 20),
+                       static_cast<double>(m.free_bytes) / (1 << 20));
+  }
+  DeviceMemory memory() const override {
+    size_t free_b = 0, total_b = 0;
+    cudaSetDevice(device_);
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError();
+    return {total_b, free_b};
+  }
+
+  Expected<std::unique_ptr<Buffer>> alloc(uint64_t bytes) override {
+    KILN_TRY(void* p, device_alloc(bytes, "activations"));
+    return std::unique_ptr<Buffer>(new DeviceBuffer(p, bytes));
+  }
+  Expected<std::unique_ptr<Buffer>> alloc_host(uint64_t bytes) override {
+    void* p = nullptr;
+    KILN_TRY_STATUS(check(cudaMallocHost(&p, std::max<uint64_t>(bytes, 256)), "pinned memory"));
+    return std::unique_ptr<Buffer>(new PinnedBuffer(p, bytes));
+  }
+  void upload(void* dst, const void* host_src, uint64_t bytes) override {
+    if (bytes > 0) cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_);
+  }
+  void download(void* host_dst, const void* src, uint64_t bytes) override {
+    if (bytes > 0) cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_);
+    sync();
+  }
+  void sync() override {
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    // A kernel fault is sticky: the device cannot go on. Say so loudly rather than return
+    // wrong numbers.
+    if (e != cudaSuccess) {
+      std::fprintf(stderr, "kiln: the CUDA device failed: %s\n", cudaGetErrorString(e));
+      std::abort();
+    }
+  }
+
+  Expected<Weight> prepare_weight(const Weight& fw, WeightUse) override {
+    if (fw.empty()) return fw;
+    auto it = weights_.find(fw.data);
+    if (it != weights_.end()) return it->second;
+    if (!supports_type(fw.type))
+      return err("cuda: no kernels for weight type {}", quant::type_name(fw.type));
+    const uint64_t bytes = fw.total_bytes();
+    KILN_TRY(void* p, device_alloc(bytes, "weights"));
+    owned_.push_back(p);
+    KILN_TRY_STATUS(check(cudaMemcpy(p, fw.data, bytes, cudaMemcpyHostToDevice), "upload"));
+    Weight w = fw;
+    w.data = static_cast<const uint8_t*>(p);
+    w.prepared = nullptr;
+    weights_.emplace(fw.data, w);
+    prepared_bytes_ += bytes;
+    max_n_in_ = std::max(max_n_in_, w.n_in);
+    max_n_out_ = std::max(max_n_out_, w.n_out);
+    max_experts_ = std::max(max_experts_, w.n_mats);
+    return w;
+  }
+  Expected<const float*> prepare_vector(const float* host, int64_t n) override {
+    if (host == nullptr) return static_cast<const float*>(nullptr);
+    KILN_TRY(void* p, upload_owned(host, static_cast<uint64_t>(n) * sizeof(float)));
+    return static_cast<const float*>(p);
+  }
+  Expected<const double*> prepare_doubles(const double* host, int64_t n) override {
+    if (host == nullptr) return static_cast<const double*>(nullptr);
+    KILN_TRY(void* p, upload_owned(host, static_cast<uint64_t>(n) * sizeof(double)));
+    return static_cast<const double*>(p);
+  }
+  uint64_t prepared_bytes() const override { return prepared_bytes_; }
+
+  uint64_t kv_bytes_per_block(const KvSpec& s) const override {
+    if (!kv_spec_ok(s).ok()) return 0;
+    return static_cast<uint64_t>(s.n_layer) *
+           static_cast<uint64_t>(
+               kv_block_bytes(s.type, s.block_tokens, s.n_kv_heads, s.head_dim_k) +
+               kv_block_bytes(s.type, s.block_tokens, s.n_kv_heads, s.head_dim_v));
+  }
+  Expected<std::unique_ptr<KvCache>> create_kv(const KvSpec& s, int32_t num_blocks) override {
+    KILN_TRY_STATUS(kv_spec_ok(s));
+    if (num_blocks <= 0) return err("kv: {} blocks is not a cache size", num_blocks);
+    const KvLayer g = make_kv_layer(s.type, nullptr, nullptr, s.block_tokens, s.n_kv_heads,
+                                    s.head_dim_k, s.head_dim_v);
+    const uint64_t kb = static_cast<uint64_t>(g.k_block_bytes) * s.n_layer * num_blocks;
+    const uint64_t vb = static_cast<uint64_t>(g.v_block_bytes) * s.n_layer * num_blocks;
+    KILN_TRY(void* k, device_alloc(kb, "the KV cache (K)"));
+    auto v = device_alloc(vb, "the KV cache (V)");
+    if (!v.ok()) {
+      cudaFree(k);
+      return std::move(v).take_error();
+    }
+    // Zero bytes are 0.0 in every type (an f16 scale of 0 with zero quants for Q8_0).
+    cudaMemset(k, 0, kb);
+    cudaMemset(*v, 0, vb);
+    KILN_TRY_STATUS(check(cudaDeviceSynchronize(), "clear the KV cache"));
+    return std::unique_ptr<KvCache>(new CudaKvCache(s, num_blocks, g, k, *v));
+  }
+
+  Status reserve_step(const StepCapacity& cap) override {
+    if (cap.max_tokens <= step_cap_.max_tokens && cap.max_kv_indices <= step_cap_.max_kv_indices)
+      return {};
+    if (staging_ != nullptr) {
+      // Grown: the old buffers stay owned (freed with the backend); graphs are rebuilt.
+      cudaFreeHost(staging_);
+      staging_ = nullptr;
+    }
+    step_cap_ = cap;
+    const int64_t t = cap.max_tokens;
+    // Layout (int32 words): tokens, positions, qo_indptr, kv_indptr, kv_len, logit_rows,
+    // row_scale (float), kv_indices.
+    off_tokens_ = 0;
+    off_positions_ = off_tokens_ + t;
+    off_qo_ = off_positions_ + t;
+    off_kvptr_ = off_qo_ + t + 1;
+    off_kvlen_ = off_kvptr_ + t + 1;
+    off_rows_ = off_kvlen_ + t;
+    off_scale_ = off_rows_ + t;
+    off_indices_ = off_scale_ + t;
+    step_words_ = off_indices_ + cap.max_kv_indices;
+    KILN_TRY(void* d, device_alloc(static_cast<uint64_t>(step_words_) * 4, "step inputs"));
+    owned_.push_back(d);
+    step_dev_ = static_cast<int32_t*>(d);
+    KILN_TRY_STATUS(check(cudaMallocHost(&staging_, static_cast<uint64_t>(step_words_) * 4),
+                          "pinned step staging"));
+    // Identity rows for the MoE down projection (pair p reads row p).
+    std::vector<int32_t> iota(static_cast<size_t>(t * kMaxExpertsUsed));
+    for (size_t i = 0; i < iota.size(); ++i) iota[i] = static_cast<int32_t>(i);
+    KILN_TRY(void* ip, upload_owned(iota.data(), iota.size() * 4));
+    iota_ = static_cast<const int32_t*>(ip);
+    if (attn_workspace_ == nullptr && cap.n_heads > 0) {
+      // Split-K scratch of the decode attention (long contexts over several CTAs).
+      attn_workspace_bytes_ = attention_workspace_bytes(cap.n_heads, cap.head_dim_v);
+      KILN_TRY(attn_workspace_, device_alloc(attn_workspace_bytes_, "attention scratch"));
+      owned_.push_back(attn_workspace_);
+    }
+    if (matmul_ == nullptr) {
+      // The matmul's scratch for the largest weight prepared so far.
+      matmul_ = create_matmul_context(
+          t, std::max<int64_t>(max_n_in_, 1), std::max<int64_t>(max_n_out_, 1),
+          max_experts_ > 1 ? t * kMaxExpertsUsed : 0, max_experts_ > 1 ? max_experts_ : 0);
+      if (matmul_ == nullptr) return err("cuda: could not create the matmul context (cuBLAS)");
+      prepared_bytes_ += matmul_context_bytes(matmul_);
+    }
+    return {};
+  }
+
+  Expected<StepArgs> upload_step(const HostStep& h) override {
+    const AttnBatch& a = h.attn;
+    const int64_t n = static_cast<int64_t>(h.tokens.size());
+    const int64_t n_idx = a.num_seqs > 0 ? a.kv_indptr[a.num_seqs] : 0;
+    if (n > step_cap_.max_tokens || a.num_seqs > step_cap_.max_tokens ||
+        n_idx > step_cap_.max_kv_indices ||
+        static_cast<int64_t>(h.logit_rows.size()) > step_cap_.max_tokens)
+      return err("cuda: the step ({} tokens, {} sequences, {} blocks) exceeds the step buffers", n,
+                 a.num_seqs, n_idx);
+    auto* w = static_cast<int32_t*>(staging_);
+    std::memcpy(w + off_tokens_, h.tokens.data(), n * 4);
+    std::memcpy(w + off_positions_, a.positions, n * 4);
+    std::memcpy(w + off_qo_, a.qo_indptr, (a.num_seqs + 1) * 4);
+    std::memcpy(w + off_kvptr_, a.kv_indptr, (a.num_seqs + 1) * 4);
+    std::memcpy(w + off_kvlen_, a.kv_len, a.num_seqs * 4);
+    std::memcpy(w + off_rows_, h.logit_rows.data(), h.logit_rows.size() * 4);
+    if (!h.row_scale.empty()) std::memcpy(w + off_scale_, h.row_scale.data(), n * 4);
+    std::memcpy(w + off_indices_, a.kv_indices, n_idx * 4);
+    // One copy: the staging words up to the last kv index used.
+    cudaMemcpyAsync(step_dev_, staging_, static_cast<uint64_t>(off_indices_ + n_idx) * 4,
+                    cudaMemcpyHostToDevice, stream_);
+    StepArgs s;
+    s.n_tokens = n;
+    s.n_logit_rows = static_cast<int64_t>(h.logit_rows.size());
+    for (int32_t i = 0; i < a.num_seqs; ++i)
+      s.max_q_len = std::max(s.max_q_len, a.qo_indptr[i + 1] - a.qo_indptr[i]);
+    s.tokens = step_dev_ + off_tokens_;
+    s.attn.num_seqs = a.num_seqs;
+    s.attn.positions = step_dev_ + off_positions_;
+    s.attn.qo_indptr = step_dev_ + off_qo_;
+    s.attn.kv_indptr = step_dev_ + off_kvptr_;
+    s.attn.kv_len = step_dev_ + off_kvlen_;
+    s.attn.kv_indices = step_dev_ + off_indices_;
+    s.logit_rows = step_dev_ + off_rows_;
+    s.row_scale =
+        h.row_scale.empty() ? nullptr : reinterpret_cast<const float*>(step_dev_ + off_scale_);
+    return s;
+  }
+
+  // ---- graphs ----
+  bool supports_graphs() const override { return true; }
+  Status begin_capture() override {
+    return check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                 "begin graph capture");
+  }
+  Expected<int32_t> end_capture() override {
+    cudaGraph_t graph = nullptr;
+    KILN_TRY_STATUS(check(cudaStreamEndCapture(stream_, &graph), "end graph capture"));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    KILN_TRY_STATUS(check(e, "instantiate graph"));
+    graphs_.push_back(exec);
+    return static_cast<int32_t>(graphs_.size() - 1);
+  }
+  void replay(int32_t graph) override { cudaGraphLaunch(graphs_.at(graph), stream_); }
+
+  // ---- ops ----
+  void embed(const Weight& table, const int32_t* tokens, Mat out) override {
+    cuda::embed(table, tokens, out.rows, out.data, stream_);
+  }
+  void rmsnorm(Mat x, const float* w, Mat y, float eps) override {
+    cuda::rmsnorm(x.data, w, y.data, x.rows, x.cols, eps, stream_);
+  }
+  void matmul(const Weight& w, Mat x, Mat y) override {
+    KILN_ASSERT(x.cols == w.n_in && y.cols == w.n_out && x.rows == y.rows);
+    cuda::matmul(matmul_, w, x.data, y.data, x.rows, stream_);
+  }
+  void add_bias(Mat x, const float* b) override {
+    cuda::add_bias(x.data, b, x.rows, x.cols, stream_);
+  }
+  void add(Mat x, Mat y) override { cuda::add(x.data, y.data, x.size(), stream_); }
+  void scale(Mat x, float s) override { cuda::scale(x.data, s, x.size(), stream_); }
+  void scale_rows(Mat x, const float* s) override {
+    cuda::scale_rows(x.data, s, x.rows, x.cols, stream_);
+  }
+  void softcap(Mat x, float cap) override { cuda::softcap(x.data, cap, x.size(), stream_); }
+  void swiglu(Mat gate, Mat up, Mat out) override {
+    cuda::swiglu(gate.data, up.data, out.data, gate.size(), stream_);
+  }
+  void geglu(Mat gate, Mat up, Mat out) override {
+    cuda::geglu(gate.data, up.data, out.data, gate.size(), stream_);
+  }
+  void copy_cols(Mat src, int64_t col0, Mat dst) override {
+    cuda::copy_cols(src.data, src.cols, col0, dst.data, dst.cols, dst.rows, stream_);
+  }
+  void gather_rows(Mat src, const int32_t* rows, Mat dst) override {
+    cuda::gather_rows(src.data, rows, dst.data, dst.rows, dst.cols, stream_);
+  }
+  void rope_angles(const RopeTable& t, const int32_t* positions, Mat cos, Mat sin) override {
+    cuda::rope_angles(t.inv_freq, t.n_pairs, positions, cos.rows, t.attn_factor, cos.data, sin.data,
+                      stream_);
+  }
+  void rope_apply(Mat x, int32_t n_heads, int32_t head_dim, bool neox, Mat cos, Mat sin) override {
+    cuda::rope_apply(x.data, x.rows, n_heads, head_dim, static_cast<int32_t>(cos.cols), neox,
+                     cos.data, sin.data, stream_);
+  }
+  void kv_write(KvCache& kv, int32_t layer, const StepArgs& step, Mat k, Mat v) override {
+    cuda::kv_write(static_cast<CudaKvCache&>(kv).layer(layer), step.attn, step.n_tokens, k.data,
+                   v.data, stream_);
+  }
+  void attention(KvCache& kv, int32_t layer, const StepArgs& step, Mat q, Mat out,
+                 const backend::AttnParams& p) override {
+    cuda::AttnParams cp;
+    cp.n_heads = p.n_heads;
+    cp.scale = p.scale;
+    cp.softcap = p.softcap;
+    cp.sliding_window = p.sliding_window;
+    cp.workspace = attn_workspace_;
+    cp.workspace_bytes = attn_workspace_bytes_;
+    cuda::attention(static_cast<CudaKvCache&>(kv).layer(layer), step.attn, step.n_tokens,
+                    step.max_q_len, q.data, out.data, cp, stream_);
+  }
+  void moe(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) override {
+    const int64_t n = xn.rows, k = w.n_expert_used, pairs = n * k;
+    KILN_ASSERT(k <= kMaxExpertsUsed);
+    const Mat router = s.router.as(n, w.n_expert);
+    cuda::matmul(matmul_, *w.router, xn.data, router.data, n, stream_);
+    cuda::moe_topk(router.data, n, w.n_expert, static_cast<int32_t>(k), s.chosen, s.weights.data,
+                   s.x_rows, stream_);
+    cuda::matmul_id(matmul_, *w.gate_exps, w.n_expert, xn.data, s.x_rows, s.chosen, s.gate.data,
+                    pairs, stream_);
+    cuda::matmul_id(matmul_, *w.up_exps, w.n_expert, xn.data, s.x_rows, s.chosen, s.up.data, pairs,
+                    stream_);
+    cuda::swiglu(s.gate.data, s.up.data, s.gate.data, pairs * w.n_ff, stream_);
+    cuda::matmul_id(matmul_, *w.down_exps, w.n_expert, s.gate.data, iota_, s.chosen, s.out.data,
+                    pairs, stream_);
+    cuda::moe_combine(s.out.data, s.weights.data, n, static_cast<int32_t>(k), xn.cols, out.data,
+                      stream_);
+  }
+
+ private:
+  Expected<void*> upload_owned(const void* host, uint64_t bytes) {
+    KILN_TRY(void* p, device_alloc(bytes, "constants"));
+    owned_.push_back(p);
+    KILN_TRY_STATUS(check(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), "upload"));
+    prepared_bytes_ += bytes;
+    return p;
+  }
+  static Status kv_spec_ok(const KvSpec& s) {
+    if (s.n_layer <= 0 || s.n_kv_heads <= 0 || s.head_dim_k <= 0 || s.head_dim_v <= 0 ||
+        s.block_tokens <= 0)
+      return err("kv: invalid cache shape (layers {}, kv heads {}, head dims {}/{})", s.n_layer,
+                 s.n_kv_heads, s.head_dim_k, s.head_dim_v);
+    if (s.type != quant::Type::F32 && s.type != quant::Type::F16 && s.type != quant::Type::Q8_0)
+      return err("kv: the KV cache cannot store {} (choose f16, f32 or q8_0)",
+                 quant::type_name(s.type));
+    if (s.head_dim_k % 8 != 0 || s.head_dim_v % 8 != 0 || s.head_dim_k > 256 || s.head_dim_v > 256)
+      return err(
+          "cuda: attention supports head dims that are multiples of 8 up to 256; this "
+          "model has {}/{}",
+          s.head_dim_k, s.head_dim_v);
+    const uint32_t be = quant::traits(s.type).block_elems;
+    if (s.head_dim_k % be != 0 || s.head_dim_v % be != 0)
+      return err("kv: a {} KV cache needs head dims that are multiples of {}; this model has {}/{}",
+                 quant::type_name(s.type), be, s.head_dim_k, s.head_dim_v);
+    return {};
+  }
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cudaDeviceProp props_{};
+  std::map<const uint8_t*, Weight> weights_;
+  std::vector<void*> owned_;
+  std::vector<cudaGraphExec_t> graphs_;
+  uint64_t prepared_bytes_ = 0;
+  int64_t max_n_in_ = 0, max_n_out_ = 0, max_experts_ = 1;
+  MatmulContext* matmul_ = nullptr;
+  const int32_t* iota_ = nullptr;
+  void* attn_workspace_ = nullptr;
+  int64_t attn_workspace_bytes_ = 0;
+  StepCapacity step_cap_;
+  void* staging_ = nullptr;
+  int32_t* step_dev_ = nullptr;
+  int64_t off_tokens_ = 0, off_positions_ = 0, off_qo_ = 0, off_kvptr_ = 0, off_kvlen_ = 0,
+          off_rows_ = 0, off_scale_ = 0, off_indices_ = 0, step_words_ = 0;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<Backend>> create_cuda_backend(int device_index) {
+  auto be = std::make_unique<CudaBackend>(device_index);
+  KILN_TRY_STATUS(be->init());
+  return std::unique_ptr<Backend>(std::move(be));
+}
+
+}  // namespace kiln::backend::cuda

@@ -1,0 +1,82 @@
+// kiln doctor: what this machine and this build can run on. Prints the CPU (features, cores,
+// kernel path), the CUDA build and driver, each GPU (compute capability, memory), and with
+// -m a model file's check and its memory plan on the chosen device.
+#include <fmt/format.h>
+
+#include "kiln/backend/backend.h"
+#include "kiln/cli/commands.h"
+#include "kiln/engine/executor.h"
+#include "kiln/kv/kv_cache.h"
+#include "kiln/model/model.h"
+#include "kiln/util/cpu.h"
+
+namespace kiln::cli {
+namespace {
+
+struct DoctorOptions {
+  std::string model;
+  std::string device = "auto";
+  int32_t n_ctx = 4096;
+  int32_t max_seqs = 16;
+};
+
+std::string version(int v) {
+  return v == 0 ? "none" : fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
+}
+
+int run_doctor(const DoctorOptions& o) {
+  const util::CpuFeatures& f = util::cpu_features();
+  fmt::print("cpu: {} logical, {} physical cores available; features: {}\n",
+             util::num_logical_cores(), util::num_physical_cores(), util::to_string(f));
+  const backend::CudaInfo cuda = backend::cuda_info();
+  fmt::print("cuda: compiled in: {}; driver {}, runtime {}\n", cuda.compiled ? "yes" : "no",
+             version(cuda.driver_version), version(cuda.runtime_version));
+  if (cuda.gpus.empty())
+    fmt::print("gpus: none ({})\n", cuda.error.empty() ? "none found" : cuda.error);
+  for (const backend::GpuInfo& g : cuda.gpus)
+    fmt::print("gpu {}: {}, compute capability {}.{}, {} SMs, {:.0f} MiB ({:.0f} MiB free)\n",
+               g.index, g.name, g.cc_major, g.cc_minor, g.sm_count,
+               static_cast<double>(g.total_bytes) / (1 << 20),
+               static_cast<double>(g.free_bytes) / (1 << 20));
+  auto be = backend::create_backend({o.device, 0});
+  if (!be.ok()) {
+    fmt::print("device {}: {}\n", o.device, be.error().message);
+    return 1;
+  }
+  fmt::print("device {} -> {}\n", o.device, (*be)->description());
+  if (o.model.empty()) return 0;
+  auto m = model::Model::load(o.model);
+  if (!m.ok()) {
+    fmt::print("model: {}\n", m.error().message);
+    return 1;
+  }
+  fmt::print("model: {} ({}), checked against its manifest\n", o.model, (*m)->hparams().arch);
+  engine::ExecutorOptions eo;
+  eo.max_context = o.n_ctx > 0 ? o.n_ctx : static_cast<int32_t>((*m)->hparams().n_ctx_train);
+  eo.max_seqs = o.max_seqs;
+  auto ex = engine::Executor::create(**m, **be, eo);
+  if (!ex.ok()) {
+    fmt::print("model on {}: {}\n", (*be)->name(), ex.error().message);
+    return 1;
+  }
+  fmt::print("{}\n", (*ex)->plan().to_string());
+  return 0;
+}
+
+}  // namespace
+
+RunFn add_doctor(CLI::App& app) {
+  auto o = std::make_shared<DoctorOptions>();
+  CLI::App* cmd = app.add_subcommand("doctor", "Check this machine, its GPUs and a model file");
+  cmd->add_option("-m,--model", o->model, "GGUF file to check and plan (optional)");
+  cmd->add_option("--device", o->device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+  cmd->add_option("-c,--ctx", o->n_ctx, "context for the memory plan")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--max-seqs", o->max_seqs, "sequences for the memory plan")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  return [o] { return run_doctor(*o); };
+}
+
+}  // namespace kiln::cli

