@@ -14,11 +14,14 @@ rm -rf $D && mkdir -p $D && tar -C $D -xJf build-dev/bundle.tar.xz
 export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 # The tests find fixtures at the source path they were built in and ../shared beside it.
 SRC=$(strings $D/bin/test_model | grep -m1 -o '/[^ ]*/tests/fixtures' | sed 's|/tests/fixtures||' || true)
-if [ -n "$SRC" ] && [ "$SRC" != "$ROOT" ]; then
-  mkdir -p "$(dirname "$SRC")"
-  [ -e "$SRC" ] || ln -s "$ROOT" "$SRC"
-  [ -e "$(dirname "$SRC")/shared" ] || ln -s $D/shared "$(dirname "$SRC")/shared"
+[ -n "$SRC" ] || SRC=$ROOT
+mkdir -p "$(dirname "$SRC")"
+[ -e "$SRC" ] || ln -s "$ROOT" "$SRC"
+if [ ! -e "$(dirname "$SRC")/shared/models/stories260K.gguf" ]; then
+  rm -rf "$(dirname "$SRC")/shared"
+  ln -s $D/shared "$(dirname "$SRC")/shared"
 fi
+ls -la "$(dirname "$SRC")/shared/models/" | head -5
 OUTDIR=${OUT:-/tmp/kiln-out}
 mkdir -p "$OUTDIR"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
@@ -54,4 +57,26 @@ if [[ " $WHAT " == *" bench "* ]]; then
     timeout 120 $D/bin/kiln bench -m "$f" --device cuda -p 4096 -n 0 -b 4096 -r 3 2>&1 |
       grep -v "^I " | tee -a "$OUTDIR/bench.log"
   done
+fi
+if [[ " $WHAT " == *" graphs "* ]]; then
+  # Decode with and without CUDA graphs on the first bench model.
+  f=$(ls /tmp/kiln-models/*.gguf | head -1)
+  for g in 1 0; do
+    echo "KILN_CUDA_GRAPHS=$g"
+    KILN_CUDA_GRAPHS=$g timeout 120 $D/bin/kiln bench -m "$f" --device cuda -p 0 -n 128 -r 3 2>&1 |
+      grep -E "tg128|by repetition" | tee -a "$OUTDIR/bench.log"
+  done
+fi
+if [[ " $WHAT " == *" serve "* ]]; then
+  # kiln serve on the GPU under kiln bench http (~400-token prompts, 256 out).
+  f=$(ls /tmp/kiln-models/*.gguf | head -1)
+  $D/bin/kiln serve -m "$f" --device cuda --port 18080 --ctx 2048 --max-seqs 64 \
+    --max-batch-tokens 2048 --step-prompt-tokens 0 > "$OUTDIR/serve.log" 2>&1 &
+  SP=$!
+  for i in $(seq 1 60); do curl -sf http://127.0.0.1:18080/health >/dev/null && break; sleep 1; done
+  grep -E "memory plan|engine:" "$OUTDIR/serve.log"
+  timeout ${SERVE_TIMEOUT:-150} $D/bin/kiln bench http --url http://127.0.0.1:18080 \
+    --concurrency ${SERVE_CONC:-1,16,64} --requests ${SERVE_REQS:-64} --prompt-tokens 400 \
+    --max-tokens 256 --endpoint completions 2>&1 | tee -a "$OUTDIR/serve_bench.log"
+  kill $SP; wait $SP 2>/dev/null
 fi

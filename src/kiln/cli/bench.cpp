@@ -113,6 +113,7 @@ int run_bench(const BenchOptions& o) {
   run.type_kv = quant::type_name(*kv_type);
   run.n_batch = o.batch;
   run.test_time = test_time;
+  run.backend = (*be)->name();
   const ThreadPlacement placement =
       current_thread_placement(threads, util::default_spin_us(threads));
   if (o.json) {

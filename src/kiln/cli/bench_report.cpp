@@ -144,7 +144,7 @@ nlohmann::json bench_json(const BenchRunInfo& run, const ThreadPlacement& placem
     nlohmann::json j = {
         // llama-bench's fields
         {"cpu_info", placement.cpu_info},
-        {"backends", "CPU"},
+        {"backends", run.backend.starts_with("cuda") ? "CUDA" : "CPU"},
         {"model_filename", run.model_path},
         {"model_type", run.arch},
         {"model_size", run.size_bytes},
@@ -178,7 +178,7 @@ nlohmann::json bench_json(const BenchRunInfo& run, const ThreadPlacement& placem
         {"arch", run.arch},
         {"size_bytes", run.size_bytes},
         {"params", run.params},
-        {"backend", "cpu"},
+        {"backend", run.backend},
         {"threads", placement.n_threads},
         {"type_kv", run.type_kv},
         {"test", f.test},
@@ -214,8 +214,8 @@ void print_bench_table(const BenchRunInfo& run, const ThreadPlacement& placement
         "| {:<12} | {:>6.2f} MiB | {:>6.2f} M | {:<7} | {:>7} | {:>7} | {:>8} | {:>11.2f} ± "
         "{:>6.2f} | {:>9.2f} | {:>9.2f} | {:>9.2f} | {:>9} |\n",
         run.arch, static_cast<double>(run.size_bytes) / 1048576.0,
-        static_cast<double>(run.params) / 1e6, "cpu", placement.n_threads, run.type_kv, f.test,
-        s.mean, s.stddev, s.min, s.median, s.max, gbs);
+        static_cast<double>(run.params) / 1e6, run.backend, placement.n_threads, run.type_kv,
+        f.test, s.mean, s.stddev, s.min, s.median, s.max, gbs);
   }
   for (const BenchFigure& f : figures)
     fmt::print("{} t/s by repetition: {}\n", f.test, join_values(f.tok_per_s, "{:.2f}"));

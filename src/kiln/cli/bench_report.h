@@ -57,7 +57,8 @@ struct BenchRunInfo {
   std::string type_kv;
   int32_t n_batch = 0;
   uint64_t weight_bytes_per_token = 0;
-  std::string test_time;  // when the run began, ISO 8601 UTC
+  std::string test_time;        // when the run began, ISO 8601 UTC
+  std::string backend = "cpu";  // the backend's name: cpu, cuda:0, ...
 };
 
 // One object per test, as llama-bench -o json prints them (with kiln's earlier field names

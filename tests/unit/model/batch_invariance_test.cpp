@@ -2,6 +2,8 @@
 // (mixed prefill and decode rows), because every op's reduction order is fixed per element.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "forward_util.h"
@@ -54,6 +56,23 @@ std::vector<std::vector<float>> step(Forward& fwd, backend::KvCache& cache, cons
   return out;
 }
 
+// Bitwise on the CPU (every op's reduction order is fixed per element). The CUDA matmul takes
+// direct kernels for up to 8 rows and cuBLAS tiles above, so a row's logits there depend on the
+// batch within rounding: 1e-4 of the largest logit (measured ~1e-6 on the H200).
+void expect_same(const std::vector<float>& a, const std::vector<float>& b) {
+  if (test_device() == "cpu") {
+    EXPECT_EQ(a, b);  // bitwise equal
+    return;
+  }
+  ASSERT_EQ(a.size(), b.size());
+  float max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(b[i]));
+    max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
+  }
+  EXPECT_LE(max_diff, 1e-4f * max_ref);
+}
+
 TEST(BatchInvariance, AloneEqualsInsideMixedBatch) {
   auto model = Model::load(kModels + "stories260K.gguf");
   ASSERT_TRUE(model.ok()) << model.error().message;
@@ -92,7 +111,7 @@ TEST(BatchInvariance, AloneEqualsInsideMixedBatch) {
     start.push_back(0);
   }
   auto batched = step(fwd, *cache, m, batch, start);
-  EXPECT_EQ(batched[4], alone[0]);  // bitwise equal
+  expect_same(batched[4], alone[0]);
 
   // A decode step: subject + 1 token alone, and inside a batch where others also decode.
   subject.tokens.push_back(337);
@@ -103,7 +122,7 @@ TEST(BatchInvariance, AloneEqualsInsideMixedBatch) {
     start[s] = static_cast<int32_t>(batch[s].tokens.size()) - 1;
   }
   auto batched2 = step(fwd, *cache, m, batch, start);
-  EXPECT_EQ(batched2[4], alone2[0]);
+  expect_same(batched2[4], alone2[0]);
 }
 
 }  // namespace

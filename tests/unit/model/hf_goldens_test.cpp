@@ -207,8 +207,14 @@ TEST(HfGoldensQuant, QuantizedEqualsDequantizedF32) {
       max_diff_ref = std::max(max_diff_ref, std::fabs(a_ref[i] - b[i]));
       max_ref = std::max(max_ref, std::fabs(b[i]));
     }
-    EXPECT_LE(max_diff_ref, 1e-3f * max_ref) << type << " (reference kernels)";
-    EXPECT_LE(max_diff, (float_weights ? 1e-3f : 5e-2f) * max_ref) << type << " (fast kernels)";
+    // The reference kernels are the CPU's (set_matmul_mode); a GPU runs its own kernels in
+    // both runs, whose prefill multiplies fp16 operands (tests/unit/cuda: 2e-3 of the norm).
+    const bool cpu = test_device() == "cpu";
+    if (cpu) {
+      EXPECT_LE(max_diff_ref, 1e-3f * max_ref) << type << " (reference kernels)";
+    }
+    EXPECT_LE(max_diff, (float_weights ? (cpu ? 1e-3f : 2e-3f) : 5e-2f) * max_ref)
+        << type << " (fast kernels)";
     std::printf("%s: fast %g, reference %g of max |logit| %g\n", type, max_diff / max_ref,
                 max_diff_ref / max_ref, max_ref);
   }
