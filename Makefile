@@ -25,7 +25,7 @@ test: build build-asan
 # kiln's main job on the default model: serve the bundled kiln-tiny (models/kiln-tiny.gguf).
 PORT ?= 8080
 run: build
-	@sed 's/@PORT@/$(PORT)/g' tools/tiny/make_run.txt
+	@sed -e 's/@PORT@/$(PORT)/g' -e 's|@KILN@|$(CURDIR)/$(RELEASE)/kiln|g' tools/tiny/make_run.txt
 	@$(RELEASE)/kiln serve --port $(PORT)
 
 fuzz: setup
