@@ -15,6 +15,7 @@
 #include "kiln/server/context.h"
 #include "kiln/server/router.h"
 #include "kiln/tokenizer/gguf_vocab.h"
+#include "kiln/util/log.h"
 
 namespace {
 
@@ -71,6 +72,7 @@ struct Fixture {
 
 Fixture* fixture() {
   static Fixture* f = [] {
+    log::set_level("warn");  // no access-log line per input
     auto file = gguf::File::open(std::string(KILN_SOURCE_DIR) + "/models/kiln-tiny.gguf");
     if (!file.ok()) __builtin_trap();
     auto vocab = tokenizer::load_vocab(**file);
