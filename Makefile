@@ -4,7 +4,7 @@ RELEASE := build/release
 ASAN := build/asan
 CMAKE_FLAGS ?=
 
-.PHONY: test run setup build build-asan unit fuzz format clean
+.PHONY: test run setup build build-asan unit fuzz fuzz-requests format clean
 
 setup:
 	@scripts/setup.sh
@@ -25,7 +25,7 @@ test: build build-asan
 # kiln's main job on the default model: serve the bundled kiln-tiny (models/kiln-tiny.gguf).
 PORT ?= 8080
 run: build
-	@sed 's/@PORT@/$(PORT)/g' tools/tiny/make_run.txt
+	@sed -e 's/@PORT@/$(PORT)/g' -e 's|@KILN@|$(CURDIR)/$(RELEASE)/kiln|g' tools/tiny/make_run.txt
 	@$(RELEASE)/kiln serve --port $(PORT)
 
 fuzz: setup
@@ -33,6 +33,13 @@ fuzz: setup
 	@cmake --build build/fuzz -j $(JOBS)
 	@mkdir -p fuzz/corpus-work
 	build/fuzz/fuzz_gguf_reader fuzz/corpus-work fuzz/corpus/gguf -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048
+
+# The request parsers (chat, completions, tokenize, detokenize bodies through the router).
+fuzz-requests: setup
+	@CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_TESTS=OFF >/dev/null
+	@cmake --build build/fuzz -j $(JOBS) --target fuzz_request_parser
+	@mkdir -p fuzz/corpus-work-requests
+	build/fuzz/fuzz_request_parser fuzz/corpus-work-requests fuzz/corpus/requests -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048
 
 format:
 	@git ls-files '*.cpp' '*.h' | xargs clang-format -i

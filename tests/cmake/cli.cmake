@@ -31,3 +31,7 @@ if(KILN_NODE_BIN)
   set_tests_properties(e2e.serve_soak PROPERTIES LABELS "${kiln_soak_labels}" TIMEOUT 600
     ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>;KILN_SHARED=${PROJECT_SOURCE_DIR}/../shared")
 endif()
+# Bad command-line values are usage errors naming the flag (issue 13).
+add_test(NAME e2e.cli_flags
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/e2e/cli_flags_test.sh $<TARGET_FILE:kiln>)
+set_tests_properties(e2e.cli_flags PROPERTIES LABELS e2e TIMEOUT 120)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the kiln-tiny pretraining corpus from text that Debian packages carry.
 
-    python3 tools/tiny/corpus.py --cache /work/tiny-cache --out /work/tiny-data
+    python3 tools/tiny/corpus.py --cache build/tiny-cache --out build/tiny-data
 
 Downloads the packages with `apt-get download` (no install), unpacks them with
 `dpkg-deb -x`, extracts plain English text, deduplicates paragraphs, holds out
@@ -394,8 +394,8 @@ def dedup(docs, boilerplate_min=4):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cache", default="/work/tiny-cache")
-    ap.add_argument("--out", default="/work/tiny-data")
+    ap.add_argument("--cache", default="build/tiny-cache")
+    ap.add_argument("--out", default="build/tiny-data")
     ap.add_argument("--only", nargs="*", help="restrict to these packages (debugging)")
     args = ap.parse_args()
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate kiln-tiny instruction/chat data by program from the corpus sources.
 
-    python3 tools/tiny/instruct.py --cache /work/tiny-cache --out /work/tiny-data
+    python3 tools/tiny/instruct.py --cache build/tiny-cache --out build/tiny-data
 
 Needs the packages unpacked by corpus.py (same --cache) and, for word
 frequencies, OUT/corpus/train.txt.xz. Writes:
@@ -593,8 +593,8 @@ def passages(cache, rng):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cache", default="/work/tiny-cache")
-    ap.add_argument("--out", default="/work/tiny-data")
+    ap.add_argument("--cache", default="build/tiny-cache")
+    ap.add_argument("--out", default="build/tiny-data")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--common", type=int, default=3000, help="how many frequent words get extra weight")
     ap.add_argument("--rare", type=int, default=25000, help="how many other WordNet words get one definition")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Summarize /work/tiny-data (sizes, counts, examples) as text, e.g. for the READY note.
+"""Summarize build/tiny-data (sizes, counts, examples) as text, e.g. for the READY note.
 
-    python3 tools/tiny/summary.py --out /work/tiny-data > /work/tiny-data/READY
+    python3 tools/tiny/summary.py --out build/tiny-data > build/tiny-data/READY
 """
 
 import argparse
@@ -11,7 +11,7 @@ import os
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="/work/tiny-data")
+    ap.add_argument("--out", default="build/tiny-data")
     args = ap.parse_args()
     o = args.out
     prov = json.load(open(os.path.join(o, "provenance.json")))

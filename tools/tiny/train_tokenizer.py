@@ -2,7 +2,7 @@
 """Trains kiln-tiny's tokenizer: byte-level BPE with the Qwen2 pre-tokenizer (which kiln's
 tokenizer importer recognises as 'qwen2': NFC, one Split regex, ByteLevel without regex).
 
-  train_tokenizer.py --data /work/tiny-data --out DIR [--vocab 8192]   (needs HF tokenizers)
+  train_tokenizer.py --data build/tiny-data --out DIR [--vocab 8192]   (needs HF tokenizers)
   train_tokenizer.py --bytes-only --out DIR   (no merges, no HF library: for CPU smoke tests)
 
 Writes DIR/tokenizer.json, DIR/tokenizer_config.json (chat_template = chat_template.jinja

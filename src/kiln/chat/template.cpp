@@ -33,6 +33,15 @@ const char* const kChatMLTemplate =
     "{%- endfor -%}\n"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}\n";
 
+bool is_reserved_template_variable(std::string_view name) {
+  static constexpr std::string_view kReserved[] = {
+      "messages", "tools", "documents", "add_generation_prompt", "bos_token",   "eos_token",
+      "range",    "dict",  "namespace", "raise_exception",       "strftime_now"};
+  for (std::string_view r : kReserved)
+    if (name == r) return true;
+  return false;
+}
+
 Expected<std::string> render_chat(const std::string& tmpl, const nlohmann::ordered_json& messages,
                                   const ChatOptions& opts) {
   KILN_TRY(auto parsed, jinja::Template::parse(tmpl));

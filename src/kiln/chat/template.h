@@ -6,6 +6,7 @@
 #include <ctime>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -38,6 +39,13 @@ Expected<std::string> render_chat(const std::string& tmpl, const nlohmann::order
 // The same with a template parsed once (jinja::Template::parse) and rendered per request.
 Expected<std::string> render_chat(const jinja::Template& tmpl,
                                   const nlohmann::ordered_json& messages, const ChatOptions& opts);
+
+// Names a caller's chat_template_kwargs must not set when the caller is untrusted (a server
+// request): the variables render_chat itself sets (messages, tools, documents,
+// add_generation_prompt, bos_token, eos_token) and the template globals (range, dict,
+// namespace, raise_exception, strftime_now). Replacing them would skip the validation of
+// the messages or a template's own checks.
+bool is_reserved_template_variable(std::string_view name);
 
 // The template used when a GGUF has no tokenizer.chat_template: ChatML
 // (<|im_start|>role\ncontent<|im_end|>\n per message, then <|im_start|>assistant\n when a

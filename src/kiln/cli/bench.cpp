@@ -11,6 +11,8 @@
 #include "kiln/backend/backend.h"
 #include "kiln/cli/bench_report.h"
 #include "kiln/cli/commands.h"
+#include "kiln/cli/flags.h"
+#include "kiln/cli/model_files.h"
 #include "kiln/engine/sequence.h"
 #include "kiln/kv/kv_cache.h"
 #include "kiln/model/model.h"
@@ -79,12 +81,18 @@ Expected<std::vector<Figure>> measure(const model::Model& m, const BenchOptions&
   return out;
 }
 
-int run_bench(const BenchOptions& o) {
+int run_bench(BenchOptions o) {
   auto kv_type = kv::parse_kv_type(o.kv_type);
   if (!kv_type.ok()) {
     fmt::print(stderr, "kiln bench: --kv-type: {}\n", kv_type.error().message);
     return 2;
   }
+  auto path = model_path_or_default(o.model);
+  if (!path.ok()) {
+    fmt::print(stderr, "kiln bench: {}\n", path.error().message);
+    return 1;
+  }
+  o.model = *path;
   auto m = model::Model::load(o.model);
   if (!m.ok()) {
     fmt::print(stderr, "kiln bench: {}\n", m.error().message);
@@ -132,13 +140,13 @@ RunFn add_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "bench", "Prompt-processing and generation speed (`kiln bench http`: a server under load)");
   auto o = std::make_shared<BenchOptions>();
-  cmd->add_option("-m,--model", o->model, "GGUF file (required unless `http`)");
-  cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (0: skip)")->capture_default_str();
-  cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens (0: skip)")->capture_default_str();
+  cmd->add_option("-m,--model", o->model, kDefaultModelHelp);
+  add_ranged(cmd, "-p,--n-prompt", o->n_prompt, 0, kMaxContext - 1, "prompt tokens (0: skip)");
+  add_ranged(cmd, "-n,--n-gen", o->n_gen, 0, kMaxContext - 1, "generated tokens (0: skip)");
   cmd->add_option("-r,--repetitions", o->reps, "repetitions")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  cmd->add_option("-t,--threads", o->threads, "CPU threads (default: physical cores)");
+  add_threads_flag(cmd, o->threads);
   cmd->add_option("--device", o->device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   cmd->add_option("-b,--batch", o->batch, "prefill chunk size")
       ->capture_default_str()
@@ -152,10 +160,6 @@ RunFn add_bench(CLI::App& app) {
   add_bench_http(*cmd, http_chosen.get(), http_run.get());
   return [o, http_chosen, http_run]() {
     if ((*http_chosen)()) return (*http_run)();
-    if (o->model.empty()) {
-      fmt::print(stderr, "kiln bench: -m,--model is required (or `kiln bench http --help`)\n");
-      return 2;
-    }
     return run_bench(*o);
   };
 }

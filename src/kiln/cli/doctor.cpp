@@ -5,6 +5,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/cli/commands.h"
+#include "kiln/cli/flags.h"
 #include "kiln/engine/executor.h"
 #include "kiln/kv/kv_cache.h"
 #include "kiln/model/model.h"
@@ -70,12 +71,8 @@ RunFn add_doctor(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("doctor", "Check this machine, its GPUs and a model file");
   cmd->add_option("-m,--model", o->model, "GGUF file to check and plan (optional)");
   cmd->add_option("--device", o->device, "cpu, cuda, cuda:N or auto")->capture_default_str();
-  cmd->add_option("-c,--ctx", o->n_ctx, "context for the memory plan")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("--max-seqs", o->max_seqs, "sequences for the memory plan")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 16));
+  add_ranged(cmd, "-c,--ctx", o->n_ctx, 1, kMaxContext, "context for the memory plan");
+  add_ranged(cmd, "--max-seqs", o->max_seqs, 1, 1 << 16, "sequences for the memory plan");
   return [o] { return run_doctor(*o); };
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/cli/commands.h"
+#include "kiln/cli/model_files.h"
 #include "kiln/gguf/gguf.h"
 #include "kiln/model/arch/arch.h"
 #include "kiln/model/hparams.h"
@@ -204,11 +205,16 @@ RunFn add_inspect(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   auto all = std::make_shared<bool>(false);
-  cmd->add_option("file", *path, "GGUF file")->required();
+  cmd->add_option("file", *path, "GGUF file (default: the bundled kiln-tiny, as -m of run)");
   cmd->add_flag("--json", *json, "machine-readable output");
   cmd->add_flag("--all", *all, "list every tensor (text) / every array element (JSON)");
   return [path, json, all]() {
-    auto file = gguf::File::open(*path);
+    auto model = model_path_or_default(*path);
+    if (!model.ok()) {
+      fmt::print(stderr, "kiln inspect: {}\n", model.error().message);
+      return 1;
+    }
+    auto file = gguf::File::open(*model);
     if (!file.ok()) {
       fmt::print(stderr, "kiln inspect: {}\n", file.error().message);
       return 1;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "kiln/cli/commands.h"
+#include "kiln/cli/flags.h"
 #include "kiln/model/make_model.h"
 
 namespace kiln::cli {
@@ -22,16 +23,20 @@ RunFn add_make_model(CLI::App& app) {
       ->required();
   CLI::Option* shape[] = {
       cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3, qwen3moe")->capture_default_str(),
-      cmd->add_option("--layers", o->n_layer, "number of blocks")->capture_default_str(),
-      cmd->add_option("--hidden", o->n_embd, "embedding width")->capture_default_str(),
-      cmd->add_option("--heads", o->n_head, "attention heads")->capture_default_str(),
-      cmd->add_option("--kv-heads", o->n_head_kv, "key/value heads (GQA)")->capture_default_str(),
-      cmd->add_option("--head-dim", o->head_dim, "head dimension (default hidden/heads)"),
-      cmd->add_option("--ffn", o->n_ff, "feed-forward width")->capture_default_str(),
-      cmd->add_option("--ctx", o->n_ctx, "training context length")->capture_default_str(),
-      cmd->add_option("--experts", o->n_expert, "MoE: experts per layer"),
-      cmd->add_option("--experts-used", o->n_expert_used, "MoE: experts per token"),
-      cmd->add_option("--expert-ffn", o->n_ff_expert, "MoE: expert feed-forward width"),
+      add_ranged(cmd, "--layers", o->n_layer, 1, 1024, "number of blocks"),
+      add_ranged(cmd, "--hidden", o->n_embd, 1, 1 << 16, "embedding width"),
+      add_ranged(cmd, "--heads", o->n_head, 1, 1024, "attention heads"),
+      add_ranged(cmd, "--kv-heads", o->n_head_kv, 1, 1024, "key/value heads (GQA)"),
+      cmd->add_option("--head-dim", o->head_dim, "head dimension (default hidden/heads)")
+          ->check(int_range(1, 1 << 12)),
+      add_ranged(cmd, "--ffn", o->n_ff, 1, 1 << 18, "feed-forward width"),
+      add_ranged(cmd, "--ctx", o->n_ctx, 1, kMaxContext, "training context length"),
+      cmd->add_option("--experts", o->n_expert, "MoE: experts per layer")
+          ->check(int_range(1, 1024)),
+      cmd->add_option("--experts-used", o->n_expert_used, "MoE: experts per token")
+          ->check(int_range(1, 1024)),
+      cmd->add_option("--expert-ffn", o->n_ff_expert, "MoE: expert feed-forward width")
+          ->check(int_range(1, 1 << 18)),
       cmd->add_flag("--tied", o->tied_embeddings, "tie output to token embeddings")};
   for (CLI::Option* opt : shape) config->excludes(opt);
   cmd->add_option("--type", o->type,

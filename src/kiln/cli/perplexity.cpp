@@ -8,6 +8,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/cli/commands.h"
+#include "kiln/cli/flags.h"
 #include "kiln/cli/model_files.h"
 #include "kiln/engine/perplexity.h"
 #include "kiln/kv/kv_cache.h"
@@ -27,7 +28,8 @@ struct PerplexityCliOptions {
 };
 
 Status run_perplexity(const PerplexityCliOptions& o) {
-  KILN_TRY(std::unique_ptr<model::Model> m, model::Model::load(o.model));
+  KILN_TRY(std::string path, model_path_or_default(o.model));
+  KILN_TRY(std::unique_ptr<model::Model> m, model::Model::load(path));
   KILN_TRY(tokenizer::VocabData vocab, tokenizer::load_vocab(m->file()));
   KILN_TRY(tokenizer::Tokenizer tok, tokenizer::Tokenizer::create(std::move(vocab)));
   KILN_TRY(std::string text, read_text_file(o.file));
@@ -56,13 +58,12 @@ RunFn add_perplexity(CLI::App& app) {
       "Perplexity of a text, as llama-perplexity measures it (chunks of -c tokens, the second "
       "half of each scored)");
   auto o = std::make_shared<PerplexityCliOptions>();
-  cmd->add_option("-m,--model", o->model, "GGUF file")->required();
+  cmd->add_option("-m,--model", o->model, kDefaultModelHelp);
   cmd->add_option("-f,--file", o->file, "text file ('-': stdin)")->required();
   cmd->add_option("--device", o->device, "cpu, cuda, cuda:N or auto")->capture_default_str();
-  cmd->add_option("-c,--ctx", o->n_ctx, "tokens per chunk")->capture_default_str();
-  cmd->add_option("--chunks", o->chunks, "score at most this many chunks (-1: all)")
-      ->capture_default_str();
-  cmd->add_option("-t,--threads", o->threads, "threads (default: physical cores)");
+  add_ranged(cmd, "-c,--ctx", o->n_ctx, 4, kMaxContext, "tokens per chunk");
+  add_ranged(cmd, "--chunks", o->chunks, -1, INT32_MAX, "score at most this many chunks (-1: all)");
+  add_threads_flag(cmd, o->threads);
   cmd->add_option("--kv-type", o->kv_type, "KV cache type: f16, f32 or q8_0")
       ->capture_default_str();
   return [o]() {

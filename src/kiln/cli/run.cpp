@@ -1,7 +1,11 @@
 // kiln run: generate text from a prompt, or chat in the terminal. Only the generated text goes
 // to stdout (scripts can use it); logs and statistics go to stderr.
+#include <unistd.h>
+
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -12,11 +16,13 @@
 #include "kiln/chat/template.h"
 #include "kiln/cli/activation_dump.h"
 #include "kiln/cli/commands.h"
+#include "kiln/cli/flags.h"
 #include "kiln/cli/model_files.h"
 #include "kiln/engine/sampler.h"
 #include "kiln/engine/sequence.h"
 #include "kiln/engine/stop.h"
 #include "kiln/kv/kv_cache.h"
+#include "kiln/server/chat_prompt.h"
 #include "kiln/tokenizer/gguf_vocab.h"
 #include "kiln/tokenizer/stream_decoder.h"
 #include "kiln/util/log.h"
@@ -25,6 +31,20 @@ namespace kiln::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Ctrl-C in `kiln run --chat`: the first one during a reply stops the reply (back to the
+// prompt); one at the prompt, or a second one during a reply, exits.
+volatile std::sig_atomic_t g_in_reply = 0;
+volatile std::sig_atomic_t g_stop_reply = 0;
+void on_chat_sigint(int) {
+  if (g_in_reply != 0 && g_stop_reply == 0) {
+    g_stop_reply = 1;
+    return;
+  }
+  static const char kNewline[] = "\n";
+  [[maybe_unused]] ssize_t n = ::write(STDOUT_FILENO, kNewline, 1);
+  std::_Exit(130);
+}
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -134,6 +154,14 @@ Expected<std::string> generate(Runtime& rt, const RunOptions& o, engine::Sampler
   t0 = Clock::now();
   bool stopped = false;
   for (int32_t i = 0; i < o.n_predict && !stopped; ++i) {
+    if (g_stop_reply != 0) break;  // Ctrl-C in a chat
+    if (static_cast<int64_t>(rt.seq->tokens().size()) >= o.n_ctx) {
+      // On a line of its own, never glued to the reply.
+      std::fflush(stdout);
+      fmt::print(stderr, "\nkiln: the context ({} tokens) is full; the reply stops here\n",
+                 o.n_ctx);
+      break;
+    }
     const engine::SampleResult r = sampler.sample(logits, rt.seq->tokens());
     if (!o.ignore_eos && eog.contains(r.token)) break;
     stats.num_generated++;
@@ -169,13 +197,10 @@ void print_stats(double load_s, const Stats& s) {
 // Renders the conversation and returns the tokens that are not in the cache yet (the cache
 // keeps the longest common prefix, so each turn only prefills what is new).
 Expected<std::vector<int32_t>> chat_turn_tokens(Runtime& rt, const nlohmann::ordered_json& msgs) {
-  chat::ChatOptions copts;
-  if (auto b = rt.tokenizer.bos_id()) copts.bos_token = std::string(rt.tokenizer.token_text(*b));
-  if (auto e = rt.tokenizer.eos_id()) copts.eos_token = std::string(rt.tokenizer.token_text(*e));
-  KILN_TRY(std::string prompt, chat::render_chat(rt.chat_template, msgs, copts));
-  // Templates write the BOS themselves; add it only when the template did not.
-  const bool has_bos = !copts.bos_token.empty() && prompt.starts_with(copts.bos_token);
-  KILN_TRY(std::vector<int32_t> ids, rt.tokenizer.encode(prompt, !has_bos, true));
+  // As kiln serve does: control-token text typed in a message stays text.
+  KILN_TRY(server::ChatPrompt prompt,
+           server::chat_prompt(rt.tokenizer, rt.chat_template, msgs, {}, false));
+  const std::vector<int32_t>& ids = prompt.tokens;
   const std::vector<int32_t>& cached = rt.seq->tokens();
   size_t common = 0;
   while (common < cached.size() && common < ids.size() && cached[common] == ids[common]) ++common;
@@ -184,7 +209,33 @@ Expected<std::vector<int32_t>> chat_turn_tokens(Runtime& rt, const nlohmann::ord
   return std::vector<int32_t>(ids.begin() + static_cast<long>(common), ids.end());
 }
 
+// Drops the oldest turns (keeping a system prompt) until the conversation's prompt leaves room
+// for a reply (a quarter of the context, or -n when smaller), with a notice on stderr. Fails
+// when the last message alone does not fit.
+Status fit_context(Runtime& rt, const RunOptions& o, nlohmann::ordered_json& msgs) {
+  const int64_t room = std::min<int64_t>(o.n_predict, std::max<int64_t>(o.n_ctx / 4, 1));
+  int num_dropped = 0;
+  for (;;) {
+    KILN_TRY(server::ChatPrompt prompt,
+             server::chat_prompt(rt.tokenizer, rt.chat_template, msgs, {}, false));
+    if (static_cast<int64_t>(prompt.tokens.size()) + room <= o.n_ctx) break;
+    const size_t first = !msgs.empty() && msgs[0]["role"] == "system" ? 1 : 0;
+    if (msgs.size() <= first + 1)
+      return err("the message is {} tokens, more than the context ({}) leaves for it",
+                 prompt.tokens.size(), o.n_ctx);
+    // One turn: a user message and the replies up to the next user message.
+    size_t end = first + 1;
+    while (end + 1 < msgs.size() && msgs[end]["role"] != "user") ++end;
+    msgs.erase(msgs.begin() + static_cast<long>(first), msgs.begin() + static_cast<long>(end));
+    ++num_dropped;
+  }
+  if (num_dropped > 0)
+    fmt::print(stderr, "kiln: the context is full: dropped the oldest {} turn(s)\n", num_dropped);
+  return {};
+}
+
 int run_chat(Runtime& rt, const RunOptions& o, engine::Sampler& sampler, Stats& stats) {
+  std::signal(SIGINT, on_chat_sigint);
   nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
   if (!o.system.empty()) msgs.push_back({{"role", "system"}, {"content", o.system}});
   std::string line;
@@ -199,18 +250,30 @@ int run_chat(Runtime& rt, const RunOptions& o, engine::Sampler& sampler, Stats& 
       line = std::exchange(first, "");
     }
     msgs.push_back({{"role", "user"}, {"content", line}});
+    if (Status st = fit_context(rt, o, msgs); !st.ok()) {
+      fmt::print(stderr, "kiln run: {}\n", st.error().message);
+      msgs.erase(msgs.size() - 1);
+      continue;
+    }
     auto tokens = chat_turn_tokens(rt, msgs);
     if (!tokens.ok()) {
       fmt::print(stderr, "kiln run: {}\n", tokens.error().message);
       return 1;
     }
+    g_stop_reply = 0;
+    g_in_reply = 1;
     auto reply = generate(rt, o, sampler, *tokens, stats);
+    g_in_reply = 0;
     if (!reply.ok()) {
       fmt::print(stderr, "kiln run: {}\n", reply.error().message);
       return 1;
     }
     msgs.push_back({{"role", "assistant"}, {"content", *reply}});
     fmt::print("\n");
+    if (g_stop_reply != 0) {
+      fmt::print(stderr, "kiln: reply stopped (Ctrl-C again at the prompt exits)");
+      if (!o.no_stats) print_stats(0, stats);
+    }
   }
   return 0;
 }
@@ -218,6 +281,12 @@ int run_chat(Runtime& rt, const RunOptions& o, engine::Sampler& sampler, Stats& 
 int run(RunOptions o) {
   if (!o.chat && o.prompt.empty() && o.prompt_file.empty()) {
     fmt::print(stderr, "kiln run: give a prompt (-p TEXT or -f FILE) or --chat\n");
+    return 2;
+  }
+  // The sampling flags are checked before the model loads (the vocabulary size only
+  // matters to logit biases, which the command line does not set).
+  if (Status st = engine::validate(o.sampling, 1); !st.ok()) {
+    fmt::print(stderr, "kiln run: {}\n", st.error().message);
     return 2;
   }
   if (auto kv_type = kv::parse_kv_type(o.kv_type); !kv_type.ok()) {
@@ -286,9 +355,9 @@ RunFn add_run(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, kDefaultModelHelp);
   cmd->add_option("-p,--prompt", o->prompt, "prompt text (with --chat: the first message)");
   cmd->add_option("-f,--file", o->prompt_file, "read the prompt from a file ('-': stdin)");
-  cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
-  cmd->add_option("-c,--ctx", o->n_ctx, "context length")->capture_default_str();
-  cmd->add_option("-t,--threads", o->threads, "CPU threads (default: physical cores)");
+  add_ranged(cmd, "-n,--n-predict", o->n_predict, 1, kMaxTokens, "tokens to generate");
+  add_ranged(cmd, "-c,--ctx", o->n_ctx, 1, kMaxContext, "context length");
+  add_threads_flag(cmd, o->threads);
   cmd->add_option("--device", o->device, "cpu, cuda, cuda:N or auto (cuda when a GPU is found)")
       ->capture_default_str();
   cmd->add_option("--kv-type", o->kv_type,
@@ -296,14 +365,14 @@ RunFn add_run(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--temp", o->sampling.temperature, "temperature (0 = greedy)")
       ->capture_default_str();
-  cmd->add_option("--top-k", o->sampling.top_k, "top-k (0 = off)")->capture_default_str();
+  add_ranged(cmd, "--top-k", o->sampling.top_k, 0, INT32_MAX, "top-k (0 = off)");
   cmd->add_option("--top-p", o->sampling.top_p, "top-p (1 = off)")->capture_default_str();
   cmd->add_option("--min-p", o->sampling.min_p, "min-p (0 = off)")->capture_default_str();
   cmd->add_option("--repeat-penalty", o->sampling.repetition_penalty, "1 = off")
       ->capture_default_str();
   cmd->add_option("--presence-penalty", o->sampling.presence_penalty)->capture_default_str();
   cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty)->capture_default_str();
-  cmd->add_option("--seed", o->seed, "random seed (-1: random)")->capture_default_str();
+  add_ranged(cmd, "--seed", o->seed, -1, INT64_MAX, "random seed (-1: random)");
   cmd->add_option("--stop", o->stops, "stop string (repeatable)");
   cmd->add_flag("--chat", o->chat, "chat with the model's template; /exit ends");
   cmd->add_option("--system", o->system, "system prompt for --chat");

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "kiln/cli/commands.h"
+#include "kiln/cli/flags.h"
 #include "kiln/cli/model_files.h"
 #include "kiln/engine/engine.h"
 #include "kiln/kv/kv_cache.h"
@@ -21,6 +22,7 @@ struct ServeOptions {
   server::ServerOptions server;
   int drain_timeout_s = 30;
   int request_timeout_s = 0;
+  int header_timeout_s = 5;
   std::string kv_memory;  // "512M", "2G", bytes
   std::string kv_type = "f16";
 };
@@ -69,6 +71,9 @@ int run_serve(ServeOptions o) {
   o.engine.kv_type = *kv_type;
   o.server.drain_timeout = std::chrono::seconds(o.drain_timeout_s);
   o.server.request_timeout = std::chrono::seconds(o.request_timeout_s);
+  o.server.first_request_timeout = std::chrono::seconds(o.header_timeout_s);
+  // A request asking for more generations than the queue holds would be refused forever.
+  o.server.max_choices = o.engine.max_waiting;
   auto path = model_path_or_default(o.engine.model_path);
   if (!path.ok()) {
     fmt::print(stderr, "kiln serve: {}\n", path.error().message);
@@ -114,49 +119,59 @@ RunFn add_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   cmd->add_option("-m,--model", o->engine.model_path, kDefaultModelHelp);
   cmd->add_option("--host", o->server.host, "listen address")->capture_default_str();
-  cmd->add_option("--port", o->server.port, "listen port (0: any free port)")
-      ->capture_default_str();
-  cmd->add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY'");
+  add_ranged(cmd, "--port", o->server.port, 0, 65535, "listen port (0: any free port)");
+  cmd->add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY'")
+      ->check(CLI::Validator(
+          [](std::string& key) -> std::string {
+            return key.empty() ? "an empty key would turn authentication off; leave the flag "
+                                 "out to serve without a key"
+                               : "";
+          },
+          "KEY"));
   cmd->add_option("--model-name", o->server.model_name,
                   "model id clients send and /v1/models lists")
       ->capture_default_str();
-  cmd->add_option("-t,--threads", o->engine.threads, "CPU threads (default: physical cores)");
+  add_threads_flag(cmd, o->engine.threads);
   cmd->add_option("--device", o->engine.device,
                   "cpu, cuda, cuda:N or auto (cuda when a GPU is found)")
       ->capture_default_str();
   cmd->add_option("--gpu-memory-fraction", o->engine.gpu_memory_fraction,
                   "share of the GPU's memory for weights, activations and the KV cache")
       ->capture_default_str()
-      ->check(CLI::Range(0.05, 1.0));
-  cmd->add_option("-c,--ctx", o->engine.n_ctx, "context length per request")->capture_default_str();
+      ->check(real_range(0.05, 1.0));
+  add_ranged(cmd, "-c,--ctx", o->engine.n_ctx, 1, kMaxContext, "context length per request");
   cmd->add_option("--kv-memory", o->kv_memory,
                   "KV cache budget, e.g. 512M or 2G (default: max-seqs full contexts, <= 2G)");
   cmd->add_option("--kv-type", o->kv_type,
                   "KV cache type: f16, f32 or q8_0 (q8_0 needs head dims that are multiples of 32)")
       ->capture_default_str();
-  cmd->add_option("--max-batch-tokens", o->engine.max_batch_tokens,
-                  "tokens computed per engine step (prefill chunks + decodes)")
-      ->capture_default_str();
-  cmd->add_option("--step-prompt-tokens", o->engine.step_prompt_tokens,
-                  "a step takes no further prompt once it holds this many prompt tokens, so "
-                  "prompts arriving together get first tokens in turn (0: fill the budget)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-seqs", o->engine.max_seqs, "concurrently running sequences")
-      ->capture_default_str();
-  cmd->add_option("--max-waiting", o->engine.max_waiting,
-                  "queued requests beyond which new ones get 429")
-      ->capture_default_str();
+  add_ranged(cmd, "--max-batch-tokens", o->engine.max_batch_tokens, 1, kMaxTokens,
+             "tokens computed per engine step (prefill chunks + decodes)");
+  add_ranged(cmd, "--step-prompt-tokens", o->engine.step_prompt_tokens, 0, kMaxTokens,
+             "a step takes no further prompt once it holds this many prompt tokens, so "
+             "prompts arriving together get first tokens in turn (0: fill the budget)");
+  add_ranged(cmd, "--max-seqs", o->engine.max_seqs, 1, 4096, "concurrently running sequences");
+  add_ranged(cmd, "--max-waiting", o->engine.max_waiting, 1, 1 << 20,
+             "queued requests beyond which new ones get 429; also the most generations "
+             "(prompts x n) one request may ask for");
   cmd->add_flag("!--no-prefix-cache", o->engine.enable_prefix_cache,
                 "do not reuse cached prompt prefixes");
-  cmd->add_option("--max-body", o->server.max_body_bytes, "request body limit in bytes")
-      ->capture_default_str();
-  cmd->add_option("--drain-timeout", o->drain_timeout_s,
-                  "seconds in-flight requests may finish after SIGTERM")
-      ->capture_default_str();
-  cmd->add_option("--request-timeout", o->request_timeout_s,
-                  "seconds a generation may take (0: no limit)")
-      ->capture_default_str();
+  add_ranged(cmd, "--max-body", o->server.max_body_bytes, 1, int64_t{1} << 30,
+             "request body limit in bytes (larger: 413)");
+  add_ranged(cmd, "--max-connections", o->server.max_connections, 1, 1 << 16,
+             "open connections at most; beyond it a connection may still ask /health and "
+             "/metrics, anything else gets 503");
+  add_ranged(cmd, "--max-connections-per-client", o->server.max_connections_per_client, 1, 1 << 16,
+             "open connections per client address at most (beyond it: as above)");
+  add_ranged(cmd, "--header-timeout", o->header_timeout_s, 1, 3600,
+             "seconds a new connection may take to send its first request's headers");
+  add_ranged(cmd, "--drain-timeout", o->drain_timeout_s, 0, 86400,
+             "seconds in-flight requests may finish after SIGTERM");
+  add_ranged(cmd, "--request-timeout", o->request_timeout_s, 0, 7 * 86400,
+             "seconds a generation may take (0: no limit)");
+  cmd->add_flag("--parse-special-in-content", o->server.parse_special_in_content,
+                "tokenize control-token text in message content as control tokens (default: "
+                "as plain text; only the chat template's own markup makes control tokens)");
   cmd->add_flag("--cors", o->server.cors, "send Access-Control-Allow-Origin: *");
   return [o]() { return run_serve(*o); };
 }

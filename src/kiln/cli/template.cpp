@@ -23,13 +23,20 @@ int fail(const std::string& msg) {
 }
 
 int run_template(const TemplateOptions& o) {
-  auto tm = load_text_model(o.model);
+  auto path = model_path_or_default(o.model);
+  if (!path.ok()) return fail(path.error().message);
+  auto tm = load_text_model(*path);
   if (!tm.ok()) return fail(tm.error().message);
   auto text = read_text_file(o.conversation);
   if (!text.ok()) return fail(text.error().message);
-  const auto conv = nlohmann::ordered_json::parse(*text, nullptr, false);
-  if (conv.is_discarded() || !conv.is_object())
-    return fail(fmt::format("'{}' is not a JSON object", o.conversation));
+  nlohmann::ordered_json conv;
+  try {
+    conv = nlohmann::ordered_json::parse(*text);
+  } catch (const nlohmann::ordered_json::exception& e) {
+    // nlohmann's message names the line, column and byte of the fault.
+    return fail(fmt::format("'{}' is not valid JSON: {}", o.conversation, e.what()));
+  }
+  if (!conv.is_object()) return fail(fmt::format("'{}' is not a JSON object", o.conversation));
   if (!conv.contains("messages") || !conv["messages"].is_array())
     return fail("the conversation needs a \"messages\" array");
   chat::ChatOptions opts;
@@ -55,7 +62,7 @@ RunFn add_template(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("template", "Render a conversation with the model's chat template");
   auto o = std::make_shared<TemplateOptions>();
-  cmd->add_option("-m,--model", o->model, "GGUF file (vocab-only files work)")->required();
+  cmd->add_option("-m,--model", o->model, kDefaultModelHelp);
   cmd->add_option("-f,--file", o->conversation,
                   "JSON with \"messages\", optional \"tools\" and \"chat_template_kwargs\" "
                   "('-': stdin)")

@@ -22,7 +22,12 @@ struct TokenizeOptions {
 };
 
 int run_tokenize(const TokenizeOptions& o) {
-  auto tm = load_text_model(o.model);
+  auto path = model_path_or_default(o.model);
+  if (!path.ok()) {
+    fmt::print(stderr, "kiln tokenize: {}\n", path.error().message);
+    return 1;
+  }
+  auto tm = load_text_model(*path);
   if (!tm.ok()) {
     fmt::print(stderr, "kiln tokenize: {}\n", tm.error().message);
     return 1;
@@ -70,7 +75,7 @@ int run_tokenize(const TokenizeOptions& o) {
 RunFn add_tokenize(CLI::App& app) {
   auto* cmd = app.add_subcommand("tokenize", "Print the token ids of a text");
   auto o = std::make_shared<TokenizeOptions>();
-  cmd->add_option("-m,--model", o->model, "GGUF file (vocab-only files work)")->required();
+  cmd->add_option("-m,--model", o->model, kDefaultModelHelp);
   auto* text = cmd->add_option("text", o->text, "the text");
   auto* file = cmd->add_option("-f,--file", o->file, "read the text from a file ('-': stdin)");
   text->excludes(file);

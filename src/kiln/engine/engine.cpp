@@ -223,6 +223,15 @@ Engine::~Engine() {
 }
 
 void Engine::start() {
+  if (Status st = validate(opts_); !st.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      load_error_ = "bad engine options: " + st.error().message;
+      state_ = EngineState::kFailed;
+    }
+    ready_cv_.notify_all();
+    return;
+  }
   thread_ = std::thread([this] { thread_main(); });
 }
 

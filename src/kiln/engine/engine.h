@@ -39,6 +39,12 @@ struct EngineOptions {
   std::function<void(int64_t)> before_step;
 };
 
+// The options' bounds (threads in [0, 4096], n_ctx >= 0, max_batch_tokens, max_seqs,
+// max_waiting >= 1, step_prompt_tokens >= 0): an error naming the option. Engine::start()
+// refuses bad options this way (state kFailed, wait_ready() returns the error); the command
+// line checks the same ranges at parse time.
+Status validate(const EngineOptions& opts);
+
 class Engine final : public EngineApi {
  public:
   explicit Engine(EngineOptions opts);

@@ -46,6 +46,18 @@ backend::AttnBatch StepPlan::attn_batch() const {
   return b;
 }
 
+Status validate(const SchedulerConfig& cfg) {
+  if (cfg.max_batch_tokens < 1)
+    return err("max_batch_tokens must be >= 1, got {}", cfg.max_batch_tokens);
+  if (cfg.max_seqs < 1) return err("max_seqs must be >= 1, got {}", cfg.max_seqs);
+  if (cfg.num_blocks < 1) return err("num_blocks must be >= 1, got {}", cfg.num_blocks);
+  if (cfg.max_context < 1) return err("max_context must be >= 1, got {}", cfg.max_context);
+  if (cfg.max_waiting < 0) return err("max_waiting must be >= 0, got {}", cfg.max_waiting);
+  if (cfg.step_prompt_tokens < 0)
+    return err("step_prompt_tokens must be >= 0, got {}", cfg.step_prompt_tokens);
+  return {};
+}
+
 Scheduler::Scheduler(const SchedulerConfig& cfg)
     : cfg_(cfg), kv_(cfg.num_blocks, cfg.enable_prefix_cache, cfg.block_hash) {
   KILN_ASSERT(cfg.max_batch_tokens >= 1 && cfg.max_seqs >= 1 && cfg.max_context >= 1);

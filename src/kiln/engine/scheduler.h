@@ -27,6 +27,7 @@
 #include "kiln/backend/weight.h"
 #include "kiln/engine/request.h"
 #include "kiln/kv/prefix_cache.h"
+#include "kiln/util/status.h"
 
 namespace kiln::engine {
 
@@ -42,6 +43,11 @@ struct SchedulerConfig {
   bool enable_prefix_cache = true;
   kv::BlockHashFn block_hash = kv::hash_block;  // tests swap in a colliding one
 };
+
+// The config's own bounds (max_batch_tokens, max_seqs, num_blocks, max_context >= 1,
+// max_waiting and step_prompt_tokens >= 0): an error naming the field, for configs that come
+// from user input. The Scheduler asserts them.
+Status validate(const SchedulerConfig& cfg);
 
 // Why add() refused a request. The names are the wire codes (error.code) the server sends.
 enum class AdmitErrc {

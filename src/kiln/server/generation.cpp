@@ -104,6 +104,10 @@ std::optional<ApiError> read_logit_bias(const Json& body, int32_t n_vocab,
 }  // namespace
 
 std::variant<Json, ApiError> parse_body(const std::string& body) {
+  // nlohmann's lexer takes a NUL byte for the end of the input: a NUL anywhere (JSON allows
+  // none, not even inside a string) is refused, so the whole body is what gets parsed.
+  if (const size_t nul = body.find('\0'); nul != std::string::npos)
+    return invalid_json(fmt::format("a NUL byte at offset {}", nul));
   // Nesting is bounded before parsing: a body of 8 MiB of '[' must not recurse that deep.
   constexpr int kMaxDepth = 256;
   int depth = 0;
@@ -126,10 +130,43 @@ std::variant<Json, ApiError> parse_body(const std::string& body) {
       --depth;
     }
   }
+  // The path of the value being parsed ("messages[0].content"), so that an error nlohmann
+  // raises inside a value (a number too large for a double) can name the field.
+  struct Frame {
+    bool is_array = false;
+    std::string key;        // in an object: the key of the value being parsed
+    int64_t num_items = 0;  // in an array: the values already parsed
+  };
+  std::vector<Frame> frames;
+  auto where = [&] {
+    std::string w;
+    for (const Frame& f : frames)
+      w += f.is_array ? fmt::format("[{}]", f.num_items) : (w.empty() ? "" : ".") + f.key;
+    return w;
+  };
+  auto track = [&](int, Json::parse_event_t event, Json& parsed) {
+    using E = Json::parse_event_t;
+    if (event == E::object_start || event == E::array_start) {
+      frames.push_back(Frame{event == E::array_start, "", 0});
+    } else if (event == E::key) {
+      if (!frames.empty() && parsed.is_string()) frames.back().key = parsed.get<std::string>();
+    } else {
+      // A value ended: a scalar (value), or a nested container (object_end, array_end).
+      if (event != E::value && !frames.empty()) frames.pop_back();
+      if (!frames.empty() && frames.back().is_array) ++frames.back().num_items;
+    }
+    return true;
+  };
   Json j;
   try {
-    j = Json::parse(body);
-  } catch (const Json::parse_error& e) {
+    j = Json::parse(body, track);
+  } catch (const Json::out_of_range&) {
+    // 1e309: the number does not fit a double.
+    const std::string field = where();
+    if (field.empty()) return invalid_json("a number is too large");
+    return invalid_request(fmt::format("'{}': the number is too large (beyond a double)", field),
+                           field);
+  } catch (const Json::exception& e) {
     return invalid_json(e.what());
   }
   if (!j.is_object()) return invalid_request("The request body must be a JSON object");
@@ -217,6 +254,23 @@ std::optional<ApiError> parse_common(const Json& body, Api api, const ServerCont
   if (Status st = engine::validate(sp, ctx.tokenizer.num_tokens()); !st.ok())
     return from_validation(st.error().message);
   return std::nullopt;
+}
+
+std::optional<ApiError> check_num_choices(const ServerContext& ctx, size_t num_prompts, int32_t n) {
+  const size_t limit = static_cast<size_t>(std::max(ctx.options.max_choices, 1));
+  const size_t asked = num_prompts * static_cast<size_t>(std::max(n, 1));
+  if (asked <= limit) return std::nullopt;
+  if (num_prompts == 1)
+    return invalid_request(
+        fmt::format("'n' asks for {} choices; this server takes at most {} generations per "
+                    "request (kiln serve --max-waiting)",
+                    asked, limit),
+        "n");
+  return invalid_request(
+      fmt::format("this request asks for {} generations ({} prompts x n = {}); this server takes "
+                  "at most {} per request (kiln serve --max-waiting)",
+                  asked, num_prompts, n, limit),
+      "prompt");
 }
 
 std::optional<ApiError> finalize_request(const ServerContext& ctx, int32_t num_prompt_tokens,

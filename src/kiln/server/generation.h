@@ -44,6 +44,10 @@ std::optional<ApiError> check_ready(const ServerContext& ctx);
 std::optional<ApiError> parse_common(const Json& body, Api api, const ServerContext& ctx,
                                      CommonParams* out);
 
+// A request for more generations (prompts x n) than the server's queue can ever hold is a
+// 400 naming the limit (a 429 would have clients retry it forever).
+std::optional<ApiError> check_num_choices(const ServerContext& ctx, size_t num_prompts, int32_t n);
+
 // With the prompt known: default max_tokens, the context check, sampling/stop validation.
 std::optional<ApiError> finalize_request(const ServerContext& ctx, int32_t num_prompt_tokens,
                                          CommonParams* params);

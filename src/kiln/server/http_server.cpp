@@ -1,5 +1,7 @@
 #include "kiln/server/http_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -8,6 +10,7 @@
 #include <atomic>
 #include <cctype>
 #include <list>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -61,11 +64,19 @@ struct HttpServer::Impl {
     std::atomic<int> fd{-1};
   };
   mutable std::mutex mu;
-  std::list<Slot> slots;  // guarded by mu
-  std::atomic<int> num_open{0};
+  std::list<Slot> slots;                  // guarded by mu
+  std::map<std::string, int> per_client;  // open regular connections by client IP; guarded by mu
+  std::atomic<int> num_open{0};           // connection threads (what shutdown drains)
+
+  // The overflow lane (see HttpServerOptions): one thread, asynchronous sessions.
+  std::atomic<int> num_lane{0};  // before lane_ioc: sessions it destroys count down here
+  net::io_context lane_ioc;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> lane_work;
+  std::thread lane_thread;
 
   void accept_loop();
   void reap(bool all);
+  void to_lane(int fd, const tcp& protocol);
 };
 
 namespace {
@@ -73,7 +84,10 @@ namespace {
 class Connection final : public HttpExchange {
  public:
   Connection(HttpServer::Impl& server, std::atomic<int>* slot_fd, int fd, const tcp& protocol)
-      : server_(server), slot_fd_(slot_fd), stream_(ioc_) {
+      : server_(server),
+        slot_fd_(slot_fd),
+        stream_(ioc_),
+        first_deadline_(Clock::now() + server.options.first_request_timeout) {
     beast::error_code ec;
     stream_.socket().assign(protocol, fd, ec);
     if (ec) ::close(fd);
@@ -94,6 +108,7 @@ class Connection final : public HttpExchange {
   AbortReason abort_reason() override;
   bool responded() const override { return status_ != 0; }
   int status() const override { return status_; }
+  bool client_gone() const override { return broken_; }
 
  private:
   // Runs one async operation on this thread's io_context to completion, under `timeout`
@@ -128,13 +143,17 @@ class Connection final : public HttpExchange {
   bool broken_ = false;  // a write failed or timed out: the client is gone
   int status_ = 0;
   bool streaming_ = false;
+  bool head_ = false;                 // the request is HEAD: responses carry no body
+  bool first_ = true;                 // no request has been read yet on this connection
+  Clock::time_point first_deadline_;  // the first request's header must be in by then
   std::vector<std::pair<std::string, std::string>> extra_headers_;
 };
 
 bool Connection::wait_for_request() {
   if (buffer_.size() > 0) return true;  // a pipelined request is already here
   // Wait for readability with a ticker that checks the idle deadline and the server's drain.
-  const Clock::time_point deadline = Clock::now() + server_.options.idle_timeout;
+  Clock::time_point deadline = Clock::now() + server_.options.idle_timeout;
+  if (first_) deadline = std::min(deadline, first_deadline_);
   bool readable = false;
   bool finished = false;
   net::steady_timer ticker(ioc_);
@@ -175,13 +194,22 @@ void Connection::set_common_headers(Response& res, int status, std::string_view 
 bool Connection::respond(int status, std::string_view content_type, std::string body) {
   if (status_ != 0 || broken_) return false;
   status_ = status;
-  http::response<http::string_body> res;
-  set_common_headers(res, status, content_type);
-  res.body() = std::move(body);
-  res.prepare_payload();
-  beast::error_code ec =
-      run([&](auto handler) { http::async_write(stream_, res, std::move(handler)); },
-          server_.options.write_timeout);
+  beast::error_code ec;
+  if (head_) {
+    // The header GET would send, Content-Length included, and no body.
+    http::response<http::empty_body> res;
+    set_common_headers(res, status, content_type);
+    res.content_length(body.size());
+    ec = run([&](auto handler) { http::async_write(stream_, res, std::move(handler)); },
+             server_.options.write_timeout);
+  } else {
+    http::response<http::string_body> res;
+    set_common_headers(res, status, content_type);
+    res.body() = std::move(body);
+    res.prepare_payload();
+    ec = run([&](auto handler) { http::async_write(stream_, res, std::move(handler)); },
+             server_.options.write_timeout);
+  }
   if (ec) broken_ = true;
   return !broken_;
 }
@@ -263,14 +291,23 @@ bool Connection::handle_one() {
   if (!wait_for_request()) return false;
   status_ = 0;
   streaming_ = false;
+  head_ = false;
   extra_headers_.clear();
   http::request_parser<http::string_body> parser;
   parser.header_limit(
       static_cast<uint32_t>(std::min<size_t>(server_.options.max_header_bytes, UINT32_MAX)));
   parser.body_limit(server_.options.max_body_bytes);
+  // The first request's header must arrive by the connection's first deadline; later ones
+  // have header_timeout from their first byte.
+  milliseconds header_timeout = server_.options.header_timeout;
+  if (first_)
+    header_timeout =
+        std::min(header_timeout, std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(
+                                                               first_deadline_ - Clock::now())));
   beast::error_code ec = run(
       [&](auto handler) { http::async_read_header(stream_, buffer_, parser, std::move(handler)); },
-      server_.options.header_timeout);
+      header_timeout);
+  first_ = false;
   if (ec == http::error::body_limit) {
     send_simple_error(413, "The request body exceeds the size limit");
     return false;
@@ -313,6 +350,7 @@ bool Connection::handle_one() {
   }
   http::request<http::string_body> msg = parser.release();
   keep_alive_ = msg.keep_alive();
+  head_ = msg.method() == http::verb::head;
 
   HttpRequest req;
   req.method = std::string(msg.method_string());
@@ -378,6 +416,159 @@ void HttpServer::Impl::reap(bool all) {
     if (s.thread.joinable()) s.thread.join();
 }
 
+namespace {
+
+const std::string& busy_response() {
+  static const std::string kBody =
+      R"({"error":{"message":"Too many connections","type":"server_error","param":null,)"
+      R"("code":"too_many_connections"}})";
+  static const std::string kBusy =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+      "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
+      std::to_string(kBody.size()) + "\r\n\r\n" + kBody;
+  return kBusy;
+}
+
+// The IP address of a peer (the per-client key), "" when unknown.
+std::string peer_address(const sockaddr_storage& sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa.ss_family == AF_INET)
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(sa).sin_addr, buf, sizeof buf);
+  else if (sa.ss_family == AF_INET6)
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(sa).sin6_addr, buf, sizeof buf);
+  return buf;
+}
+
+// The response side of one overflow-lane request: buffered, never streamed.
+class BufferedExchange final : public HttpExchange {
+ public:
+  void add_header(std::string name, std::string value) override {
+    headers.emplace_back(std::move(name), std::move(value));
+  }
+  bool respond(int s, std::string_view type, std::string b) override {
+    if (status_ != 0) return false;
+    status_ = s;
+    content_type = type;
+    body = std::move(b);
+    return true;
+  }
+  bool begin_stream(int, std::string_view) override { return false; }
+  bool write_chunk(std::string_view) override { return false; }
+  bool end_stream() override { return false; }
+  AbortReason abort_reason() override { return AbortReason::kNone; }
+  bool responded() const override { return status_ != 0; }
+  int status() const override { return status_; }
+  bool client_gone() const override { return false; }
+
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string content_type;
+  std::string body;
+
+ private:
+  int status_ = 0;
+};
+
+// One connection of the overflow lane: read one request within the first-request deadline,
+// answer it (an always-answered path through the handler, else 503), close.
+class LaneSession : public std::enable_shared_from_this<LaneSession> {
+ public:
+  LaneSession(HttpServer::Impl& server, tcp::socket socket)
+      : server_(server), stream_(std::move(socket)) {}
+  ~LaneSession() { server_.num_lane.fetch_sub(1); }
+
+  void start() {
+    parser_.header_limit(
+        static_cast<uint32_t>(std::min<size_t>(server_.options.max_header_bytes, UINT32_MAX)));
+    parser_.body_limit(size_t{64} << 10);
+    stream_.expires_after(server_.options.first_request_timeout);
+    http::async_read(
+        stream_, buffer_, parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+  }
+
+ private:
+  void on_read(beast::error_code ec) {
+    if (ec) return;  // timeout, hang-up or a malformed request: close
+    http::request<http::string_body>& msg = parser_.get();
+    HttpRequest req;
+    req.method = std::string(msg.method_string());
+    req.target = std::string(msg.target());
+    req.path = req.target.substr(0, req.target.find('?'));
+    beast::error_code ignored;
+    auto ep = stream_.socket().remote_endpoint(ignored);
+    if (!ignored) req.remote = ep.address().to_string() + ":" + std::to_string(ep.port());
+    for (const auto& field : msg) {
+      std::string name(field.name_string());
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      req.headers.emplace_back(std::move(name), std::string(field.value()));
+    }
+    const bool head = msg.method() == http::verb::head;
+    const bool allowed =
+        (head || msg.method() == http::verb::get) &&
+        std::find(server_.options.always_answered.begin(), server_.options.always_answered.end(),
+                  req.path) != server_.options.always_answered.end();
+    if (!allowed) {
+      raw_ = std::make_shared<std::string>(busy_response());
+      net::async_write(stream_, net::buffer(*raw_),
+                       [self = shared_from_this()](beast::error_code, size_t) { self->close(); });
+      return;
+    }
+    BufferedExchange ex;
+    server_.handler(req, ex);
+    res_.version(msg.version());
+    res_.result(static_cast<unsigned>(ex.responded() ? ex.status() : 500));
+    res_.set(http::field::server, "kiln");
+    if (!ex.content_type.empty()) res_.set(http::field::content_type, ex.content_type);
+    for (const auto& [k, v] : ex.headers) res_.set(k, v);
+    res_.keep_alive(false);
+    if (head) {
+      res_.content_length(ex.body.size());
+      res_.body().clear();
+    } else {
+      res_.body() = std::move(ex.body);
+      res_.prepare_payload();
+    }
+    stream_.expires_after(server_.options.write_timeout);
+    http::async_write(stream_, res_,
+                      [self = shared_from_this()](beast::error_code, size_t) { self->close(); });
+  }
+  void close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.socket().close(ec);
+  }
+
+  HttpServer::Impl& server_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  http::request_parser<http::string_body> parser_;
+  http::response<http::string_body> res_;
+  std::shared_ptr<std::string> raw_;
+};
+
+}  // namespace
+
+void HttpServer::Impl::to_lane(int fd, const tcp& protocol) {
+  if (num_lane.load() >= options.max_overflow_connections) {
+    [[maybe_unused]] ssize_t n =
+        ::send(fd, busy_response().data(), busy_response().size(), MSG_NOSIGNAL);
+    ::close(fd);
+    return;
+  }
+  num_lane.fetch_add(1);
+  net::post(lane_ioc, [this, fd, protocol] {
+    tcp::socket socket(lane_ioc);
+    beast::error_code ec;
+    socket.assign(protocol, fd, ec);
+    if (ec) {
+      ::close(fd);
+      num_lane.fetch_sub(1);
+      return;
+    }
+    std::make_shared<LaneSession>(*this, std::move(socket))->start();
+  });
+}
+
 void HttpServer::Impl::accept_loop() {
   const int listen_fd = acceptor->native_handle();
   const tcp protocol = acceptor->local_endpoint().protocol();
@@ -388,28 +579,33 @@ void HttpServer::Impl::accept_loop() {
     const int r = ::poll(&p, 1, 100);
     reap(false);
     if (r <= 0 || !(p.revents & POLLIN)) continue;
-    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof peer;
+    const int fd =
+        ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &peer_len, SOCK_CLOEXEC);
     if (fd < 0) continue;  // EAGAIN, ECONNABORTED, EMFILE...: try again later
-    if (num_open.load() >= options.max_connections) {
-      static const std::string kBody =
-          R"({"error":{"message":"Too many connections","type":"server_error","param":null,)"
-          R"("code":"too_many_connections"}})";
-      static const std::string kBusy =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-          "Connection: close\r\nContent-Length: " +
-          std::to_string(kBody.size()) + "\r\n\r\n" + kBody;
-      [[maybe_unused]] ssize_t n = ::send(fd, kBusy.data(), kBusy.size(), MSG_NOSIGNAL);
-      ::close(fd);
+    const std::string client = peer_address(peer);
+    std::lock_guard<std::mutex> lock(mu);
+    int& num_client = per_client[client];
+    if (num_open.load() >= options.max_connections ||
+        num_client >= options.max_connections_per_client) {
+      if (num_client == 0) per_client.erase(client);
+      to_lane(fd, protocol);
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu);
+    ++num_client;
     Slot& slot = slots.emplace_back();
     slot.fd.store(fd);
     num_open.fetch_add(1);
-    slot.thread = std::thread([this, &slot, fd, protocol] {
+    slot.thread = std::thread([this, &slot, fd, protocol, client] {
       {
         Connection conn(*this, &slot.fd, fd, protocol);
         conn.serve();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = per_client.find(client);
+        if (it != per_client.end() && --it->second <= 0) per_client.erase(it);
       }
       num_open.fetch_sub(1);
       slot.done.store(true);
@@ -445,6 +641,8 @@ Expected<uint16_t> HttpServer::start() {
   const uint16_t port = acceptor.local_endpoint(ec).port();
   impl_->acceptor.emplace(std::move(acceptor));
   impl_->started = true;
+  impl_->lane_work.emplace(net::make_work_guard(impl_->lane_ioc));
+  impl_->lane_thread = std::thread([this] { impl_->lane_ioc.run(); });
   impl_->accept_thread = std::thread([this] { impl_->accept_loop(); });
   return port;
 }
@@ -475,6 +673,10 @@ void HttpServer::shutdown(milliseconds drain) {
     }
   }
   impl_->reap(true);
+  // The overflow lane: its sessions are short (first_request_timeout); cut what is left.
+  impl_->lane_work.reset();
+  impl_->lane_ioc.stop();
+  if (impl_->lane_thread.joinable()) impl_->lane_thread.join();
 }
 
 int HttpServer::num_connections() const {

@@ -61,6 +61,8 @@ class HttpExchange {
   // passed during shutdown. Either way the handler should cancel its work and return.
   virtual AbortReason abort_reason() = 0;
   virtual bool responded() const = 0;
+  // The client hung up or a write to it failed (as last seen; does not poll the socket).
+  virtual bool client_gone() const = 0;
   virtual int status() const = 0;  // of the response sent (0 before)
 };
 
@@ -78,8 +80,17 @@ struct HttpServerOptions {
   std::chrono::milliseconds body_timeout{60000};
   // One write (a response, or one chunk) to a client that does not read.
   std::chrono::milliseconds write_timeout{60000};
-  // Connections beyond this are answered 503 and closed.
+  // A new connection must deliver its first request's header within this (a connection
+  // that sends nothing holds a slot no longer than this).
+  std::chrono::milliseconds first_request_timeout{5000};
+  // Connections beyond either cap go to the overflow lane: one thread serving them all
+  // asynchronously, one request each, within first_request_timeout; it answers GET/HEAD of
+  // `always_answered` paths through the handler and 503 to anything else. Beyond
+  // max_overflow_connections a connection gets 503 at once.
   int max_connections = 1024;
+  int max_connections_per_client = 64;  // per client IP address
+  int max_overflow_connections = 4096;
+  std::vector<std::string> always_answered = {"/health", "/v1/health", "/metrics"};
 };
 
 class HttpServer {

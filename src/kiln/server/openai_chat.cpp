@@ -12,6 +12,7 @@
 #include "kiln/chat/output_parser.h"
 #include "kiln/chat/template.h"
 #include "kiln/engine/sampler.h"
+#include "kiln/server/chat_prompt.h"
 #include "kiln/server/generation.h"
 
 namespace kiln::server {
@@ -124,9 +125,10 @@ std::optional<ApiError> read_tools(const Json& body, ChatInput* in) {
     for (size_t i = 0; i < tools.size(); ++i) {
       const Json& t = tools[i];
       const std::string where = fmt::format("tools[{}]", i);
-      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
-          !t["function"].is_object() || !t["function"].contains("name") ||
-          !t["function"]["name"].is_string())
+      // (json::value() throws when the key holds another type: compare instead)
+      if (!t.is_object() || !t.contains("type") || t["type"] != "function" ||
+          !t.contains("function") || !t["function"].is_object() ||
+          !t["function"].contains("name") || !t["function"]["name"].is_string())
         return invalid_request(
             where + " must be {\"type\":\"function\",\"function\":{\"name\":..}}", where);
     }
@@ -185,6 +187,13 @@ std::optional<ApiError> read_chat_options(const Json& body, ChatInput* in) {
   if (auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
     if (!it->is_object())
       return invalid_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    for (auto kw = it->begin(); kw != it->end(); ++kw)
+      if (chat::is_reserved_template_variable(kw.key()))
+        return invalid_request(
+            fmt::format("chat_template_kwargs: '{}' is set by the server (from the request's own "
+                        "fields) and cannot be given here",
+                        kw.key()),
+            "chat_template_kwargs." + kw.key());
     in->chat_template_kwargs = *it;
   }
   return std::nullopt;
@@ -428,20 +437,6 @@ HandlerResult respond_stream(ChatJob& job, MultiRun& run, HttpExchange& ex) {
   return Streamed{};
 }
 
-std::variant<std::string, ApiError> render_prompt(const ServerContext& ctx, const ChatInput& in) {
-  chat::ChatOptions opts;
-  opts.tools = in.tools;
-  opts.chat_template_kwargs = in.chat_template_kwargs;
-  const tokenizer::Tokenizer& tok = ctx.tokenizer;
-  if (auto id = tok.bos_id()) opts.bos_token = std::string(tok.token_text(*id));
-  if (auto id = tok.eos_id()) opts.eos_token = std::string(tok.token_text(*id));
-  auto prompt = chat::render_chat(ctx.chat_template, in.messages, opts);
-  if (!prompt.ok())
-    return invalid_request(
-        "The chat template could not render these messages: " + prompt.error().message, "messages");
-  return std::move(prompt).value();
-}
-
 HandlerResult handle_chat(ServerContext& ctx, const HttpRequest& req, HttpExchange& ex) {
   auto parsed = parse_body(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
@@ -453,18 +448,21 @@ HandlerResult handle_chat(ServerContext& ctx, const HttpRequest& req, HttpExchan
   if (auto e = read_chat_options(body, &in)) return *e;
   CommonParams params;
   if (auto e = parse_common(body, Api::kChat, ctx, &params)) return *e;
+  if (auto e = check_num_choices(ctx, 1, params.n)) return *e;
   if (auto e = check_ready(ctx)) return *e;
 
-  auto rendered = render_prompt(ctx, in);
-  if (auto* e = std::get_if<ApiError>(&rendered)) return *e;
-  const std::string& prompt = std::get<std::string>(rendered);
-  auto tokens = ctx.tokenizer.encode(prompt, /*add_special=*/false, /*parse_special=*/true);
-  if (!tokens.ok()) return invalid_request(tokens.error().message, "messages");
-  std::vector<int32_t> prompt_tokens = std::move(tokens).value();
-  // Templates normally write the BOS text themselves; add the id when one was left out.
-  if (ctx.tokenizer.add_bos() && ctx.tokenizer.bos_id() &&
-      (prompt_tokens.empty() || prompt_tokens.front() != *ctx.tokenizer.bos_id()))
-    prompt_tokens.insert(prompt_tokens.begin(), *ctx.tokenizer.bos_id());
+  // Control tokens come only from the template's markup (server/chat_prompt.h).
+  chat::ChatOptions opts;
+  opts.tools = in.tools;
+  opts.chat_template_kwargs = in.chat_template_kwargs;
+  auto rendered = chat_prompt(ctx.tokenizer, ctx.chat_template, std::move(in.messages),
+                              std::move(opts), ctx.options.parse_special_in_content);
+  if (!rendered.ok())
+    return invalid_request(
+        "The chat template could not render these messages: " + rendered.error().message,
+        "messages");
+  const std::string& prompt = rendered->text;
+  std::vector<int32_t> prompt_tokens = std::move(rendered->tokens);
   const int32_t num_prompt = static_cast<int32_t>(prompt_tokens.size());
   if (auto e = finalize_request(ctx, num_prompt, &params)) return *e;
 

@@ -293,6 +293,7 @@ HandlerResult handle_completions(ServerContext& ctx, const HttpRequest& req, Htt
   auto read = read_prompts(body, ctx);
   if (auto* e = std::get_if<ApiError>(&read)) return *e;
   const std::vector<Prompt>& prompts = std::get<std::vector<Prompt>>(read);
+  if (auto e = check_num_choices(ctx, prompts.size(), params.n)) return *e;
 
   job.id = random_id("cmpl-");
   job.created = static_cast<int64_t>(std::time(nullptr));

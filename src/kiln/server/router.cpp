@@ -47,6 +47,7 @@ Response json_response(const nlohmann::ordered_json& body, int status) {
 void write_error(HttpExchange& exchange, const ApiError& error) {
   if (error.retry_after_seconds > 0)
     exchange.add_header("Retry-After", std::to_string(error.retry_after_seconds));
+  if (error.status == 401) exchange.add_header("WWW-Authenticate", "Bearer");  // RFC 6750
   exchange.respond(error.status, "application/json", error_body(error));
 }
 
@@ -118,15 +119,17 @@ void Router::dispatch(HttpRequest& req, HttpExchange& exchange) const {
     exchange.add_header("Access-Control-Allow-Origin", "*");
     exchange.add_header("Access-Control-Allow-Headers",
                         "Authorization, Content-Type, X-Request-Id");
-    exchange.add_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    exchange.add_header("Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
   }
 
+  // HEAD is GET without the body (RFC 9110 9.3.2); the transport leaves the body out.
+  const std::string_view method = req.method == "HEAD" ? std::string_view("GET") : req.method;
   const Route* route = nullptr;
   bool path_known = false;
   for (const Route& r : routes_) {
     if (!matches(r.pattern, req.path)) continue;
     path_known = true;
-    if (r.method == req.method) {
+    if (r.method == method) {
       route = &r;
       break;
     }
@@ -156,10 +159,12 @@ void Router::dispatch(HttpRequest& req, HttpExchange& exchange) const {
     }
   }
 
-  // 499 (nginx's "client closed request"): the client left before its response.
-  const int status = exchange.responded()                                  ? exchange.status()
-                     : exchange.abort_reason() == AbortReason::kClientGone ? 499
-                                                                           : 500;
+  // 499 (nginx's "client closed request"): the client left before its response was whole,
+  // also when a stream had begun (its status line said 200).
+  const bool client_left = exchange.responded()
+                               ? exchange.client_gone()
+                               : exchange.abort_reason() == AbortReason::kClientGone;
+  const int status = client_left ? 499 : exchange.responded() ? exchange.status() : 500;
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   log::info("[{}] {} {} {} {:.1f} ms {}", req.request_id, req.method, req.path, status, ms,

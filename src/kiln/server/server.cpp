@@ -50,6 +50,8 @@ Server::Server(engine::EngineApi& engine, tokenizer::Tokenizer tokenizer, std::s
   http.body_timeout = ctx_->options.body_timeout;
   http.write_timeout = ctx_->options.write_timeout;
   http.max_connections = ctx_->options.max_connections;
+  http.max_connections_per_client = ctx_->options.max_connections_per_client;
+  http.first_request_timeout = ctx_->options.first_request_timeout;
   impl_->http = std::make_unique<HttpServer>(
       http,
       [r = impl_->router.get()](HttpRequest& req, HttpExchange& ex) { r->dispatch(req, ex); });

@@ -24,17 +24,30 @@ struct ServerOptions {
   uint16_t port = 8080;             // 0: an ephemeral port (start() returns it)
   std::string api_key;              // empty: no authentication; else Bearer, constant-time compare
   std::string model_name = "kiln";  // the id of /v1/models; other `model` values -> 404
-  size_t max_body_bytes = size_t{8} << 20;          // larger request bodies -> 413
-  std::chrono::milliseconds drain_timeout{30000};   // shutdown(): in-flight requests' grace
-  std::chrono::milliseconds request_timeout{0};     // per generation (engine deadline); 0: none
-  std::chrono::milliseconds idle_timeout{60000};    // keep-alive wait for the next request
-  std::chrono::milliseconds header_timeout{30000};  // request header, once started
-  std::chrono::milliseconds body_timeout{60000};    // request body
-  std::chrono::milliseconds write_timeout{60000};   // one write to a client that does not read
-  double heartbeat_timeout_s = 60;                  // engine heartbeat older than this: /health 503
-  int retry_after_seconds = 1;                      // Retry-After of a 429 (queue full)
+  size_t max_body_bytes = size_t{8} << 20;         // larger request bodies -> 413
+  std::chrono::milliseconds drain_timeout{30000};  // shutdown(): in-flight requests' grace
+  std::chrono::milliseconds request_timeout{0};    // per generation (engine deadline); 0: none
+  std::chrono::milliseconds idle_timeout{60000};   // keep-alive wait for the next request
+  std::chrono::milliseconds first_request_timeout{5000};  // a new connection's first header
+  std::chrono::milliseconds header_timeout{30000};        // request header, once started
+  std::chrono::milliseconds body_timeout{60000};          // request body
+  std::chrono::milliseconds write_timeout{60000};  // one write to a client that does not read
+  double heartbeat_timeout_s = 60;                 // engine heartbeat older than this: /health 503
+  int retry_after_seconds = 1;                     // Retry-After of a 429 (queue full)
+  // Connections beyond either cap may still ask GET/HEAD /health and /metrics (one request,
+  // within the first-request deadline); anything else gets 503 and the connection closes.
   int max_connections = 1024;
-  int max_n = 16;     // the largest `n` a request may ask for
+  int max_connections_per_client = 64;  // per client IP address
+  int max_n = 16;                       // the largest `n` a request may ask for
+  // The most generations (prompts x n) one request may ask for; more is a 400, since the
+  // engine's queue could never take them (kiln serve sets it to --max-waiting).
+  int max_choices = 256;
+  size_t max_tokenize_tokens = size_t{1} << 20;  // /tokenize result at most (more: 400)
+  size_t max_tokenize_pieces = size_t{1} << 16;  // ... when with_pieces (more: 400)
+  // false (the default): control-token text inside message content ("<|im_start|>" written
+  // by a user) is tokenized as plain text; only the chat template's markup makes control
+  // tokens. true: the whole rendered prompt is parsed for control tokens.
+  bool parse_special_in_content = false;
   bool cors = false;  // Access-Control-Allow-Origin: *
 };
 

@@ -133,7 +133,10 @@ struct Tokenizer::Impl {
     std::string_view text;
     int32_t token = -1;
   };
-  std::vector<Fragment> split_specials(std::string_view text, bool parse_special) const;
+  // literal: ranges where no control token may match (see Tokenizer::encode).
+  std::vector<Fragment> split_specials(std::string_view text, bool parse_special,
+                                       std::span<const TextRange> literal = {},
+                                       std::vector<TextRange>* control_hits = nullptr) const;
   Status encode_byte_level(std::string_view text, std::vector<int32_t>& out) const;
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
   void encode_spm_word(std::string_view word, std::vector<int32_t>& out) const;
@@ -345,24 +348,32 @@ Status Tokenizer::Impl::build_pairs() {
   return {};
 }
 
-std::vector<Tokenizer::Impl::Fragment> Tokenizer::Impl::split_specials(std::string_view text,
-                                                                       bool parse_special) const {
+std::vector<Tokenizer::Impl::Fragment> Tokenizer::Impl::split_specials(
+    std::string_view text, bool parse_special, std::span<const TextRange> literal,
+    std::vector<TextRange>* control_hits) const {
   std::vector<Fragment> out;
   size_t start = 0;
   size_t i = 0;
+  size_t next_literal = 0;  // the first literal range that ends after i
   while (i < text.size()) {
     const auto& bucket = specials_by_byte[static_cast<uint8_t>(text[i])];
     const Special* hit = nullptr;
+    while (next_literal < literal.size() && literal[next_literal].end <= i) ++next_literal;
     for (const Special& s : bucket) {
-      if ((parse_special || s.parse_always) && text.substr(i).starts_with(s.text)) {
-        hit = &s;
-        break;
-      }
+      if (!(parse_special || s.parse_always) || !text.substr(i).starts_with(s.text)) continue;
+      // A control token whose text overlaps a literal range stays text.
+      if (!s.parse_always && next_literal < literal.size() &&
+          literal[next_literal].begin < i + s.text.size())
+        continue;
+      hit = &s;
+      break;
     }
     if (hit == nullptr) {
       ++i;
       continue;
     }
+    if (control_hits != nullptr && !hit->parse_always)
+      control_hits->push_back({i, i + hit->text.size()});
     if (i > start) out.push_back({text.substr(start, i - start), -1});
     out.push_back({{}, hit->id});
     i += hit->text.size();
@@ -499,6 +510,18 @@ Expected<Tokenizer> Tokenizer::create(VocabData vocab) {
 
 Expected<std::vector<int32_t>> Tokenizer::encode(std::string_view text, bool add_special,
                                                  bool parse_special) const {
+  return encode(text, add_special, parse_special, {});
+}
+
+std::vector<TextRange> Tokenizer::find_control_texts(std::string_view text) const {
+  std::vector<TextRange> hits;
+  impl_->split_specials(text, /*parse_special=*/true, {}, &hits);
+  return hits;
+}
+
+Expected<std::vector<int32_t>> Tokenizer::encode(std::string_view text, bool add_special,
+                                                 bool parse_special,
+                                                 std::span<const TextRange> literal) const {
   const Impl& m = *impl_;
   const size_t bad = utf8::find_invalid(text);
   if (bad != utf8::kNpos) {
@@ -508,7 +531,7 @@ Expected<std::vector<int32_t>> Tokenizer::encode(std::string_view text, bool add
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
   if (add_special && m.add_bos) out.push_back(*m.vocab.bos_id);
-  for (const Impl::Fragment& f : m.split_specials(text, parse_special)) {
+  for (const Impl::Fragment& f : m.split_specials(text, parse_special, literal)) {
     if (f.token >= 0) {
       out.push_back(f.token);
     } else if (m.byte_level) {

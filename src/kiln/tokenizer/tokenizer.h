@@ -23,6 +23,12 @@
 
 namespace kiln::tokenizer {
 
+// A byte range [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
 class Tokenizer {
  public:
   // Validates the vocabulary and builds the lookup tables. Fails naming the problem: an
@@ -36,6 +42,16 @@ class Tokenizer {
   // when false only user-defined added tokens are matched (as llama.cpp does).
   Expected<std::vector<int32_t>> encode(std::string_view text, bool add_special,
                                         bool parse_special) const;
+  // The same, except that with parse_special no control token is matched where its text
+  // would overlap one of the `literal` ranges (sorted, not overlapping): that text stays plain
+  // text, tokenized with its neighbours as if parse_special were off there. A chat prompt
+  // passes the ranges that came from message content, so only the template's own markup
+  // makes control tokens.
+  Expected<std::vector<int32_t>> encode(std::string_view text, bool add_special, bool parse_special,
+                                        std::span<const TextRange> literal) const;
+  // Where encode(text, .., parse_special = true) would match a control token that it would
+  // not match with parse_special off (user-defined added tokens always match).
+  std::vector<TextRange> find_control_texts(std::string_view text) const;
 
   // Text of `ids` as Hugging Face's decode gives it (clean_up_tokenization_spaces off):
   // byte sequences that are not valid UTF-8 become U+FFFD. skip_special drops control

@@ -223,5 +223,35 @@ TEST_F(EngineTest, RefusesBeforeAnyWork) {
   EXPECT_NE(std::get<SubmitRefusal>(r).message.find("temperature"), std::string::npos);
 }
 
+// Options reachable from the command line are refused with an error naming them, never
+// an assertion of the scheduler or the thread pool (issue 13: --max-seqs 0, -t 10000).
+TEST(EngineOptionsTest, BadOptionsFailStartWithAnError) {
+  struct Case {
+    const char* name;
+    void (*set)(EngineOptions&);
+  };
+  const Case cases[] = {
+      {"max_seqs", [](EngineOptions& o) { o.max_seqs = 0; }},
+      {"max_batch_tokens", [](EngineOptions& o) { o.max_batch_tokens = 0; }},
+      {"max_waiting", [](EngineOptions& o) { o.max_waiting = 0; }},
+      {"threads", [](EngineOptions& o) { o.threads = 10000; }},
+      {"threads", [](EngineOptions& o) { o.threads = -3; }},
+      {"n_ctx", [](EngineOptions& o) { o.n_ctx = -5; }},
+      {"step_prompt_tokens", [](EngineOptions& o) { o.step_prompt_tokens = -1; }},
+  };
+  for (const Case& c : cases) {
+    EngineOptions o;
+    o.model_path = kModels + "stories260K.gguf";
+    c.set(o);
+    Engine engine(o);
+    engine.start();
+    Status st = engine.wait_ready();
+    ASSERT_FALSE(st.ok()) << c.name;
+    EXPECT_NE(st.error().message.find(c.name), std::string::npos) << st.error().message;
+    EXPECT_EQ(engine.state(), EngineState::kFailed);
+    engine.stop();
+  }
+}
+
 }  // namespace
 }  // namespace kiln::engine

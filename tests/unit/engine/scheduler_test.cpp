@@ -248,6 +248,21 @@ std::vector<SeqId> ids_of(const StepPlan& plan) {
   return ids;
 }
 
+TEST(Scheduler, ValidateNamesTheBadField) {
+  EXPECT_TRUE(validate(SchedulerConfig{}).ok());
+  SchedulerConfig c;
+  c.max_seqs = 0;
+  ASSERT_FALSE(validate(c).ok());
+  EXPECT_NE(validate(c).error().message.find("max_seqs"), std::string::npos);
+  c = SchedulerConfig{};
+  c.max_batch_tokens = 0;
+  ASSERT_FALSE(validate(c).ok());
+  EXPECT_NE(validate(c).error().message.find("max_batch_tokens"), std::string::npos);
+  c = SchedulerConfig{};
+  c.max_waiting = -1;
+  EXPECT_FALSE(validate(c).ok());
+}
+
 TEST(Scheduler, AdmissionErrorsComeBeforeAnyWork) {
   SchedulerConfig cfg = config(64, 100);
   cfg.max_context = 64;

@@ -37,10 +37,8 @@ const Tokenizer& npm_tokenizer(const std::string& name) {
 }
 
 std::filesystem::path shared_model(const std::string& file) {
-  const std::filesystem::path beside =
-      std::filesystem::path(KILN_SOURCE_DIR) / ".." / "shared" / "models" / file;
-  if (std::filesystem::exists(beside)) return beside;
-  return std::filesystem::path("/work/shared/models") / file;
+  // ../shared beside the repository root, wherever the checkout is.
+  return std::filesystem::path(KILN_SOURCE_DIR) / ".." / "shared" / "models" / file;
 }
 
 }  // namespace kiln::tokenizer::testing

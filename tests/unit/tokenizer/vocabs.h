@@ -18,7 +18,7 @@ inline std::filesystem::path npm_models_dir(const std::string& package) {
 const VocabData& npm_vocab(const std::string& name);
 const Tokenizer& npm_tokenizer(const std::string& name);
 
-// ../shared/models/stories260K.gguf beside the checkout (or /work/shared/models).
+// ../shared/models/<file>, relative to the repository root.
 std::filesystem::path shared_model(const std::string& file);
 
 }  // namespace kiln::tokenizer::testing
