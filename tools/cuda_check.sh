@@ -52,6 +52,7 @@ if [[ " $WHAT " == *" bench "* ]]; then
     fi
   done
   for f in $M/*.gguf; do
+    [ -n "${MAKE_ONLY:-}" ] && break
     timeout 120 $D/bin/kiln bench -m "$f" --device cuda -p 512 -n 128 -r 3 2>&1 | grep -v "^I " |
       tee -a "$OUTDIR/bench.log"
     timeout 120 $D/bin/kiln bench -m "$f" --device cuda -p 4096 -n 0 -b 4096 -r 3 2>&1 |
@@ -79,4 +80,28 @@ if [[ " $WHAT " == *" serve "* ]]; then
     --concurrency ${SERVE_CONC:-1,16,64} --requests ${SERVE_REQS:-64} --prompt-tokens 400 \
     --max-tokens 256 --endpoint completions 2>&1 | tee -a "$OUTDIR/serve_bench.log"
   kill $SP; wait $SP 2>/dev/null
+fi
+if [[ " $WHAT " == *" profile "* ]]; then
+  # Where a decode step's time goes: ncu over ~1.5 eager decode steps (after prefill and
+  # warm-up), time and DRAM bytes per kernel, summed by kernel name.
+  f=$(ls /tmp/kiln-models/*.gguf | head -1)
+  KILN_CUDA_GRAPHS=0 timeout 240 ncu --clock-control none --launch-skip ${NCU_SKIP:-3000} \
+    --launch-count ${NCU_COUNT:-400} --print-units base --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+    --csv $D/bin/kiln bench -m "$f" --device cuda -p 0 -n 64 -r 1 > "$OUTDIR/ncu.csv" 2>/dev/null
+  python3 - "$OUTDIR/ncu.csv" <<'PY' | tee "$OUTDIR/ncu_summary.txt"
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+h = rows[0]; rows = rows[1:]
+ki, mi, vi = h.index("Kernel Name"), h.index("Metric Name"), h.index("Metric Value")
+t = collections.defaultdict(float); b = collections.defaultdict(float); n = collections.Counter()
+for r in rows:
+    k = r[ki].split("(")[0][:70]
+    v = float(r[vi].replace(",", ""))
+    if r[mi] == "gpu__time_duration.sum": t[k] += v; n[k] += 1
+    elif r[mi] == "dram__bytes_read.sum": b[k] += v
+tot = sum(t.values())
+print(f"{len(rows)//2} kernels, {tot/1e3:.1f} us total")
+for k, v in sorted(t.items(), key=lambda x: -x[1])[:25]:
+    print(f"{v/1e3:10.1f} us {100*v/tot:5.1f}% x{n[k]:4d}  {b[k]/max(v,1):7.1f} GB/s  {k}")
+PY
 fi
