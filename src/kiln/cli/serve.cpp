@@ -139,7 +139,9 @@ RunFn add_serve(CLI::App& app) {
                   "share of the GPU's memory for weights, activations and the KV cache")
       ->capture_default_str()
       ->check(real_range(0.05, 1.0));
-  add_ranged(cmd, "-c,--ctx", o->engine.n_ctx, 1, kMaxContext, "context length per request");
+  cmd->add_option("-c,--ctx", o->engine.n_ctx,
+                  "context length per request (default: the model's trained context)")
+      ->check(int_range(1, kMaxContext));
   cmd->add_option("--kv-memory", o->kv_memory,
                   "KV cache budget, e.g. 512M or 2G (default: max-seqs full contexts, <= 2G)");
   cmd->add_option("--kv-type", o->kv_type,

@@ -216,7 +216,9 @@ struct Engine::Impl {
   }
 };
 
-Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {}
+Engine::Engine(EngineOptions opts) : opts_(std::move(opts)) {
+  context_length_ = std::max(0, opts_.n_ctx);
+}
 
 Engine::~Engine() {
   stop();
@@ -254,12 +256,13 @@ std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> Engine::submit(Gene
   if (req.prompt_tokens.empty()) return SubmitRefusal{SubmitError::kInvalid, "empty prompt"};
   if (req.max_tokens < 1) return SubmitRefusal{SubmitError::kInvalid, "max_tokens must be >= 1"};
   const int64_t total = static_cast<int64_t>(req.prompt_tokens.size()) + req.max_tokens;
-  if (total > opts_.n_ctx)
+  const int32_t n_ctx = context_length();
+  if (total > n_ctx)
     return SubmitRefusal{SubmitError::kContextLengthExceeded,
                          fmt::format("This model's maximum context length is {} tokens. However, "
                                      "you requested {} tokens ({} in the prompt, {} for the "
                                      "completion).",
-                                     opts_.n_ctx, total, req.prompt_tokens.size(), req.max_tokens)};
+                                     n_ctx, total, req.prompt_tokens.size(), req.max_tokens)};
   const int32_t n_vocab = static_cast<int32_t>(model_->hparams().n_vocab);
   for (int32_t t : req.prompt_tokens)
     if (t < 0 || t >= n_vocab)
@@ -298,7 +301,18 @@ void Engine::thread_main() {
     KILN_TRY(tokenizer::Tokenizer tok, tokenizer::Tokenizer::create(std::move(vocab)));
     tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
     const model::HParams& hp = model_->hparams();
-    if (opts_.n_ctx <= 0) opts_.n_ctx = static_cast<int32_t>(hp.n_ctx_train);
+    if (opts_.n_ctx <= 0) {
+      opts_.n_ctx = static_cast<int32_t>(std::min<uint32_t>(hp.n_ctx_train, 1u << 21));
+    } else if (static_cast<uint32_t>(opts_.n_ctx) > hp.n_ctx_train) {
+      const char* scaling = hp.rope_scaling == model::RopeScaling::kYarn     ? "YaRN"
+                            : hp.rope_scaling == model::RopeScaling::kLinear ? "linear"
+                            : model_->rope_freqs() != nullptr                ? "llama3"
+                                                                             : "none";
+      log::warn(
+          "context {} exceeds the model's trained context {} (rope scaling in force: {}, "
+          "factor {}): quality past {} tokens is not what the model was trained for",
+          opts_.n_ctx, hp.n_ctx_train, scaling, hp.rope_scale_factor, hp.n_ctx_train);
+    }
     backend::BackendOptions bo;
     bo.device = opts_.device;
     bo.threads = opts_.threads;
@@ -311,6 +325,7 @@ void Engine::thread_main() {
     eo.kv_memory_bytes = opts_.kv_memory_bytes;
     eo.gpu_memory_fraction = opts_.gpu_memory_fraction;
     KILN_TRY(std::unique_ptr<Executor> exec, Executor::create(*model_, *be, eo));
+    context_length_ = opts_.n_ctx;
     SchedulerConfig cfg;
     cfg.max_batch_tokens = opts_.max_batch_tokens;
     cfg.step_prompt_tokens = opts_.step_prompt_tokens;

@@ -24,7 +24,8 @@ struct EngineOptions {
   std::string device = "auto";             // cpu, cuda, cuda:N, auto (backend::create_backend)
   int threads = 0;                         // CPU threads; 0: physical cores
   double gpu_memory_fraction = 0.9;        // of the GPU's memory, for weights + activations + KV
-  int32_t n_ctx = 4096;                    // context per sequence (prompt + generated)
+  int32_t n_ctx = 0;                       // context per sequence (prompt + generated);
+                                           // 0: the model's trained context
   uint64_t kv_memory_bytes = 0;            // KV cache budget; 0: enough for max_seqs full contexts,
                                            // capped at 2 GiB
   quant::Type kv_type = quant::Type::F16;  // KV cache storage: F16, F32 or Q8_0
@@ -47,7 +48,7 @@ Status validate(const EngineOptions& opts);
 
 class Engine final : public EngineApi {
  public:
-  explicit Engine(EngineOptions opts);
+  explicit Engine(EngineOptions opts);  // the options' n_ctx, when given, is context_length()
   ~Engine() override;
 
   // Starts the engine thread, which loads the model (state kLoading -> kReady or kFailed).
@@ -61,7 +62,8 @@ class Engine final : public EngineApi {
       GenerationRequest req) override;
   EngineState state() const override { return state_.load(); }
   EngineStats stats() const override;
-  int32_t context_length() const override { return opts_.n_ctx; }
+  // The context per sequence: the configured one, or once loaded the model's (0 before).
+  int32_t context_length() const override { return context_length_.load(); }
 
   // Valid once ready.
   const model::Model& model() const { return *model_; }
@@ -76,6 +78,7 @@ class Engine final : public EngineApi {
 
   EngineOptions opts_;
   std::atomic<EngineState> state_{EngineState::kLoading};
+  std::atomic<int32_t> context_length_{0};
   std::string load_error_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;

@@ -114,6 +114,23 @@ TEST(EngineFailure, AFailedStepFailsItsRequestsAndTheEngineGoesOn) {
   EXPECT_EQ(e.state(), EngineState::kReady);
 }
 
+// Without --ctx the context is the model's trained one (stories260K: 2048), known once loaded;
+// a given context stands from the start.
+TEST(EngineContext, DefaultIsTheModelsTrainedContext) {
+  EngineOptions o;
+  o.model_path = kModels + "stories260K.gguf";
+  o.device = test_device();
+  o.threads = 1;
+  Engine e(o);
+  EXPECT_EQ(e.context_length(), 0);
+  e.start();
+  ASSERT_TRUE(e.wait_ready().ok());
+  EXPECT_EQ(e.context_length(), 2048);
+  o.n_ctx = 300;
+  Engine given(o);
+  EXPECT_EQ(given.context_length(), 300);
+}
+
 TEST_F(EngineTest, GreedyMatchesLlamaCpp) {
   std::ifstream f(kModels + "stories260K.greedy64.nodellamacpp.json");
   const nlohmann::json g = nlohmann::json::parse(f);
