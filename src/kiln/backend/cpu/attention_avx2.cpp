@@ -68,8 +68,12 @@ struct Bufs {
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#if defined(__clang__)  // clang has no GCC target pragma: the same as a function attribute
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 namespace kiln::backend::cpu {
 namespace {
@@ -325,7 +329,11 @@ void attend_item(const Ctx& c, const Item& it, const Bufs& w) {
 }  // namespace
 }  // namespace kiln::backend::cpu
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace kiln::backend::cpu {
 namespace {

@@ -14,8 +14,12 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#if defined(__clang__)  // clang has no GCC target pragma: the same as a function attribute
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 namespace kiln::backend::cpu {
 namespace {
@@ -30,7 +34,11 @@ static_assert(PV::kRows == pack_rows(KernelPath::Avx2));
 }  // namespace
 }  // namespace kiln::backend::cpu
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace kiln::backend::cpu {
 

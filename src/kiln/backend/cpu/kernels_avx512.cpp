@@ -13,12 +13,18 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#if defined(__clang__)  // clang has no GCC target pragma: the same as a function attribute
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#endif
 // GCC 12's avx512fintrin.h starts several 512-bit conversions (cvtepi8_epi32, cvtph_ps, ...)
 // from _mm512_undefined_*(), which -Wmaybe-uninitialized reports as an uninitialized read.
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace kiln::backend::cpu {
 namespace {
@@ -34,7 +40,11 @@ static_assert(PV::kRows == pack_rows(KernelPath::Avx512));
 }  // namespace kiln::backend::cpu
 
 #pragma GCC diagnostic pop
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace kiln::backend::cpu {
 

@@ -10,8 +10,12 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#if defined(__clang__)  // clang has no GCC target pragma: the same as a function attribute
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 namespace kiln::backend::cpu {
 namespace {
@@ -147,7 +151,11 @@ void exp_avx2(const float* x, float* out, int64_t n) {
 
 }  // namespace kiln::backend::cpu
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 #else  // not x86-64: never called (avx2_ops_available() is false)
 

@@ -10,8 +10,12 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#if defined(__clang__)  // clang has no GCC target pragma: the same as a function attribute
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 namespace kiln::backend::cpu {
 
@@ -62,6 +66,10 @@ void quantize_act_row_avx2(const float* x, int64_t n, int block_elems, int8_t* q
 
 }  // namespace kiln::backend::cpu
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 #endif
