@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "kiln/backend/backend.h"
 #include "kiln/backend/cpu/matmul.h"
 #include "kiln/cli/commands.h"
 #include "kiln/util/cpu.h"
@@ -35,11 +36,7 @@ void print_version() {
   fmt::print("kiln {} (commit {}, {} build)\n", KILN_VERSION, KILN_GIT_COMMIT, KILN_BUILD_TYPE);
   fmt::print("cpu kernels: {} (using {})\n", paths, cpu::path_name(cpu::best_kernel_path()));
   fmt::print("cpu features: {}\n", kiln::util::to_string(kiln::util::cpu_features()));
-#ifdef KILN_WITH_CUDA
-  fmt::print("cuda: compiled in\n");
-#else
-  fmt::print("cuda: not compiled in\n");
-#endif
+  fmt::print("cuda: {}\n", kiln::backend::cuda_compiled() ? "compiled in" : "not compiled in");
 }
 
 // The first word of the command line that is not an option of `kiln` itself.
