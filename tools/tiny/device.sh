@@ -1,6 +1,6 @@
 #!/bin/bash
-# kiln-tiny on the GPU machine (the `device` tool runs this from /work/main's tree with
-# .dev-tiny carried: .dev-tiny/tools = tools/tiny, .dev-tiny/data = /work/tiny-data).
+# kiln-tiny on the GPU machine (the `device` tool runs this from the checkout's tree with
+# .dev-tiny carried: .dev-tiny/tools = tools/tiny, .dev-tiny/data = the prepared corpus).
 #   device.sh smoke          tokenizer on a sample, a few steps of training, export, eval -> $OUT
 #   device.sh start MINUTES  full tokenizer, training started under setsid, then tail
 #   device.sh wait [SECS]    tail the run; copy results to $OUT once it is done

@@ -11,6 +11,21 @@
 
 namespace kiln::backend {
 
+Status check_kv_spec(const KvSpec& s) {
+  if (s.n_layer <= 0 || s.n_kv_heads <= 0 || s.head_dim_k <= 0 || s.head_dim_v <= 0 ||
+      s.block_tokens <= 0)
+    return err("kv: invalid cache shape (layers {}, kv heads {}, head dims {}/{})", s.n_layer,
+               s.n_kv_heads, s.head_dim_k, s.head_dim_v);
+  if (s.type != quant::Type::F32 && s.type != quant::Type::F16 && s.type != quant::Type::Q8_0)
+    return err("kv: the KV cache cannot store {} (choose f16, f32 or q8_0)",
+               quant::type_name(s.type));
+  const uint32_t be = quant::traits(s.type).block_elems;
+  if (s.head_dim_k % be != 0 || s.head_dim_v % be != 0)
+    return err("kv: a {} KV cache needs head dims that are multiples of {}; this model has {}/{}",
+               quant::type_name(s.type), be, s.head_dim_k, s.head_dim_v);
+  return {};
+}
+
 bool cuda_compiled() {
 #ifdef KILN_HAVE_CUDA
   return true;

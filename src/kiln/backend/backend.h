@@ -49,6 +49,10 @@ struct KvSpec {
   int32_t block_tokens = 16;
 };
 
+// The checks every backend makes of a KV spec: a positive shape, a storage type the caches
+// hold (F32, F16, Q8_0), head dims that are whole blocks of that type. An error naming them.
+Status check_kv_spec(const KvSpec& spec);
+
 // Paged KV storage of one backend (the layout inside a block is the backend's own, defined
 // beside its kernels). Which block belongs to which sequence is the block manager's business
 // (kv/block_pool.h); this only owns the memory.

@@ -55,17 +55,7 @@ class CpuKvCache final : public KvCache {
 };
 
 Expected<KvLayerView> kv_geometry(const KvSpec& s) {
-  if (s.n_layer <= 0 || s.n_kv_heads <= 0 || s.head_dim_k <= 0 || s.head_dim_v <= 0 ||
-      s.block_tokens <= 0)
-    return err("kv: invalid cache shape (layers {}, kv heads {}, head dims {}/{})", s.n_layer,
-               s.n_kv_heads, s.head_dim_k, s.head_dim_v);
-  if (s.type != quant::Type::F32 && s.type != quant::Type::F16 && s.type != quant::Type::Q8_0)
-    return err("kv: the KV cache cannot store {} (choose f16, f32 or q8_0)",
-               quant::type_name(s.type));
-  const uint32_t be = quant::traits(s.type).block_elems;
-  if (s.head_dim_k % be != 0 || s.head_dim_v % be != 0)
-    return err("kv: a {} KV cache needs head dims that are multiples of {}; this model has {}/{}",
-               quant::type_name(s.type), be, s.head_dim_k, s.head_dim_v);
+  KILN_TRY_STATUS(check_kv_spec(s));
   return make_kv_view(s.type, nullptr, nullptr, s.block_tokens, s.n_kv_heads, s.head_dim_k,
                       s.head_dim_v);
 }

@@ -383,23 +383,14 @@ class CudaBackend final : public Backend {
     prepared_bytes_ += bytes;
     return p;
   }
+  // The shared checks, then the CUDA attention's own limits.
   static Status kv_spec_ok(const KvSpec& s) {
-    if (s.n_layer <= 0 || s.n_kv_heads <= 0 || s.head_dim_k <= 0 || s.head_dim_v <= 0 ||
-        s.block_tokens <= 0)
-      return err("kv: invalid cache shape (layers {}, kv heads {}, head dims {}/{})", s.n_layer,
-                 s.n_kv_heads, s.head_dim_k, s.head_dim_v);
-    if (s.type != quant::Type::F32 && s.type != quant::Type::F16 && s.type != quant::Type::Q8_0)
-      return err("kv: the KV cache cannot store {} (choose f16, f32 or q8_0)",
-                 quant::type_name(s.type));
+    KILN_TRY_STATUS(check_kv_spec(s));
     if (s.head_dim_k % 8 != 0 || s.head_dim_v % 8 != 0 || s.head_dim_k > 256 || s.head_dim_v > 256)
       return err(
           "cuda: attention supports head dims that are multiples of 8 up to 256; this "
           "model has {}/{}",
           s.head_dim_k, s.head_dim_v);
-    const uint32_t be = quant::traits(s.type).block_elems;
-    if (s.head_dim_k % be != 0 || s.head_dim_v % be != 0)
-      return err("kv: a {} KV cache needs head dims that are multiples of {}; this model has {}/{}",
-                 quant::type_name(s.type), be, s.head_dim_k, s.head_dim_v);
     return {};
   }
 
