@@ -3,7 +3,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -135,46 +137,80 @@ Expected<gguf::Writer> make_model(const MakeModelOptions& o) {
   if (o.vocab_only) return w;
 
   // Each tensor's values come from its own generator (the seed and the tensor's place in the
-  // manifest), so the tensors are made and quantized in parallel, then added in order.
+  // manifest); a tensor of more than kPieceElems values is made in pieces of whole rows, each
+  // from its own generator (the seed, the place and the piece), so one large tensor (an 8B
+  // model's embedding holds 525M values) does not leave the other threads idle. Pieces are made
+  // and quantized in parallel, then the tensors are added in order.
+  constexpr int64_t kPieceElems = int64_t{1} << 23;
   struct Job {
     TensorSpec spec;
     quant::Type type = quant::Type::F32;
     std::vector<float> fixed;  // values that are not random (llama3 rope factors)
     std::vector<uint8_t> bytes;
     Status st;
+    std::mutex mu;  // guards st
   };
-  std::vector<Job> jobs;
+  struct Piece {
+    size_t job;
+    int64_t row0, rows;
+    uint64_t seed;
+  };
+  std::deque<Job> jobs;
   for (const TensorSpec& spec : arch->manifest(hp)) {
-    Job j;
+    Job& j = jobs.emplace_back();
     j.spec = spec;
     if (spec.name == "rope_freqs.weight" && hf_rope_type(rope) == "llama3") {
       // Not random: the llama3 frequency divisors, as `kiln convert` writes them.
       j.fixed = llama3_rope_factors(rope, hp);
     } else if (!spec.required && !(spec.name == "output.weight" && !hp.tied_embeddings)) {
+      jobs.pop_back();
       continue;
     } else {
       j.type = tensor_type(ft, spec, hp);
     }
-    jobs.push_back(std::move(j));
+  }
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Job& j = jobs[i];
+    int64_t n = 1;
+    for (int64_t d : j.spec.ne) n *= d;
+    const int64_t row = j.spec.ne[0];
+    const int64_t n_rows = n / row;
+    const uint64_t row_bytes = *quant::row_bytes(j.type, static_cast<uint64_t>(row));
+    j.bytes.resize(row_bytes * static_cast<uint64_t>(n_rows));
+    const uint64_t seed = o.seed ^ ((i + 1) * 0x9e3779b97f4a7c15ull);
+    if (n <= kPieceElems || !j.fixed.empty()) {
+      pieces.push_back({i, 0, n_rows, seed});
+      continue;
+    }
+    const int64_t per = std::max<int64_t>(1, kPieceElems / row);
+    for (int64_t r = 0, k = 0; r < n_rows; r += per, ++k)
+      pieces.push_back({i, r, std::min(per, n_rows - r),
+                        seed ^ (static_cast<uint64_t>(k + 1) * 0xbf58476d1ce4e5b9ull)});
   }
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i; (i = next++) < jobs.size();) {
-      Job& j = jobs[i];
-      int64_t n = 1;
-      for (int64_t d : j.spec.ne) n *= d;
-      Rng rng{o.seed ^ ((i + 1) * 0x9e3779b97f4a7c15ull)};
-      const std::vector<float> values = j.fixed.empty() ? random_values(j.spec, n, rng) : j.fixed;
+    for (size_t p; (p = next++) < pieces.size();) {
+      const Piece& pc = pieces[p];
+      Job& j = jobs[pc.job];
       const int64_t row = j.spec.ne[0];
+      Rng rng{pc.seed};
+      const std::vector<float> values =
+          j.fixed.empty() ? random_values(j.spec, pc.rows * row, rng) : j.fixed;
       const uint64_t row_bytes = *quant::row_bytes(j.type, static_cast<uint64_t>(row));
-      j.bytes.resize(row_bytes * static_cast<uint64_t>(n / row));
-      for (int64_t r = 0; r < n / row && j.st.ok(); ++r)
-        j.st = quant::quantize_row(j.type, values.data() + r * row,
-                                   j.bytes.data() + static_cast<uint64_t>(r) * row_bytes, row);
+      Status st;
+      for (int64_t r = 0; r < pc.rows && st.ok(); ++r)
+        st = quant::quantize_row(j.type, values.data() + r * row,
+                                 j.bytes.data() + static_cast<uint64_t>(pc.row0 + r) * row_bytes,
+                                 row);
+      if (!st.ok()) {
+        std::lock_guard lock(j.mu);
+        if (j.st.ok()) j.st = std::move(st);
+      }
     }
   };
   std::vector<std::thread> threads;
-  const unsigned n_threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  const unsigned n_threads = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
   for (unsigned t = 1; t < n_threads; ++t) threads.emplace_back(work);
   work();
   for (std::thread& t : threads) t.join();
