@@ -4,6 +4,10 @@
 #   tests   every CUDA kernel test, and the model and engine tests on the CUDA backend
 #           (KILN_TEST_DEVICE=cuda), under the paths the binaries were built with
 #   bench   kiln bench on random-weight Llama-shaped files made there (kiln make-model)
+#   kbench  the matmul and attention kernel benchmarks
+#   ab      tg128 with each of AB_VARS (default KILN_CUDA_MATVEC KILN_CUDA_PDL) = 1 and = 0
+#   graphs  tg128 with and without CUDA graphs
+#   serve   kiln serve under kiln bench http; profile: ncu over decode steps
 # Figures and logs go to $OUT when set. Default: tests bench.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,6 +61,25 @@ if [[ " $WHAT " == *" bench "* ]]; then
       tee -a "$OUTDIR/bench.log"
     timeout 120 $D/bin/kiln bench -m "$f" --device cuda -p 4096 -n 0 -b 4096 -r 3 2>&1 |
       grep -v "^I " | tee -a "$OUTDIR/bench.log"
+  done
+fi
+if [[ " $WHAT " == *" kbench "* ]]; then
+  # The matmul kernels alone: decode (1, 4, 8 tokens) and prefill shapes per type.
+  KILN_CUDA_BENCH=1 timeout ${KBENCH_TIMEOUT:-200} $D/bin/test_cuda \
+    --gtest_filter="${KBENCH_FILTER:-CudaMatmulBench.DecodeAndPrefill:CudaMatmulBench.LogitsCopyPerStep}" 2>&1 |
+    grep -vE "^\[ |^Note:" | tee "$OUTDIR/kbench.log"
+  timeout 200 $D/bin/test_cuda --gtest_also_run_disabled_tests \
+    --gtest_filter='CudaAttentionBench.*' 2>&1 | grep -vE "^\[ |^Note:" | tee -a "$OUTDIR/kbench.log"
+fi
+if [[ " $WHAT " == *" ab "* ]]; then
+  # Decode (tg128) with each switch of AB_VARS on and off, on AB_MODEL (default: the first).
+  f=${AB_MODEL:-$(ls /tmp/kiln-models/*.gguf | head -1)}
+  for var in ${AB_VARS:-KILN_CUDA_MATVEC KILN_CUDA_PDL}; do
+    for v in 1 0; do
+      echo "$(basename $f) $var=$v"
+      env $var=$v timeout 120 $D/bin/kiln bench -m "$f" --device cuda -p 0 -n 128 -r 3 2>&1 |
+        grep -E "tg128" | tee -a "$OUTDIR/bench.log"
+    done
   done
 fi
 if [[ " $WHAT " == *" graphs "* ]]; then

@@ -216,8 +216,19 @@ class Backend {
   virtual void embed(const Weight& table, const int32_t* tokens, Mat out) = 0;
   // y = x / rms(x) * w per row (w may be null); x and y may alias.
   virtual void rmsnorm(Mat x, const float* w, Mat y, float eps) = 0;
+  // x += r, then y = rmsnorm(x) * w (the residual add fused with the next norm); y must not
+  // alias x or r.
+  virtual void add_rmsnorm(Mat x, Mat r, const float* w, Mat y, float eps) {
+    add(x, r);
+    rmsnorm(x, w, y, eps);
+  }
   // y[t] = W x[t]: x [n, w.n_in], y [n, w.n_out]
   virtual void matmul(const Weight& w, Mat x, Mat y) = 0;
+  // y_i = W_i x[t] for weights that share the input (q/k/v, gate/up; each W_i.n_in == x.cols):
+  // matmul for each, by default; a backend may prepare x once for all of them.
+  virtual void matmuls(std::span<const Weight* const> ws, Mat x, std::span<const Mat> ys) {
+    for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], x, ys[i]);
+  }
   virtual void add_bias(Mat x, const float* b) = 0;    // x[t] += b
   virtual void add(Mat x, Mat y) = 0;                  // x += y
   virtual void scale(Mat x, float s) = 0;              // x *= s
@@ -234,6 +245,12 @@ class Backend {
   // Rotates the first 2 * cos.cols dims of each head of x [n, n_heads * head_dim] in place.
   virtual void rope_apply(Mat x, int32_t n_heads, int32_t head_dim, bool neox, Mat cos,
                           Mat sin) = 0;
+  // rope_apply of q and of k (same rows, head_dim and tables), in one op where a backend can.
+  virtual void rope_apply_qk(Mat q, int32_t n_heads_q, Mat k, int32_t n_heads_k, int32_t head_dim,
+                             bool neox, Mat cos, Mat sin) {
+    rope_apply(q, n_heads_q, head_dim, neox, cos, sin);
+    rope_apply(k, n_heads_k, head_dim, neox, cos, sin);
+  }
   // Writes K/V rows [n, n_kv_heads * head_dim] of layer `layer` at the step's positions.
   virtual void kv_write(KvCache& kv, int32_t layer, const StepArgs& step, Mat k, Mat v) = 0;
   // Causal paged attention over the cache (after this step's writes).

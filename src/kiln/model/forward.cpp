@@ -176,7 +176,12 @@ void Forward::attention_block(int il, const backend::StepArgs& step, backend::Kv
   const int64_t v_width = int64_t{hp.n_head_kv} * hp.head_dim_v;
   const Mat x = x_.first_rows(n), xn = xn_.as(n, hp.n_embd);
   const Mat q = q_.first_rows(n), k = k_.first_rows(n), v = v_.first_rows(n);
-  be_.rmsnorm(x, l.attn_norm, xn, hp.rms_eps);
+  if (il > 0) {  // the previous layer's FFN output is still to be added: x += tmp, then norm
+    be_.add_rmsnorm(x, tmp_.first_rows(n), l.attn_norm, xn, hp.rms_eps);
+    dump("layer_out", il - 1, x);
+  } else {
+    be_.rmsnorm(x, l.attn_norm, xn, hp.rms_eps);
+  }
   dump("attn_norm", il, xn);
   if (f.fused_qkv) {  // [n, q | k | v] -> q, k, v
     const Mat qkv = gate_.as(n, q_width + k_width + v_width);
@@ -185,9 +190,9 @@ void Forward::attention_block(int il, const backend::StepArgs& step, backend::Kv
     be_.copy_cols(qkv, q_width, k);
     be_.copy_cols(qkv, q_width + k_width, v);
   } else {
-    be_.matmul(l.wq, xn, q);
-    be_.matmul(l.wk, xn, k);
-    be_.matmul(l.wv, xn, v);
+    const backend::Weight* ws[] = {&l.wq, &l.wk, &l.wv};
+    const Mat ys[] = {q, k, v};
+    be_.matmuls(ws, xn, ys);
   }
   if (f.qkv_bias) {
     be_.add_bias(q, l.bq);
@@ -202,10 +207,8 @@ void Forward::attention_block(int il, const backend::StepArgs& step, backend::Kv
   const bool swa = hp.swa_layer(static_cast<uint32_t>(il));
   const int table = swa && rope_swa_differs_ ? 1 : 0;
   const Mat cos = rope_cos_[table].first_rows(n), sin = rope_sin_[table].first_rows(n);
-  be_.rope_apply(q, static_cast<int32_t>(hp.n_head), static_cast<int32_t>(hp.head_dim_k),
-                 f.rope_neox, cos, sin);
-  be_.rope_apply(k, static_cast<int32_t>(hp.n_head_kv), static_cast<int32_t>(hp.head_dim_k),
-                 f.rope_neox, cos, sin);
+  be_.rope_apply_qk(q, static_cast<int32_t>(hp.n_head), k, static_cast<int32_t>(hp.n_head_kv),
+                    static_cast<int32_t>(hp.head_dim_k), f.rope_neox, cos, sin);
   if (step.row_scale != nullptr) be_.scale_rows(q, step.row_scale);
   dump("q", il, q);
   dump("k", il, k);
@@ -222,8 +225,7 @@ void Forward::attention_block(int il, const backend::StepArgs& step, backend::Kv
   dump("attn_out", il, attn);
   be_.matmul(l.wo, attn, tmp);
   if (f.sandwich_norm) be_.rmsnorm(tmp, l.attn_post_norm, tmp, hp.rms_eps);
-  be_.add(x, tmp);
-  dump("attn_residual", il, x);
+  // x += tmp is left to ffn_block, which fuses it with its norm.
 }
 
 void Forward::ffn_block(int il, int64_t n) {
@@ -231,7 +233,8 @@ void Forward::ffn_block(int il, int64_t n) {
   const LayerWeights& l = layers_[il];
   const ArchFeatures& f = model_.arch().features;
   const Mat x = x_.first_rows(n), xn = xn_.as(n, hp.n_embd), tmp = tmp_.first_rows(n);
-  be_.rmsnorm(x, l.ffn_norm, xn, hp.rms_eps);
+  be_.add_rmsnorm(x, tmp, l.ffn_norm, xn, hp.rms_eps);  // the attention's residual, then norm
+  dump("attn_residual", il, x);
   dump("ffn_norm", il, xn);
   if (f.moe) {
     backend::MoeWeights mw;
@@ -254,8 +257,9 @@ void Forward::ffn_block(int il, int64_t n) {
       be_.copy_cols(both, 0, gate);
       be_.copy_cols(both, ff, up);
     } else {
-      be_.matmul(l.w_gate, xn, gate);
-      be_.matmul(l.w_up, xn, up);
+      const backend::Weight* ws[] = {&l.w_gate, &l.w_up};
+      const Mat ys[] = {gate, up};
+      be_.matmuls(ws, xn, ys);
     }
     if (f.gelu) {
       be_.geglu(gate, up, gate);
@@ -265,8 +269,8 @@ void Forward::ffn_block(int il, int64_t n) {
     be_.matmul(l.w_down, gate, tmp);
     if (f.sandwich_norm) be_.rmsnorm(tmp, l.ffn_post_norm, tmp, hp.rms_eps);
   }
-  be_.add(x, tmp);
-  dump("layer_out", il, x);
+  // x += tmp is left to the next layer's attention_block (fused with its norm), or to body()
+  // after the last layer.
 }
 
 std::span<const float> Forward::row_scales(const int32_t* positions, int64_t n) {
@@ -298,6 +302,8 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64
     attention_block(il, step, cache, n);
     ffn_block(il, n);
   }
+  be_.add(x, tmp_.first_rows(n));  // the last layer's FFN output
+  dump("layer_out", static_cast<int>(hp.n_layer) - 1, x);
   if (n_out == 0) return;
   // Final norm and logits only for the rows that need them.
   const Mat rows = out_rows_.first_rows(n_out), xn = xn_.as(n_out, hp.n_embd);

@@ -9,6 +9,7 @@
 // 50 MiB L2), replayed; the median of 7 replays. Weights are random bytes with small finite
 // f16 scales (never zeros).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -265,6 +266,53 @@ TEST(CudaMatmulBench, MatmulId) {
   cudaFree(ids);
   cudaFree(rows);
   backend::cuda::destroy_matmul_context(ctx);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// What a decode step pays to bring its logits to the host for sampling: one row of a 128k /
+// 152k vocabulary copied device -> pinned host (cudaMemcpyAsync + stream sync, the engine's
+// way), and the host's greedy argmax over it. Compare with the step's time (kiln bench tg).
+TEST(CudaMatmulBench, LogitsCopyPerStep) {
+  KILN_BENCH_REQUIRE();
+  cudaStream_t s;
+  KILN_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int64_t vocab : {int64_t{128256}, int64_t{151936}}) {
+    for (int64_t rows : {int64_t{1}, int64_t{8}}) {
+      const size_t bytes = static_cast<size_t>(vocab * rows) * sizeof(float);
+      float* d = nullptr;
+      float* h = nullptr;
+      KILN_CUDA_OK(cudaMalloc(&d, bytes));
+      KILN_CUDA_OK(cudaMallocHost(&h, bytes));
+      KILN_CUDA_OK(cudaMemset(d, 0, bytes));
+      constexpr int kIters = 200;
+      double copy_us = 0, argmax_us = 0;
+      int64_t sink = 0;
+      for (int it = 0; it < kIters + 10; ++it) {
+        const auto t0 = std::chrono::steady_clock::now();
+        cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, s);
+        cudaStreamSynchronize(s);
+        const auto t1 = std::chrono::steady_clock::now();
+        for (int64_t r = 0; r < rows; ++r)
+          sink += std::max_element(h + r * vocab, h + (r + 1) * vocab) - (h + r * vocab);
+        const auto t2 = std::chrono::steady_clock::now();
+        if (it >= 10) {
+          copy_us += std::chrono::duration<double, std::micro>(t1 - t0).count();
+          argmax_us += std::chrono::duration<double, std::micro>(t2 - t1).count();
+        }
+      }
+      std::printf("logits %ld rows x %ld: copy %.1f us (%.1f GB/s), host argmax %.1f us%s\n", rows,
+                  vocab, copy_us / kIters, bytes / (copy_us / kIters) / 1e3, argmax_us / kIters,
+                  sink < 0 ? "" : "");
+      cudaFree(d);
+      cudaFreeHost(h);
+    }
+  }
+  cudaStreamDestroy(s);
 }
 
 }  // namespace

@@ -1,13 +1,17 @@
 // CUDA matmul and matmul_id against cpu::matmul_reference (fp32 activations against the
 // reference dequantization), on fresh random inputs: weights quantized from Gaussian rows,
 // Gaussian activations. The error is |y - ref| / |ref| over the whole output (L2 norms):
-//   direct kernels (n_tokens <= 8, n_in % 8 == 0; every matmul_id): fp32 arithmetic, 1e-5;
+//   int8 matvec (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K at n_tokens <= 8): activations rounded to int8
+//   per 32 values, 1.5e-2 (and 1e-5 on activations that int8 holds exactly);
+//   direct kernels (other types at n_tokens <= 8, n_in % 8 == 0; every matmul_id): fp32
+//   arithmetic, 1e-5;
 //   cuBLAS path with F32 weights: plain fp32 GEMM, 1e-5;
 //   cuBLAS path with any other type: fp16 operands (weights and activations each rounded to
 //   fp16, relative 2^-11), fp32 accumulation: 2e-3.
 // Outputs are poisoned with NaN before each run; every element must be written and finite.
 // A CUDA graph capture of each path must replay to the same bits as the eager call.
 #include <cmath>
+#include <deque>
 #include <random>
 #include <vector>
 
@@ -25,12 +29,22 @@ using quant::Type;
 constexpr double kDirectBound = 1e-5;
 constexpr double kFp32GemmBound = 1e-5;
 constexpr double kFp16GemmBound = 2e-3;
+// The int8 matvec path (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K at <= 8 tokens) rounds the activations
+// to int8 per group of 32: ~5e-3 for Gaussian activations. Exact when the activations are
+// already int8 levels times a power of two (MatvecExactOnRepresentableActivations: 1e-5).
+constexpr double kMatvecBound = 1.5e-2;
 
 const Type kAllTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0,   Type::Q4_1,  Type::Q5_0,
                           Type::Q5_1, Type::Q8_0, Type::Q8_1, Type::Q2_K,   Type::Q3_K,  Type::Q4_K,
                           Type::Q5_K, Type::Q6_K, Type::Q8_K, Type::IQ4_NL, Type::IQ4_XS};
 
+bool matvec_type(Type t) {
+  return t == Type::Q4_0 || t == Type::Q8_0 || t == Type::Q4_K || t == Type::Q5_K ||
+         t == Type::Q6_K;
+}
+
 double error_bound(Type t, int64_t n_tokens, int64_t n_in) {
+  if (n_tokens <= 8 && matvec_type(t)) return kMatvecBound;
   if (n_tokens <= 8 && n_in % 8 == 0) return kDirectBound;
   return t == Type::F32 ? kFp32GemmBound : kFp16GemmBound;
 }
@@ -265,9 +279,93 @@ TEST(CudaMatmul, ContextReportsItsBytes) {
   KILN_REQUIRE_GPU();
   Ctx ctx(16, 4096, 4096);
   ASSERT_NE(ctx.p, nullptr);
-  // The cuBLAS workspace (32 MiB), 16 x 4096 fp16 activations, 4096 x 4096 fp16 weights.
+  // The cuBLAS workspace (32 MiB), 16 x 4096 fp16 activations, 4096 x 4096 fp16 weights, and
+  // the matvec's 8 x 4096 int8 activations with 8 x 128 (d, sum) pairs.
   EXPECT_EQ(backend::cuda::matmul_context_bytes(ctx.p),
-            (uint64_t{32} << 20) + 16 * 4096 * 2 + 4096 * 4096 * 2);
+            (uint64_t{32} << 20) + 16 * 4096 * 2 + 4096 * 4096 * 2 + 8 * 4096 + 8 * 128 * 8);
+}
+
+// Activations that int8 levels hold exactly (each group of 32: integers in [-127, 127] with
+// one of magnitude 127, times a power of two): the matvec path is then exact up to fp32
+// summation, so it must match the reference to 1e-5 (a wrong nibble, scale or min shows).
+TEST(CudaMatmul, MatvecExactOnRepresentableActivations) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  Ctx ctx(8, 2304, 67);
+  ASSERT_NE(ctx.p, nullptr);
+  for (Type t : {Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q5_K, Type::Q6_K}) {
+    const int64_t be = quant::traits(t).block_elems;
+    for (int64_t n_in : {3 * be, int64_t{2304}}) {
+      SCOPED_TRACE(testing::Message()
+                   << quant::type_name(t) << " n_in=" << n_in << " seed=" << seed);
+      const int64_t n_out = 67;
+      const std::vector<uint8_t> wb = quantized_rows(t, n_out, n_in, rng);
+      test::DeviceVec<uint8_t> dw(wb);
+      for (int64_t n_tokens : {1, 2, 3, 5, 8}) {
+        std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
+        for (size_t g = 0; g < x.size() / 32; ++g) {
+          const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 9);
+          for (int i = 0; i < 32; ++i)
+            x[g * 32 + i] = scale * static_cast<float>(static_cast<int>(rng() % 255) - 127);
+          x[g * 32 + rng() % 32] = (rng() & 1 ? 127.0f : -127.0f) * scale;
+        }
+        std::vector<float> ref(static_cast<size_t>(n_tokens * n_out));
+        backend::cpu::matmul_reference(weight_view(t, n_in, n_out, wb.data()), x.data(), ref.data(),
+                                       n_tokens, nullptr);
+        test::DeviceVec<float> dx(x);
+        test::DeviceVec<float> dy(ref.size());
+        KILN_CUDA_OK(cudaMemset(dy.get(), 0xff, ref.size() * sizeof(float)));
+        backend::cuda::matmul(ctx.p, weight_view(t, n_in, n_out, dw.get()), dx.get(), dy.get(),
+                              n_tokens, nullptr);
+        KILN_CUDA_OK(cudaDeviceSynchronize());
+        const std::vector<float> y = dy.to_host();
+        EXPECT_LE(rel_error(y, ref), kDirectBound) << "n_tokens=" << n_tokens;
+        // Token 0's outputs do not depend on the batch: alone equals inside the batch.
+        test::DeviceVec<float> d1(static_cast<size_t>(n_out));
+        backend::cuda::matmul(ctx.p, weight_view(t, n_in, n_out, dw.get()), dx.get(), d1.get(), 1,
+                              nullptr);
+        KILN_CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_EQ(d1.to_host(), std::vector<float>(y.begin(), y.begin() + n_out))
+            << "n_tokens=" << n_tokens;
+      }
+    }
+  }
+}
+
+// matmul_shared (one input quantized once for several weights, of mixed paths) equals a matmul
+// per weight, bitwise.
+TEST(CudaMatmul, SharedInputEqualsSeparateCalls) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int64_t n_in = 1024;
+  Ctx ctx(16, n_in, 300);
+  ASSERT_NE(ctx.p, nullptr);
+  const Type types[] = {Type::Q4_K, Type::Q6_K, Type::F16};
+  const int64_t outs[] = {300, 77, 64};
+  std::vector<std::vector<uint8_t>> host;
+  std::deque<test::DeviceVec<uint8_t>> dev;
+  std::vector<Weight> ws;
+  for (int i = 0; i < 3; ++i) host.push_back(quantized_rows(types[i], outs[i], n_in, rng));
+  for (int i = 0; i < 3; ++i) dev.emplace_back(host[i]);
+  for (int i = 0; i < 3; ++i) ws.push_back(weight_view(types[i], n_in, outs[i], dev[i].get()));
+  for (int64_t n_tokens : {1, 4, 16}) {
+    const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
+    test::DeviceVec<float> dx(x);
+    std::deque<test::DeviceVec<float>> shared, single;
+    for (int i = 0; i < 3; ++i) shared.emplace_back(static_cast<size_t>(n_tokens * outs[i]));
+    for (int i = 0; i < 3; ++i) single.emplace_back(static_cast<size_t>(n_tokens * outs[i]));
+    const Weight* wp[3] = {&ws[0], &ws[1], &ws[2]};
+    float* yp[3] = {shared[0].get(), shared[1].get(), shared[2].get()};
+    backend::cuda::matmul_shared(ctx.p, wp, yp, 3, dx.get(), n_tokens, nullptr);
+    for (int i = 0; i < 3; ++i)
+      backend::cuda::matmul(ctx.p, ws[i], dx.get(), single[i].get(), n_tokens, nullptr);
+    KILN_CUDA_OK(cudaDeviceSynchronize());
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(shared[i].to_host(), single[i].to_host())
+          << "weight " << i << " n_tokens=" << n_tokens << " seed=" << seed;
+  }
 }
 
 }  // namespace

@@ -81,6 +81,87 @@ TEST(CudaOps, RmsnormMatchesReference) {
       shape("rmsnorm unaligned", rows, n));
 }
 
+// add_rmsnorm is bitwise add then rmsnorm, in x and in y (aligned and unaligned views).
+TEST(CudaOps, AddRmsnormEqualsAddThenRmsnorm) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(12);
+  for (const auto& [rows, n] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 2048}, {3, 5}, {7, 129}, {4, 4096}, {2, 8192}}) {
+    for (int off : {0, 1}) {
+      const std::vector<float> x = random_floats(rng, rows * n + off, -4, 4);
+      const std::vector<float> r = random_floats(rng, rows * n + off, -4, 4);
+      const std::vector<float> w = random_floats(rng, n, -2, 2);
+      DeviceVec<float> x1(x), x2(x), dr(r), dw(w), y1(rows * n + off), y2(rows * n + off);
+      cuda::add(x1.get() + off, dr.get() + off, rows * n, nullptr);
+      cuda::rmsnorm(x1.get() + off, dw.get(), y1.get() + off, rows, n, 1e-6f, nullptr);
+      cuda::add_rmsnorm(x2.get() + off, dr.get() + off, dw.get(), y2.get() + off, rows, n, 1e-6f,
+                        nullptr);
+      KILN_CUDA_SYNC_OK();
+      const std::string what = shape("add_rmsnorm", rows, n, off ? " unaligned" : "");
+      expect_bitwise(x2.to_host(), x1.to_host(), what + " x");
+      std::vector<float> a = y2.to_host(), b = y1.to_host();
+      a.erase(a.begin(), a.begin() + off);
+      b.erase(b.begin(), b.begin() + off);
+      expect_bitwise(a, b, what + " y");
+    }
+  }
+}
+
+// The producers that quantize their output for the matvec (rmsnorm, add_rmsnorm, swiglu) write
+// the same fp32 output as without, and the same int8 levels and (d, sum) pairs as
+// quantize_q8_32 of that output, bit for bit.
+TEST(CudaOps, ProducersQuantizeAsTheQuantizeKernel) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(13);
+  for (const auto& [rows, n] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 2048}, {3, 4096}, {8, 8192}, {5, 96}, {2, 14336}}) {
+    const std::vector<float> x = random_floats(rng, rows * n, -4, 4);
+    const std::vector<float> r = random_floats(rng, rows * n, -4, 4);
+    const std::vector<float> w = random_floats(rng, n, -2, 2);
+    const int64_t groups = rows * n / 32;
+    for (int op = 0; op < 3; ++op) {
+      DeviceVec<float> dx(x), dr(r), dw(w), y1(rows * n), y2(rows * n);
+      DeviceVec<int8_t> q1(rows * n), q2(rows * n);
+      DeviceVec<float2> s1(groups), s2(groups);
+      DeviceVec<float> dx2(x);
+      bool quantized = false;
+      if (op == 0) {
+        cuda::rmsnorm(dx.get(), dw.get(), y1.get(), rows, n, 1e-6f, nullptr);
+        quantized = cuda::rmsnorm(dx.get(), dw.get(), y2.get(), rows, n, 1e-6f, nullptr, q2.get(),
+                                  s2.get());
+      } else if (op == 1) {
+        cuda::add_rmsnorm(dx.get(), dr.get(), dw.get(), y1.get(), rows, n, 1e-6f, nullptr);
+        quantized = cuda::add_rmsnorm(dx2.get(), dr.get(), dw.get(), y2.get(), rows, n, 1e-6f,
+                                      nullptr, q2.get(), s2.get());
+      } else {
+        cuda::swiglu(dx.get(), dr.get(), y1.get(), rows * n, nullptr);
+        quantized =
+            cuda::swiglu_q8(dx.get(), dr.get(), y2.get(), rows * n, q2.get(), s2.get(), nullptr);
+      }
+      EXPECT_TRUE(quantized);
+      cuda::quantize_q8_32(y1.get(), rows, n, q1.get(), s1.get(), nullptr);
+      KILN_CUDA_SYNC_OK();
+      const std::string what = shape(op == 0   ? "rmsnorm"
+                                     : op == 1 ? "add_rmsnorm"
+                                               : "swiglu",
+                                     rows, n, " quantized");
+      expect_bitwise(y2.to_host(), y1.to_host(), what + " y");
+      EXPECT_EQ(q2.to_host(), q1.to_host()) << what;
+      const std::vector<float2> a = s2.to_host(), b = s1.to_host();
+      for (int64_t g = 0; g < groups; ++g) {
+        ASSERT_EQ(a[g].x, b[g].x) << what << " group " << g;
+        ASSERT_EQ(a[g].y, b[g].y) << what << " group " << g;
+      }
+    }
+  }
+  // A row length that is not a multiple of 32: no quantization, the plain op.
+  DeviceVec<float> dx(random_floats(rng, 2 * 40, -1, 1)), dy(2 * 40);
+  DeviceVec<int8_t> q(80);
+  DeviceVec<float2> ds(3);
+  EXPECT_FALSE(
+      cuda::rmsnorm(dx.get(), nullptr, dy.get(), 2, 40, 1e-6f, nullptr, q.get(), ds.get()));
+}
+
 TEST(CudaOps, AddScaleSoftcapMatchCpu) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(12);

@@ -6,6 +6,7 @@
 //  - rope_apply from the same tables: 1e-6 relative to the pair's magnitude |x0| + |x1| (each
 //    product and sum rounds as on the CPU, so the values are expected bit-identical);
 //  - both on the GPU against both on the CPU: 2e-6 relative to |x0| + |x1|.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -133,6 +134,21 @@ TEST(CudaRope, AnglesAndRotationMatchCpu) {
     expect_close(
         dx2.to_host(), want, [&](size_t i) { return 2e-6 * scale[i]; },
         name("rope angles+apply", c));
+
+    // q and k in one launch (rope_apply2): bit for bit two rope_apply calls; here "k" is the
+    // first heads of another random tensor.
+    const int32_t k_heads = std::max(1, c.n_heads / 2);
+    const std::vector<float> xk = random_floats(rng, c.n_tokens * k_heads * c.head_dim, -3, 3);
+    DeviceVec<float> q1(x), k1(xk), q2(x), k2(xk);
+    cuda::rope_apply(q1.get(), c.n_tokens, c.n_heads, c.head_dim, n_pairs, c.neox, dcos.get(),
+                     dsin.get(), nullptr);
+    cuda::rope_apply(k1.get(), c.n_tokens, k_heads, c.head_dim, n_pairs, c.neox, dcos.get(),
+                     dsin.get(), nullptr);
+    cuda::rope_apply2(q2.get(), c.n_heads, k2.get(), k_heads, c.n_tokens, c.head_dim, n_pairs,
+                      c.neox, dcos.get(), dsin.get(), nullptr);
+    KILN_CUDA_SYNC_OK();
+    test::expect_bitwise(q2.to_host(), q1.to_host(), name("rope_apply2 q", c));
+    test::expect_bitwise(k2.to_host(), k1.to_host(), name("rope_apply2 k", c));
   }
 }
 

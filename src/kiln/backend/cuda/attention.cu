@@ -34,6 +34,7 @@
 
 #include "kiln/backend/cuda/attention_impl.h"
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/pdl.cuh"
 #include "kiln/quant/fp16.h"
 
 // kiln/util/status.h pulls in fmt, which nvcc's host pass does not compile; the same
@@ -54,7 +55,8 @@ enum class KvT { F32, F16, Q8 };
 constexpr int kThreads = 128;        // every kernel here
 constexpr int kChunk = 32;           // keys per shared-memory chunk: one per lane in the softmax
 constexpr int kHeadChunk = 8;        // query heads of one kv head per CTA
-constexpr int kMaxSplits = 64;       // context splits of one decode row
+constexpr int kMaxSplits = 64;       // context splits of one decode row (a multiple of 32)
+constexpr int kMinSplitBlocks = 4;   // KV blocks a split takes at least
 constexpr int kMaxSplitRows = 1024;  // n_splits * n_tokens the workspace holds
 
 // ---- fp16 and Q8_0 conversion, bit-exact with the CPU's quant:: functions ------------------
@@ -289,6 +291,8 @@ template <KvT T>
 __global__ void __launch_bounds__(kThreads)
     kv_write_kernel(Cache k, Cache v, int block_tokens, Batch b, int n_kv_heads, const float* ks,
                     const float* vs) {
+  pdl_wait();
+  pdl_trigger();
   const int t = blockIdx.x, h = blockIdx.y;
   const int s = seq_of_token(b.qo, b.num_seqs, t);
   const int pos = b.pos[t];
@@ -352,6 +356,8 @@ size_t decode_smem_bytes(int dk, int dv) {
 
 template <KvT T, int kDimMax>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
+  pdl_wait();  // launched with launch_pdl (the prefill kernels are not)
+  pdl_trigger();
   extern __shared__ float4 smem4[];
   const int dk = a.k.dim, dv = a.v.dim, ks = dk + 4, dk4 = dk / 4, dv4 = dv / 4;
   float* Ks = reinterpret_cast<float*>(smem4);  // [kChunk][ks]
@@ -376,9 +382,15 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
   // Keys [lo, pos]; this split takes its share of the blocks they span.
   const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
   const int b_first = lo / bt, n_blocks = pos / bt - b_first + 1;
-  const int per_split = (n_blocks + a.n_splits - 1) / a.n_splits;
+  // At least kMinSplitBlocks blocks per split: a short context uses the first few splits (the
+  // rest see no key and are skipped by the merge).
+  const int per_split = max((n_blocks + a.n_splits - 1) / a.n_splits, kMinSplitBlocks);
   const int kbeg = max(lo, (b_first + split * per_split) * bt);
   const int kend = min(pos + 1, (b_first + (split + 1) * per_split) * bt);
+  // A context that one split covers: split 0 writes the final row (the merge skips the row),
+  // the others have nothing to do.
+  const bool whole = a.n_splits == 1 || n_blocks <= per_split;
+  if (whole && split > 0) return;
 
   for (int u = tid; u < gc * dk4; u += kThreads) {
     const int g = u / dk4, d4 = u - g * dk4;
@@ -465,7 +477,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
     if (u < gc * dv4) {
       const int g = u / dv4, d4 = u - g * dv4;
       const int64_t row = int64_t{t} * a.n_heads + h0 + g;
-      if (a.n_splits == 1) {
+      if (whole) {
         const float li = ml_s[2 * g + 1];  // > 0: key pos is always visible
         reinterpret_cast<float4*>(a.out)[row * dv4 + d4] =
             make_float4(acc[r].x / li, acc[r].y / li, acc[r].z / li, acc[r].w / li);
@@ -474,7 +486,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
       }
     }
   }
-  if (a.n_splits > 1 && tid < gc) {
+  if (!whole && tid < gc) {
     float* ml = a.ws + int64_t{a.n_splits} * rows * dv +
                 (split * rows + int64_t{t} * a.n_heads + h0 + tid) * 2;
     ml[0] = ml_s[2 * tid];
@@ -483,31 +495,58 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
 }
 
 // Merges the decode splits of row (token blockIdx.x, head blockIdx.y); a split that saw no
-// key (l == 0) is skipped.
+// key (l == 0) is skipped. Warp 0 reads every split's (m, l) at once (a lane per split) and
+// leaves each split's weight exp(m - m_max) / l_sum in shared memory; then the threads sum
+// the weighted partial rows of the splits that saw keys.
 __global__ void __launch_bounds__(64) combine_splits_kernel(const AttnArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float wgt[kMaxSplits];
   const int dv = a.v.dim, dv4 = dv / 4;
   const int64_t rows = int64_t{a.n_tokens} * a.n_heads;
   const int64_t row = int64_t{blockIdx.x} * a.n_heads + blockIdx.y;
   const float* ml = a.ws + int64_t{a.n_splits} * rows * dv;
-  float m_max = -INFINITY;
-  for (int sp = 0; sp < a.n_splits; ++sp) {
-    const float* x = ml + (sp * rows + row) * 2;
-    if (x[1] > 0.0f) m_max = fmaxf(m_max, x[0]);
+  {  // the decode kernel's split of this row: nothing to merge when split 0 took it whole
+    const int pos = a.b.pos[blockIdx.x], bt = a.block_tokens;
+    const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+    const int n_blocks = pos / bt - lo / bt + 1;
+    if (n_blocks <= max((n_blocks + a.n_splits - 1) / a.n_splits, kMinSplitBlocks)) return;
   }
-  float l_sum = 0.0f;
-  for (int sp = 0; sp < a.n_splits; ++sp) {
-    const float* x = ml + (sp * rows + row) * 2;
-    if (x[1] > 0.0f) l_sum += x[1] * expf(x[0] - m_max);
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float m[kMaxSplits / 32], l[kMaxSplits / 32];
+    float m_max = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) {
+      const int sp = lane + 32 * i;
+      m[i] = -INFINITY, l[i] = 0.0f;
+      if (sp < a.n_splits) {
+        const float2 x = *reinterpret_cast<const float2*>(ml + (sp * rows + row) * 2);
+        m[i] = x.x, l[i] = x.y;
+        if (l[i] > 0.0f) m_max = fmaxf(m_max, m[i]);
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) m_max = fmaxf(m_max, __shfl_xor_sync(0xffffffffu, m_max, o));
+    float e[kMaxSplits / 32], l_sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) {
+      e[i] = l[i] > 0.0f ? expf(m[i] - m_max) : 0.0f;
+      l_sum += l[i] * e[i];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) l_sum += __shfl_xor_sync(0xffffffffu, l_sum, o);
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) wgt[lane + 32 * i] = e[i] / l_sum;
   }
+  __syncthreads();
   const float4* acc = reinterpret_cast<const float4*>(a.ws);
   for (int d4 = threadIdx.x; d4 < dv4; d4 += blockDim.x) {
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int sp = 0; sp < a.n_splits; ++sp) {
-      const float* x = ml + (sp * rows + row) * 2;
-      if (x[1] > 0.0f) o = fma4(expf(x[0] - m_max), acc[(sp * rows + row) * dv4 + d4], o);
+      if (wgt[sp] > 0.0f) o = fma4(wgt[sp], acc[(sp * rows + row) * dv4 + d4], o);
     }
-    reinterpret_cast<float4*>(a.out)[row * dv4 + d4] =
-        make_float4(o.x / l_sum, o.y / l_sum, o.z / l_sum, o.w / l_sum);
+    reinterpret_cast<float4*>(a.out)[row * dv4 + d4] = o;
   }
 }
 
@@ -795,16 +834,16 @@ void kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, const flo
   const Batch bb = batch_of(b);
   switch (kv_t(kv.type)) {
     case KvT::F32:
-      kv_write_kernel<KvT::F32>
-          <<<grid, kThreads, 0, s>>>(kc, vc, kv.block_tokens, bb, kv.n_kv_heads, k, v);
+      launch_pdl(kv_write_kernel<KvT::F32>, grid, dim3(kThreads), 0, s, kc, vc, kv.block_tokens, bb,
+                 kv.n_kv_heads, k, v);
       break;
     case KvT::F16:
-      kv_write_kernel<KvT::F16>
-          <<<grid, kThreads, 0, s>>>(kc, vc, kv.block_tokens, bb, kv.n_kv_heads, k, v);
+      launch_pdl(kv_write_kernel<KvT::F16>, grid, dim3(kThreads), 0, s, kc, vc, kv.block_tokens, bb,
+                 kv.n_kv_heads, k, v);
       break;
     case KvT::Q8:
-      kv_write_kernel<KvT::Q8>
-          <<<grid, kThreads, 0, s>>>(kc, vc, kv.block_tokens, bb, kv.n_kv_heads, k, v);
+      launch_pdl(kv_write_kernel<KvT::Q8>, grid, dim3(kThreads), 0, s, kc, vc, kv.block_tokens, bb,
+                 kv.n_kv_heads, k, v);
       break;
   }
 }
@@ -835,6 +874,13 @@ void attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
   KILN_CUDA_ASSERT(p.n_heads > 0 && p.n_heads % kv.n_kv_heads == 0);
   const bool decode =
       kernel == AttnKernel::Decode || (kernel == AttnKernel::Auto && max_q_len <= 1);
+  static const bool tc_enabled = [] {
+    const char* e = std::getenv("KILN_CUDA_ATTN_TC");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  if (kernel == AttnKernel::PrefillTc || (kernel == AttnKernel::Auto && !decode && tc_enabled)) {
+    if (attention_prefill_tc(kv, b, n_tokens, max_q_len, q, out, p, s)) return;
+  }
   const int bucket = dim_bucket(kv);
   AttnArgs a{};
   a.k = cache_of(kv, true);
@@ -857,9 +903,10 @@ void attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
   if (decode) {
     a.n_splits = attention_decode_splits(kv, n_tokens, p);
     const dim3 grid(static_cast<unsigned>(n_tokens), gy, static_cast<unsigned>(a.n_splits));
-    fn<<<grid, kThreads, decode_smem_bytes(kv.head_dim_k, kv.head_dim_v), s>>>(a);
+    launch_pdl(fn, grid, dim3(kThreads), decode_smem_bytes(kv.head_dim_k, kv.head_dim_v), s, a);
     if (a.n_splits > 1) {
-      combine_splits_kernel<<<dim3(static_cast<unsigned>(n_tokens), p.n_heads), 64, 0, s>>>(a);
+      launch_pdl(combine_splits_kernel, dim3(static_cast<unsigned>(n_tokens), p.n_heads), dim3(64),
+                 0, s, a);
     }
     return;
   }

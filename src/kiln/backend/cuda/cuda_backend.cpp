@@ -303,50 +303,102 @@ class CudaBackend final : public Backend {
 
   // ---- ops ----
   void embed(const Weight& table, const int32_t* tokens, Mat out) override {
+    forget_q8();
     cuda::embed(table, tokens, out.rows, out.data, stream_);
   }
   void rmsnorm(Mat x, const float* w, Mat y, float eps) override {
-    cuda::rmsnorm(x.data, w, y.data, x.rows, x.cols, eps, stream_);
+    const Q8Target t = q8_target(y);
+    produced_q8(y, cuda::rmsnorm(x.data, w, y.data, x.rows, x.cols, eps, stream_, t.xq, t.xds));
+  }
+  void add_rmsnorm(Mat x, Mat r, const float* w, Mat y, float eps) override {
+    KILN_ASSERT(r.rows == x.rows && r.cols == x.cols && y.rows == x.rows && y.cols == x.cols);
+    const Q8Target t = q8_target(y);
+    produced_q8(
+        y, cuda::add_rmsnorm(x.data, r.data, w, y.data, x.rows, x.cols, eps, stream_, t.xq, t.xds));
   }
   void matmul(const Weight& w, Mat x, Mat y) override {
     KILN_ASSERT(x.cols == w.n_in && y.cols == w.n_out && x.rows == y.rows);
-    cuda::matmul(matmul_, w, x.data, y.data, x.rows, stream_);
+    const Weight* ws[1] = {&w};
+    float* ys[1] = {y.data};
+    consumed_q8(x, cuda::matmul_shared(matmul_, ws, ys, 1, x.data, x.rows, stream_, holds_q8(x)));
+  }
+  void matmuls(std::span<const Weight* const> ws, Mat x, std::span<const Mat> ys) override {
+    KILN_ASSERT(ws.size() == ys.size() && ws.size() <= 8);
+    float* yp[8];
+    for (size_t i = 0; i < ws.size(); ++i) {
+      KILN_ASSERT(x.cols == ws[i]->n_in && ys[i].cols == ws[i]->n_out && x.rows == ys[i].rows);
+      yp[i] = ys[i].data;
+    }
+    consumed_q8(x, cuda::matmul_shared(matmul_, ws.data(), yp, static_cast<int>(ws.size()), x.data,
+                                       x.rows, stream_, holds_q8(x)));
   }
   void add_bias(Mat x, const float* b) override {
+    forget_q8();
     cuda::add_bias(x.data, b, x.rows, x.cols, stream_);
   }
-  void add(Mat x, Mat y) override { cuda::add(x.data, y.data, x.size(), stream_); }
-  void scale(Mat x, float s) override { cuda::scale(x.data, s, x.size(), stream_); }
+  void add(Mat x, Mat y) override {
+    forget_q8();
+    cuda::add(x.data, y.data, x.size(), stream_);
+  }
+  void scale(Mat x, float s) override {
+    forget_q8();
+    cuda::scale(x.data, s, x.size(), stream_);
+  }
   void scale_rows(Mat x, const float* s) override {
+    forget_q8();
     cuda::scale_rows(x.data, s, x.rows, x.cols, stream_);
   }
-  void softcap(Mat x, float cap) override { cuda::softcap(x.data, cap, x.size(), stream_); }
+  void softcap(Mat x, float cap) override {
+    forget_q8();
+    cuda::softcap(x.data, cap, x.size(), stream_);
+  }
   void swiglu(Mat gate, Mat up, Mat out) override {
-    cuda::swiglu(gate.data, up.data, out.data, gate.size(), stream_);
+    const Q8Target t = q8_target(out);
+    if (t.xq == nullptr) {
+      forget_q8();
+      cuda::swiglu(gate.data, up.data, out.data, gate.size(), stream_);
+      return;
+    }
+    produced_q8(out,
+                cuda::swiglu_q8(gate.data, up.data, out.data, gate.size(), t.xq, t.xds, stream_));
   }
   void geglu(Mat gate, Mat up, Mat out) override {
+    forget_q8();
     cuda::geglu(gate.data, up.data, out.data, gate.size(), stream_);
   }
   void copy_cols(Mat src, int64_t col0, Mat dst) override {
+    forget_q8();
     cuda::copy_cols(src.data, src.cols, col0, dst.data, dst.cols, dst.rows, stream_);
   }
   void gather_rows(Mat src, const int32_t* rows, Mat dst) override {
+    forget_q8();
     cuda::gather_rows(src.data, rows, dst.data, dst.rows, dst.cols, stream_);
   }
   void rope_angles(const RopeTable& t, const int32_t* positions, Mat cos, Mat sin) override {
+    forget_q8();
     cuda::rope_angles(t.inv_freq, t.n_pairs, positions, cos.rows, t.attn_factor, cos.data, sin.data,
                       stream_);
   }
+  void rope_apply_qk(Mat q, int32_t n_heads_q, Mat k, int32_t n_heads_k, int32_t head_dim,
+                     bool neox, Mat cos, Mat sin) override {
+    forget_q8();
+    KILN_ASSERT(q.rows == k.rows);
+    cuda::rope_apply2(q.data, n_heads_q, k.data, n_heads_k, q.rows, head_dim,
+                      static_cast<int32_t>(cos.cols), neox, cos.data, sin.data, stream_);
+  }
   void rope_apply(Mat x, int32_t n_heads, int32_t head_dim, bool neox, Mat cos, Mat sin) override {
+    forget_q8();
     cuda::rope_apply(x.data, x.rows, n_heads, head_dim, static_cast<int32_t>(cos.cols), neox,
                      cos.data, sin.data, stream_);
   }
   void kv_write(KvCache& kv, int32_t layer, const StepArgs& step, Mat k, Mat v) override {
+    forget_q8();
     cuda::kv_write(static_cast<CudaKvCache&>(kv).layer(layer), step.attn, step.n_tokens, k.data,
                    v.data, stream_);
   }
   void attention(KvCache& kv, int32_t layer, const StepArgs& step, Mat q, Mat out,
                  const backend::AttnParams& p) override {
+    forget_q8();
     cuda::AttnParams cp;
     cp.n_heads = p.n_heads;
     cp.scale = p.scale;
@@ -358,6 +410,7 @@ class CudaBackend final : public Backend {
                     step.max_q_len, q.data, out.data, cp, stream_);
   }
   void moe(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) override {
+    forget_q8();
     const int64_t n = xn.rows, k = w.n_expert_used, pairs = n * k;
     KILN_ASSERT(k <= kMaxExpertsUsed);
     const Mat router = s.router.as(n, w.n_expert);
@@ -376,6 +429,31 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // The matmul context's int8 activations hold quantize(q8_src_) after a producer (rmsnorm,
+  // add_rmsnorm, swiglu) wrote them or a matmul quantized its input; any other op forgets it
+  // (it may write that memory), so a matmul reuses them only straight after their producer.
+  struct Q8Target {
+    int8_t* xq = nullptr;
+    float2* xds = nullptr;
+  };
+  Q8Target q8_target(Mat y) {
+    forget_q8();
+    const cuda::MatmulQ8 q = cuda::matmul_q8(matmul_);
+    if (y.rows > q.max_tokens || y.cols > q.max_cols) return {};
+    return {q.xq, q.xds};
+  }
+  void produced_q8(Mat y, bool quantized) {
+    if (quantized) q8_src_ = y.data, q8_rows_ = y.rows, q8_cols_ = y.cols;
+  }
+  bool holds_q8(Mat x) const {
+    return q8_src_ == x.data && q8_rows_ == x.rows && q8_cols_ == x.cols;
+  }
+  void consumed_q8(Mat x, bool quantized) {
+    forget_q8();
+    produced_q8(x, quantized);
+  }
+  void forget_q8() { q8_src_ = nullptr; }
+
   Expected<void*> upload_owned(const void* host, uint64_t bytes) {
     KILN_TRY(void* p, device_alloc(bytes, "constants"));
     owned_.push_back(p);
@@ -403,6 +481,8 @@ class CudaBackend final : public Backend {
   uint64_t prepared_bytes_ = 0;
   int64_t max_n_in_ = 0, max_n_out_ = 0, max_experts_ = 1;
   MatmulContext* matmul_ = nullptr;
+  const float* q8_src_ = nullptr;
+  int64_t q8_rows_ = 0, q8_cols_ = 0;
   const int32_t* iota_ = nullptr;
   void* attn_workspace_ = nullptr;
   int64_t attn_workspace_bytes_ = 0;

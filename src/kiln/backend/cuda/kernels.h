@@ -18,8 +18,15 @@ namespace kiln::backend::cuda {
 // ---- elementwise and row ops (ops_elementwise.cu) ----------------------------------------
 
 // y = x / sqrt(mean(x^2) + eps) * w per row of n (w may be null). x and y may alias.
-void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps,
-             cudaStream_t s);
+// With yq/yds (device [n_rows, n] int8 and [n_rows, n / 32] pairs), y is also quantized as
+// quantize_q8_32 would (for the matvec): done, and true returned, when n % 32 == 0 and the rows
+// are 16-byte aligned.
+bool rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps,
+             cudaStream_t s, int8_t* yq = nullptr, float2* yds = nullptr);
+// x += r, then y = rmsnorm(x) * w, in one pass (bitwise what add then rmsnorm give); y must not
+// alias x or r. yq/yds as rmsnorm.
+bool add_rmsnorm(float* x, const float* r, const float* w, float* y, int64_t n_rows, int64_t n,
+                 float eps, cudaStream_t s, int8_t* yq = nullptr, float2* yds = nullptr);
 // x[t][i] += b[i]; x: [n_rows, n]
 void add_bias(float* x, const float* b, int64_t n_rows, int64_t n, cudaStream_t s);
 // x += y, n elements
@@ -31,6 +38,10 @@ void softcap(float* x, float cap, int64_t n, cudaStream_t s);
 // out = silu(gate) * up / gelu_tanh(gate) * up; out may alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
 void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
+// swiglu, with out also quantized as quantize_q8_32 (q [n], ds [n / 32]) for the matvec; true
+// when it was (n % 32 == 0, 16-byte aligned), else plain swiglu.
+bool swiglu_q8(const float* gate, const float* up, float* out, int64_t n, int8_t* q, float2* ds,
+               cudaStream_t s);
 // Copies columns [col0, col0 + n_cols) of src [n_rows, src_cols] to dst [n_rows, n_cols].
 void copy_cols(const float* src, int64_t src_cols, int64_t col0, float* dst, int64_t n_cols,
                int64_t n_rows, cudaStream_t s);
@@ -53,6 +64,10 @@ void rope_angles(const double* inv_freq, int32_t n_pairs, const int32_t* positio
                  int64_t n_tokens, float attn_factor, float* cos, float* sin, cudaStream_t s);
 void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t n_pairs,
                 bool neox, const float* cos, const float* sin, cudaStream_t s);
+// rope_apply on x [n_tokens, n_heads, ..] and x2 [n_tokens, n_heads2, ..] in one launch (q, k).
+void rope_apply2(float* x, int32_t n_heads, float* x2, int32_t n_heads2, int64_t n_tokens,
+                 int32_t head_dim, int32_t n_pairs, bool neox, const float* cos, const float* sin,
+                 cudaStream_t s);
 
 // Index of the largest value of each row (first on ties): out [n_rows]
 void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, cudaStream_t s);
@@ -102,6 +117,20 @@ uint64_t matmul_context_bytes(const MatmulContext* ctx);
 // (of 8 for Q3_K, Q6_K and Q8_K) are copied in the widest loads: all Llama-sized rows are.
 void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64_t n_tokens,
             cudaStream_t s);
+// y_i = W_i x for n_w weights of one input x [n_tokens, n_in] (each W_i.n_in == n_in): as
+// matmul for each, but x is quantized once for the int8 matvec path.
+// x_quantized: the context's int8 activations (matmul_q8) already hold x quantized (a producer
+// wrote them). Returns whether they hold x quantized afterwards.
+bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys, int n_w,
+                   const float* x, int64_t n_tokens, cudaStream_t s, bool x_quantized = false);
+// The context's int8 activation buffers: [max_tokens, max_cols] levels and [.., / 32] pairs,
+// for a producer (rmsnorm, swiglu) to quantize a matmul's input into.
+struct MatmulQ8 {
+  int8_t* xq = nullptr;
+  float2* xds = nullptr;
+  int64_t max_tokens = 0, max_cols = 0;
+};
+MatmulQ8 matmul_q8(MatmulContext* ctx);
 // MoE expert matmul: for each pair p < n_pairs, y[p] = W_{ids[p]} . x[x_rows[p]], W_e expert e
 // of a stacked weight (n_expert matrices of stacked.n_out rows each, back to back: expert e
 // starts at stacked.data + e * n_out * row_bytes). ids, x_rows: device int32 [n_pairs], each id
@@ -112,6 +141,26 @@ void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64
 void matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, const float* x,
                const int32_t* x_rows, const int32_t* ids, float* y, int64_t n_pairs,
                cudaStream_t s);
+
+// ---- int8 matrix-vector products (matvec.cu) ------------------------------------------------
+
+// The largest token count of the int8 matvec path.
+constexpr int kMatvecMaxTokens = 8;
+// Whether matvec_q8 takes w: Q4_0, Q8_0, Q4_K, Q5_K or Q6_K with whole blocks per row (and,
+// for Q4_K/Q5_K, 16-byte aligned rows).
+bool matvec_supports(const Weight& w);
+// Per group of 32 values of x [n_tokens, n_in] (n_in % 32 == 0): xds = (max|x| / 127, sum x)
+// and xq = round(x * 127 / max|x|) as int8.
+void quantize_q8_32(const float* x, int64_t n_tokens, int64_t n_in, int8_t* xq, float2* xds,
+                    cudaStream_t s);
+// y[t] = W x[t] for t < n_tokens <= kMatvecMaxTokens from x quantized by quantize_q8_32, with
+// int8 dot products (matvec.cu says how, and its precision: ~5e-3 of the output norm).
+void matvec_q8(const Weight& w, const int8_t* xq, const float2* xds, float* y, int64_t n_tokens,
+               cudaStream_t s);
+// F16 / BF16 weights with 16-byte aligned rows (and x): y[t] = W x[t] for t < n_tokens <=
+// kMatvecMaxTokens, one warp per row, fp32 arithmetic on the exact weights (~1e-5).
+bool matvec_half_supports(const Weight& w, const float* x);
+void matvec_half(const Weight& w, const float* x, float* y, int64_t n_tokens, cudaStream_t s);
 
 // ---- paged KV cache and attention (attention.cu) -------------------------------------------
 

@@ -23,6 +23,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/quant_blocks.cuh"
@@ -38,6 +40,8 @@ struct MatmulContext {
   __half* w16 = nullptr;  // [w16_elems]: a chunk of dequantized weight rows
   int64_t w16_elems = 0;
   int32_t* moe = nullptr;  // perm [max_pairs], num_tiles [1], tiles [3 * max_tiles]
+  int8_t* xq = nullptr;    // [kMatvecMaxTokens, max_n_in]: activations quantized for matvec
+  float2* xds = nullptr;   // [kMatvecMaxTokens, max_n_in / 32]
   int64_t max_n_in = 0;
   int64_t max_pairs = 0;
   int64_t max_experts = 0;
@@ -420,6 +424,10 @@ MatmulContext* create_matmul_context(int64_t max_tokens, int64_t max_n_in, int64
   ctx->w16_elems = std::max<int64_t>(std::min<int64_t>(kW16Bytes / 2, max_n_in * max_n_out),
                                      std::max<int64_t>(1, max_n_in));
   alloc(reinterpret_cast<void**>(&ctx->w16), static_cast<size_t>(ctx->w16_elems) * 2);
+  const int64_t q_in = (std::max<int64_t>(1, max_n_in) + 255) / 256 * 256;
+  alloc(reinterpret_cast<void**>(&ctx->xq), static_cast<size_t>(kMatvecMaxTokens * q_in));
+  alloc(reinterpret_cast<void**>(&ctx->xds),
+        static_cast<size_t>(kMatvecMaxTokens * q_in / 32) * sizeof(float2));
   if (max_pairs > 0) {
     ctx->max_pairs = max_pairs;
     ctx->max_experts = max_experts;
@@ -442,6 +450,8 @@ void destroy_matmul_context(MatmulContext* ctx) {
   cudaFree(ctx->x16);
   cudaFree(ctx->w16);
   cudaFree(ctx->moe);
+  cudaFree(ctx->xq);
+  cudaFree(ctx->xds);
   delete ctx;
 }
 
@@ -449,19 +459,69 @@ uint64_t matmul_context_bytes(const MatmulContext* ctx) {
   return ctx != nullptr ? ctx->device_bytes : 0;
 }
 
+namespace {
+
+// KILN_CUDA_MATVEC=0 sends small batches to the fp32 direct kernels instead (for comparisons).
+bool matvec_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("KILN_CUDA_MATVEC");
+    return e == nullptr || std::string_view(e) != "0";
+  }();
+  return enabled;
+}
+
+bool use_matvec(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
+  return matvec_enabled() && n_tokens <= kMatvecMaxTokens && w.n_in <= ctx->max_n_in &&
+         matvec_supports(w);
+}
+
+}  // namespace
+
 void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64_t n_tokens,
             cudaStream_t s) {
-  if (n_tokens <= 0 || w.n_out <= 0 || !supports_type(w.type)) return;
-  const bool direct_shape = w.n_in % 8 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 1) == 0;
-  if (n_tokens <= kDirectTokens && direct_shape) {
-    DirectArgs a = direct_args(w, x, y);
-    a.n_tokens = static_cast<int>(n_tokens);
-    const dim3 grid(static_cast<unsigned>((w.n_out + kRowsPerCta - 1) / kRowsPerCta), 1);
-    dispatch_direct(w.type, a, static_cast<int>(n_tokens), grid, s);
-    return;
+  float* ys[1] = {y};
+  const Weight* ws[1] = {&w};
+  matmul_shared(ctx, ws, ys, 1, x, n_tokens, s);
+}
+
+bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys, int n_w,
+                   const float* x, int64_t n_tokens, cudaStream_t s, bool x_quantized) {
+  bool quantized = x_quantized && n_tokens <= kMatvecMaxTokens;
+  for (int i = 0; i < n_w; ++i) {
+    const Weight& w = *ws[i];
+    float* y = ys[i];
+    if (n_tokens <= 0 || w.n_out <= 0 || !supports_type(w.type)) continue;
+    if (use_matvec(ctx, w, n_tokens)) {
+      if (!quantized) quantize_q8_32(x, n_tokens, w.n_in, ctx->xq, ctx->xds, s);
+      quantized = true;
+      matvec_q8(w, ctx->xq, ctx->xds, y, n_tokens, s);
+      continue;
+    }
+    if (n_tokens <= kMatvecMaxTokens && matvec_enabled() && matvec_half_supports(w, x)) {
+      matvec_half(w, x, y, n_tokens, s);
+      continue;
+    }
+    const bool direct_shape = w.n_in % 8 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 1) == 0;
+    if (n_tokens <= kDirectTokens && direct_shape) {
+      DirectArgs a = direct_args(w, x, y);
+      a.n_tokens = static_cast<int>(n_tokens);
+      const dim3 grid(static_cast<unsigned>((w.n_out + kRowsPerCta - 1) / kRowsPerCta), 1);
+      dispatch_direct(w.type, a, static_cast<int>(n_tokens), grid, s);
+      continue;
+    }
+    if (w.n_in > ctx->max_n_in) continue;  // outside the context's bounds: scratch too small
+    matmul_cublas(ctx, w, x, y, n_tokens, s);
   }
-  if (w.n_in > ctx->max_n_in) return;  // outside the context's bounds: the scratch is too small
-  matmul_cublas(ctx, w, x, y, n_tokens, s);
+  return quantized;
+}
+
+MatmulQ8 matmul_q8(MatmulContext* ctx) {
+  MatmulQ8 q;
+  q.xq = ctx->xq;
+  q.xds = ctx->xds;
+  q.max_tokens = kMatvecMaxTokens;
+  q.max_cols = (std::max<int64_t>(1, ctx->max_n_in) + 255) / 256 * 256;
+  return q;
 }
 
 void matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, const float* x,

@@ -5,12 +5,15 @@
 // Launch shapes: elementwise ops are grid-stride loops over float4 when every pointer is 16-byte
 // aligned and the row length allows it (a scalar loop finishes the tail); row ops (rmsnorm,
 // argmax) run one block per row with warp-shuffle reductions. Nothing allocates or synchronises.
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
 #include <cuda_runtime.h>
 
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/pdl.cuh"
+#include "kiln/backend/cuda/q8_group.cuh"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -68,6 +71,8 @@ struct GegluOp {
 template <typename Op>
 __global__ void map2_kernel(const float* a, const float* b, float* out, int64_t n, int64_t n4,
                             Op op) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t stride = thread_stride();
   for (int64_t i = thread_index(); i < n4; i += stride) {
     const float4 x = reinterpret_cast<const float4*>(a)[i];
@@ -85,7 +90,26 @@ void map2(const float* a, const float* b, float* out, int64_t n, Op op, cudaStre
   if (n <= 0) return;
   const bool vec = aligned16(a) && aligned16(out) && (b == nullptr || aligned16(b));
   const int64_t n4 = vec ? n / 4 : 0;
-  map2_kernel<<<grid_for(n4 > 0 ? n4 : n), kThreads, 0, s>>>(a, b, out, n, n4, op);
+  launch_pdl(map2_kernel<Op>, dim3(grid_for(n4 > 0 ? n4 : n)), dim3(kThreads), 0, s, a, b, out, n,
+             n4, op);
+}
+
+// swiglu over float4 groups, one per thread, with the output quantized for the matvec.
+__global__ void swiglu_q8_kernel(const float* g, const float* u, float* out, int64_t n4, int8_t* q,
+                                 float2* ds) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t i = thread_index();
+  const bool active = i < n4;
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (active) {
+    const float4 a = reinterpret_cast<const float4*>(g)[i];
+    const float4 b = reinterpret_cast<const float4*>(u)[i];
+    const SwigluOp op;
+    v = make_float4(op(a.x, b.x), op(a.y, b.y), op(a.z, b.z), op(a.w, b.w));
+    reinterpret_cast<float4*>(out)[i] = v;
+  }
+  q8_group4(v, active, q + 4 * i, ds + i / 8);
 }
 
 // ---- row-broadcast ops ----------------------------------------------------------------------
@@ -182,29 +206,48 @@ __device__ double block_sum(double v) {
   return v;  // every thread holds the total
 }
 
+// Threads for a row of n units: one unit each up to 1024 (a decode row is one short-lived
+// block, so its latency is what counts), at least a warp.
 int row_threads(int64_t n) {
-  return n <= 128 ? 32 : (n <= 1024 ? 128 : 256);
+  return static_cast<int>(std::min<int64_t>(1024, std::max<int64_t>(32, (n + 31) / 32 * 32)));
 }
 
 // The reference's arithmetic: the sum of squares in double (each fp32 square is exact in
 // double; only the order of the additions differs), inv = float(1 / sqrt(mean + eps)) in
 // double, y = (x * inv) * w in fp32. x and y may alias: each element is read before it is
 // written, by the thread that writes it.
-__global__ void rmsnorm_kernel(const float* x, const float* w, float* y, int64_t n, float eps,
-                               bool vec) {
+// With r (add_rmsnorm): x += r first, written back by the thread that reads it again below.
+// With yq (vec only, n % 32 == 0): y is also quantized for the matvec (q8_group4).
+__global__ void rmsnorm_kernel(float* x, const float* r, const float* w, float* y, int64_t n,
+                               float eps, bool vec, int8_t* yq, float2* yds) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.x;
-  const float* xr = x + row * n;
+  float* xr = x + row * n;
   float* yr = y + row * n;
   double sum = 0.0;
   if (vec) {
-    const float4* x4 = reinterpret_cast<const float4*>(xr);
+    float4* x4 = reinterpret_cast<float4*>(xr);
+    const float4* r4 = reinterpret_cast<const float4*>(r + row * n);
     for (int64_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
-      const float4 v = x4[i];
+      float4 v = x4[i];
+      if (r != nullptr) {
+        const float4 a = r4[i];
+        v = make_float4(v.x + a.x, v.y + a.y, v.z + a.z, v.w + a.w);
+        x4[i] = v;
+      }
       sum += static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y +
              static_cast<double>(v.z) * v.z + static_cast<double>(v.w) * v.w;
     }
   } else {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<double>(xr[i]) * xr[i];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      float v = xr[i];
+      if (r != nullptr) {
+        v += r[row * n + i];
+        xr[i] = v;
+      }
+      sum += static_cast<double>(v) * v;
+    }
   }
   sum = block_sum(sum);
   const float inv = static_cast<float>(1.0 / sqrt(sum / static_cast<double>(n) + eps));
@@ -212,20 +255,27 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, float* y, int64_t
     const float4* x4 = reinterpret_cast<const float4*>(xr);
     const float4* w4 = reinterpret_cast<const float4*>(w);
     float4* y4 = reinterpret_cast<float4*>(yr);
-    for (int64_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
-      float4 v = x4[i];
-      v.x *= inv;
-      v.y *= inv;
-      v.z *= inv;
-      v.w *= inv;
-      if (w != nullptr) {
-        const float4 g = w4[i];
-        v.x *= g.x;
-        v.y *= g.y;
-        v.z *= g.z;
-        v.w *= g.w;
+    // Uniform trip count over the block, so the quantizing lanes' shuffles see full warps.
+    for (int64_t base = 0; base < n / 4; base += blockDim.x) {
+      const int64_t i = base + threadIdx.x;
+      const bool active = i < n / 4;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (active) {
+        v = x4[i];
+        v.x *= inv;
+        v.y *= inv;
+        v.z *= inv;
+        v.w *= inv;
+        if (w != nullptr) {
+          const float4 g = w4[i];
+          v.x *= g.x;
+          v.y *= g.y;
+          v.z *= g.z;
+          v.w *= g.w;
+        }
+        y4[i] = v;
       }
-      y4[i] = v;
+      if (yq != nullptr) q8_group4(v, active, yq + row * n + 4 * i, yds + row * (n / 32) + i / 8);
     }
   } else {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -299,12 +349,28 @@ __global__ void argmax_kernel(const float* x, int64_t n, int32_t* out, bool vec)
 
 }  // namespace
 
-void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps,
-             cudaStream_t s) {
-  if (n_rows <= 0 || n <= 0) return;
+bool rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps,
+             cudaStream_t s, int8_t* yq, float2* yds) {
+  if (n_rows <= 0 || n <= 0) return false;
   const bool vec = n % 4 == 0 && aligned16(x) && aligned16(y) && (w == nullptr || aligned16(w));
-  rmsnorm_kernel<<<static_cast<unsigned>(n_rows), row_threads(vec ? n / 4 : n), 0, s>>>(x, w, y, n,
-                                                                                        eps, vec);
+  const bool q8 = vec && yq != nullptr && n % 32 == 0;
+  // x is only read (r is null).
+  launch_pdl(rmsnorm_kernel, dim3(static_cast<unsigned>(n_rows)),
+             dim3(row_threads(vec ? n / 4 : n)), 0, s, const_cast<float*>(x), nullptr, w, y, n, eps,
+             vec, q8 ? yq : nullptr, yds);
+  return q8;
+}
+
+bool add_rmsnorm(float* x, const float* r, const float* w, float* y, int64_t n_rows, int64_t n,
+                 float eps, cudaStream_t s, int8_t* yq, float2* yds) {
+  if (n_rows <= 0 || n <= 0) return false;
+  const bool vec =
+      n % 4 == 0 && aligned16(x) && aligned16(r) && aligned16(y) && (w == nullptr || aligned16(w));
+  const bool q8 = vec && yq != nullptr && n % 32 == 0;
+  launch_pdl(rmsnorm_kernel, dim3(static_cast<unsigned>(n_rows)),
+             dim3(row_threads(vec ? n / 4 : n)), 0, s, x, r, w, y, n, eps, vec, q8 ? yq : nullptr,
+             yds);
+  return q8;
 }
 
 void add_bias(float* x, const float* b, int64_t n_rows, int64_t n, cudaStream_t s) {
@@ -327,6 +393,19 @@ void softcap(float* x, float cap, int64_t n, cudaStream_t s) {
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {
   map2(gate, up, out, n, SwigluOp{}, s);
+}
+
+bool swiglu_q8(const float* gate, const float* up, float* out, int64_t n, int8_t* q, float2* ds,
+               cudaStream_t s) {
+  if (n <= 0) return false;
+  if (n % 32 != 0 || !aligned16(gate) || !aligned16(up) || !aligned16(out)) {
+    swiglu(gate, up, out, n, s);
+    return false;
+  }
+  const int64_t n4 = n / 4;
+  launch_pdl(swiglu_q8_kernel, dim3(static_cast<unsigned>((n4 + kThreads - 1) / kThreads)),
+             dim3(kThreads), 0, s, gate, up, out, n4, q, ds);
+  return true;
 }
 
 void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {

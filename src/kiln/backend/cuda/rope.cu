@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/pdl.cuh"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -42,17 +43,24 @@ __global__ void rope_angles_kernel(const double* inv_freq, int32_t n_pairs,
   }
 }
 
-// One thread per (token, head, pair); x [n_tokens, n_heads, head_dim] in place.
+// One thread per (token, head, pair); x [n_tokens, n_heads, head_dim] in place. Heads
+// n_heads .. n_heads + n_heads2 are those of x2 [n_tokens, n_heads2, head_dim] (q and k in one
+// launch).
 __global__ void rope_apply_kernel(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
                                   int32_t n_pairs, bool neox, const float* cos_in,
-                                  const float* sin_in) {
-  const int64_t total = n_tokens * n_heads * n_pairs;
+                                  const float* sin_in, float* x2, int32_t n_heads2) {
+  pdl_wait();
+  pdl_trigger();
+  const int32_t all_heads = n_heads + n_heads2;
+  const int64_t total = n_tokens * all_heads * n_pairs;
   for (int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t th = idx / n_pairs;  // t * n_heads + h
+    const int64_t th = idx / n_pairs;  // t * all_heads + h
     const int32_t i = static_cast<int32_t>(idx - th * n_pairs);
-    const int64_t t = th / n_heads;
-    float* v = x + th * head_dim;
+    const int64_t t = th / all_heads;
+    const int32_t h = static_cast<int32_t>(th - t * all_heads);
+    float* v = h < n_heads ? x + (t * n_heads + h) * head_dim
+                           : x2 + (t * n_heads2 + h - n_heads) * head_dim;
     const int32_t a = neox ? i : 2 * i;
     const int32_t b = neox ? i + n_pairs : 2 * i + 1;
     const float c = cos_in[t * n_pairs + i], s = sin_in[t * n_pairs + i];
@@ -74,8 +82,17 @@ void rope_angles(const double* inv_freq, int32_t n_pairs, const int32_t* positio
 void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t n_pairs,
                 bool neox, const float* cos, const float* sin, cudaStream_t s) {
   if (n_tokens <= 0 || n_heads <= 0 || n_pairs <= 0) return;
-  rope_apply_kernel<<<grid_for(n_tokens * n_heads * n_pairs), kThreads, 0, s>>>(
-      x, n_tokens, n_heads, head_dim, n_pairs, neox, cos, sin);
+  launch_pdl(rope_apply_kernel, dim3(grid_for(n_tokens * n_heads * n_pairs)), dim3(kThreads), 0, s,
+             x, n_tokens, n_heads, head_dim, n_pairs, neox, cos, sin, nullptr, 0);
+}
+
+void rope_apply2(float* x, int32_t n_heads, float* x2, int32_t n_heads2, int64_t n_tokens,
+                 int32_t head_dim, int32_t n_pairs, bool neox, const float* cos, const float* sin,
+                 cudaStream_t s) {
+  if (n_tokens <= 0 || n_heads + n_heads2 <= 0 || n_pairs <= 0) return;
+  launch_pdl(rope_apply_kernel, dim3(grid_for(n_tokens * (n_heads + n_heads2) * n_pairs)),
+             dim3(kThreads), 0, s, x, n_tokens, n_heads, head_dim, n_pairs, neox, cos, sin, x2,
+             n_heads2);
 }
 
 }  // namespace kiln::backend::cuda

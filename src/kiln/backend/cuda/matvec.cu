@@ -1,0 +1,490 @@
+// Matrix-vector products for decode batches of up to 8 tokens: int8 dot products (dp4a) for
+// the types real models store their big matrices in (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K), and fp32
+// FMAs on F16 / BF16 rows (the last part of this file).
+//
+// The activations are quantized first (quantize_q8_32): per 32 consecutive values of a row, an
+// fp32 scale d = max|x| / 127, int8 levels round(x / d), and d times the sum of the 32 levels
+// (for the types whose levels carry an offset or a min: Q4_0's -8, Q4_K/Q5_K's min). A
+// weight sub-block then contributes scale_w * d_x * dot(levels_w, levels_x) (- min_w * sum_x),
+// the dot product four int8 pairs per instruction. The decoding cost per weight falls from
+// ~5 fp32 instructions (direct kernel) to under 1, which is what lets a GEMV at batch 1 run at
+// the memory's speed instead of the FP32 pipe's.
+//
+// Precision: the result is the exact weights' dot with the rounded activations (levels of 1/254
+// of each 32-value group's largest magnitude), so it differs from the fp32 reference by ~5e-3
+// of its norm for Gaussian activations (the test's bound is 1.5e-2); this is the same rounding
+// as llama.cpp's CUDA and kiln's CPU kernels (Q8_0/Q8_K activations). The producers of a
+// matmul's input (rmsnorm, swiglu: ops_elementwise.cu) can write the same levels themselves
+// (q8_group4 in kernels_q8.cuh), sparing the quantize kernel.
+//
+// Layout: one warp per output row, four rows per CTA. A lane takes one "part" of a weight
+// block per step (Q8_0: half a block; Q4_0: a block; Q4_K/Q5_K: a quarter, 64 values; Q6_K:
+// an eighth, 32 values), so a warp step covers 512-2048 consecutive values of the row in
+// coalesced loads; the x levels are read through L1 (the row is small and shared by all
+// warps). Per-lane partial sums are reduced across the warp in a fixed order: a token's result
+// does not depend on n_tokens or the other tokens.
+#include <cuda_fp16.h>
+
+#include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/pdl.cuh"
+
+namespace kiln::backend::cuda {
+
+namespace {
+
+constexpr int kRowsPerCta = 4;
+constexpr int kThreads = 32 * kRowsPerCta;
+// Bytes of its row a warp asks into L2 before the previous kernel has finished (more would
+// overrun L2 with the rows of every resident warp: 16 KiB rows x 64 warps x 132 SMs).
+constexpr int64_t kPrefetchBytes = 1024;
+
+struct MatvecArgs {
+  const uint8_t* w;
+  uint64_t row_bytes;
+  int64_t n_out, n_blocks;
+  const int8_t* xq;    // [n_tokens, n_in] levels
+  const float2* xds;   // [n_tokens, n_in / 32] (d, sum of x)
+  int64_t xq_stride;   // n_in
+  int64_t xds_stride;  // n_in / 32
+  float* y;
+  int n_tokens;
+};
+
+__device__ __forceinline__ int ld_a2(const uint8_t* p) {  // 2-byte aligned int
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<int>(static_cast<uint32_t>(__ldg(h)) |
+                          (static_cast<uint32_t>(__ldg(h + 1)) << 16));
+}
+__device__ __forceinline__ float ld_half(const uint8_t* p) {
+  return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(p))));
+}
+__device__ __forceinline__ int4 ld_x16(const int8_t* p) {  // 16 levels, 16-byte aligned
+  return __ldg(reinterpret_cast<const int4*>(p));
+}
+__device__ __forceinline__ int dot4x4(int4 w, int4 x, int acc) {
+  acc = __dp4a(w.x, x.x, acc);
+  acc = __dp4a(w.y, x.y, acc);
+  acc = __dp4a(w.z, x.z, acc);
+  return __dp4a(w.w, x.w, acc);
+}
+__device__ __forceinline__ int4 and4(int4 v, int m) {
+  return make_int4(v.x & m, v.y & m, v.z & m, v.w & m);
+}
+__device__ __forceinline__ int4 shr4(int4 v, int s) {
+  return make_int4(static_cast<int>(static_cast<uint32_t>(v.x) >> s),
+                   static_cast<int>(static_cast<uint32_t>(v.y) >> s),
+                   static_cast<int>(static_cast<uint32_t>(v.z) >> s),
+                   static_cast<int>(static_cast<uint32_t>(v.w) >> s));
+}
+
+// Each type: kElems values in kBytes per block, kParts lanes per block, and
+// dot<T>(blk, part, xq, xds, strides, n, acc): acc[t] += the part's contribution for token t < n
+// (xq / xds point at the block's first value / 32-group of token 0).
+
+struct VQ8_0 {  // d, qs[32]
+  static constexpr int kElems = 32, kBytes = 34, kParts = 2;
+  template <int T>
+  __device__ static void dot(const uint8_t* b, int part, const int8_t* xq, const float2* xds,
+                             int64_t xs, int64_t ds, int n, float* acc) {
+    const float d = ld_half(b);
+    // The 16 levels at q (2-byte aligned): five aligned words, shifted into place.
+    const uint8_t* q = b + 2 + 16 * part;
+    const uint32_t* w4 = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(q) & ~3ull);
+    const uint32_t sh = (reinterpret_cast<uintptr_t>(q) & 3) * 8;
+    uint32_t u[5];
+#pragma unroll
+    for (int k = 0; k < 5; ++k) u[k] = __ldg(w4 + k);
+    const int4 w = make_int4(static_cast<int>(__funnelshift_r(u[0], u[1], sh)),
+                             static_cast<int>(__funnelshift_r(u[1], u[2], sh)),
+                             static_cast<int>(__funnelshift_r(u[2], u[3], sh)),
+                             static_cast<int>(__funnelshift_r(u[3], u[4], sh)));
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      if (t < n) {
+        const int s = dot4x4(w, ld_x16(xq + t * xs + 16 * part), 0);
+        acc[t] += d * __ldg(&xds[t * ds].x) * static_cast<float>(s);
+      }
+    }
+  }
+};
+
+struct VQ4_0 {  // d, qs[16]: value i < 16 is the low nibble of qs[i], 16 + i the high one; - 8
+  static constexpr int kElems = 32, kBytes = 18, kParts = 1;
+  template <int T>
+  __device__ static void dot(const uint8_t* b, int, const int8_t* xq, const float2* xds, int64_t xs,
+                             int64_t ds, int n, float* acc) {
+    const float d = ld_half(b);
+    const int4 q = make_int4(ld_a2(b + 2), ld_a2(b + 6), ld_a2(b + 10), ld_a2(b + 14));
+    const int4 lo = and4(q, 0x0F0F0F0F), hi = and4(shr4(q, 4), 0x0F0F0F0F);
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      if (t < n) {
+        const int8_t* x = xq + t * xs;
+        const int s = dot4x4(hi, ld_x16(x + 16), dot4x4(lo, ld_x16(x), 0));
+        const float2 dx = __ldg(&xds[t * ds]);
+        acc[t] += d * (dx.x * static_cast<float>(s) - 8.0f * dx.y);
+      }
+    }
+  }
+};
+
+// Scale and min of sub-block j (0..7) of a K-quant's 12 scale bytes in three words.
+__device__ __forceinline__ void k4_scale_min(int j, uint32_t s0, uint32_t s1, uint32_t s2,
+                                             float* sc, float* m) {
+  const int sh = 8 * (j & 3);
+  if (j < 4) {
+    *sc = static_cast<float>((s0 >> sh) & 63);
+    *m = static_cast<float>((s1 >> sh) & 63);
+  } else {
+    *sc = static_cast<float>(((s2 >> sh) & 0xf) | (((s0 >> sh) >> 6 & 3) << 4));
+    *m = static_cast<float>(((s2 >> sh) >> 4 & 0xf) | (((s1 >> sh) >> 6 & 3) << 4));
+  }
+}
+
+// Q4_K: d, dmin, scales[12], qs[128]. Part c (0..3) is values 64c..64c+64: the low nibbles of
+// qs[32c..32c+32] are sub-block 2c, the high ones 2c+1; value = d*sc*q - dmin*m.
+// Q5_K adds qh[32] after the scales: bit j of qh[l] is the fifth bit of value l of sub-block j.
+template <bool kQ5>
+struct VK45 {
+  static constexpr int kElems = 256, kBytes = kQ5 ? 176 : 144, kParts = 4;
+  template <int T>
+  __device__ static void dot(const uint8_t* b, int c, const int8_t* xq, const float2* xds,
+                             int64_t xs, int64_t ds, int n, float* acc) {
+    const uint4 h = __ldg(reinterpret_cast<const uint4*>(b));
+    const float d = __low2float(*reinterpret_cast<const __half2*>(&h.x));
+    const float dmin = __high2float(*reinterpret_cast<const __half2*>(&h.x));
+    float sc0, m0, sc1, m1;
+    k4_scale_min(2 * c, h.y, h.z, h.w, &sc0, &m0);
+    k4_scale_min(2 * c + 1, h.y, h.z, h.w, &sc1, &m1);
+    const uint8_t* qs = b + (kQ5 ? 48 : 16) + 32 * c;
+    const int4 qa = __ldg(reinterpret_cast<const int4*>(qs));
+    const int4 qb = __ldg(reinterpret_cast<const int4*>(qs + 16));
+    int4 la = and4(qa, 0x0F0F0F0F), lb = and4(qb, 0x0F0F0F0F);
+    int4 ha = and4(shr4(qa, 4), 0x0F0F0F0F), hb = and4(shr4(qb, 4), 0x0F0F0F0F);
+    if constexpr (kQ5) {
+      const int4 ea = __ldg(reinterpret_cast<const int4*>(b + 16));
+      const int4 eb = __ldg(reinterpret_cast<const int4*>(b + 32));
+      auto bit = [](int4 e, int j) { return and4(shr4(e, j), 0x01010101); };
+      const int4 la5 = bit(ea, 2 * c), lb5 = bit(eb, 2 * c);
+      const int4 ha5 = bit(ea, 2 * c + 1), hb5 = bit(eb, 2 * c + 1);
+      la = make_int4(la.x | la5.x << 4, la.y | la5.y << 4, la.z | la5.z << 4, la.w | la5.w << 4);
+      lb = make_int4(lb.x | lb5.x << 4, lb.y | lb5.y << 4, lb.z | lb5.z << 4, lb.w | lb5.w << 4);
+      ha = make_int4(ha.x | ha5.x << 4, ha.y | ha5.y << 4, ha.z | ha5.z << 4, ha.w | ha5.w << 4);
+      hb = make_int4(hb.x | hb5.x << 4, hb.y | hb5.y << 4, hb.z | hb5.z << 4, hb.w | hb5.w << 4);
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      if (t < n) {
+        const int8_t* x = xq + t * xs + 64 * c;
+        const int s0 = dot4x4(lb, ld_x16(x + 16), dot4x4(la, ld_x16(x), 0));
+        const int s1 = dot4x4(hb, ld_x16(x + 48), dot4x4(ha, ld_x16(x + 32), 0));
+        const float2 x0 = __ldg(&xds[t * ds + 2 * c]);
+        const float2 x1 = __ldg(&xds[t * ds + 2 * c + 1]);
+        acc[t] += d * (sc0 * x0.x * static_cast<float>(s0) + sc1 * x1.x * static_cast<float>(s1)) -
+                  dmin * (m0 * x0.y + m1 * x1.y);
+      }
+    }
+  }
+};
+
+// Q6_K: ql[128], qh[64], scales[16] (int8), d. Value 128h + 32q + l (half h, quarter q, l < 32):
+// low 4 bits from ql[64h + 32(q%2) + l] (low nibble for q < 2, high for q >= 2), high 2 bits
+// from qh[32h + l] >> 2q; minus 32; scale scales[8h + 2q + l/16]. Part p (0..7): half p/4,
+// l in [8(p%4), +8), all four quarters (32 values).
+struct VQ6_K {
+  static constexpr int kElems = 256, kBytes = 210, kParts = 8;
+  template <int T>
+  __device__ static void dot(const uint8_t* b, int p, const int8_t* xq, const float2* xds,
+                             int64_t xs, int64_t ds, int n, float* acc) {
+    const int h = p / 4, l0 = 8 * (p % 4);
+    const float d = ld_half(b + 208);
+    const uint8_t* ql = b + 64 * h + l0;
+    const uint8_t* qh = b + 128 + 32 * h + l0;
+    const int a0 = ld_a2(ql), a1 = ld_a2(ql + 4), c0 = ld_a2(ql + 32), c1 = ld_a2(ql + 36);
+    const int e0 = ld_a2(qh), e1 = ld_a2(qh + 4);
+    // v[q][i]: four values of quarter q as signed bytes (level - 32)
+    int v[4][2];
+    const int a[2] = {a0, a1}, cc[2] = {c0, c1}, e[2] = {e0, e1};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t ua = static_cast<uint32_t>(a[i]), uc = static_cast<uint32_t>(cc[i]);
+      const uint32_t ue = static_cast<uint32_t>(e[i]);
+      v[0][i] =
+          static_cast<int>(__vsub4((ua & 0x0F0F0F0Fu) | ((ue & 0x03030303u) << 4), 0x20202020u));
+      v[1][i] = static_cast<int>(
+          __vsub4((uc & 0x0F0F0F0Fu) | (((ue >> 2) & 0x03030303u) << 4), 0x20202020u));
+      v[2][i] = static_cast<int>(
+          __vsub4(((ua >> 4) & 0x0F0F0F0Fu) | (((ue >> 4) & 0x03030303u) << 4), 0x20202020u));
+      v[3][i] = static_cast<int>(
+          __vsub4(((uc >> 4) & 0x0F0F0F0Fu) | (((ue >> 6) & 0x03030303u) << 4), 0x20202020u));
+    }
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192 + 8 * h + l0 / 16);
+    float scale[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) scale[q] = static_cast<float>(__ldg(sc + 2 * q));
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      if (t < n) {
+        float r = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int2 x = __ldg(reinterpret_cast<const int2*>(xq + t * xs + 128 * h + 32 * q + l0));
+          const int s = __dp4a(v[q][1], x.y, __dp4a(v[q][0], x.x, 0));
+          r += scale[q] * __ldg(&xds[t * ds + 4 * h + q].x) * static_cast<float>(s);
+        }
+        acc[t] += d * r;
+      }
+    }
+  }
+};
+
+template <class V, int T>
+__global__ void __launch_bounds__(kThreads) matvec_kernel(const MatvecArgs a) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = int64_t{blockIdx.x} * kRowsPerCta + warp;
+  if (row >= a.n_out) return;
+  const uint8_t* w = a.w + static_cast<uint64_t>(row) * a.row_bytes;
+  // The row's bytes depend on no earlier kernel: start them towards L2 while it finishes.
+  prefetch_l2(w,
+              static_cast<int>(a.n_blocks * V::kBytes < kPrefetchBytes ? a.n_blocks * V::kBytes
+                                                                       : kPrefetchBytes),
+              lane);
+  pdl_wait();
+  pdl_trigger();
+  float acc[T];
+#pragma unroll
+  for (int t = 0; t < T; ++t) acc[t] = 0.0f;
+  const int64_t n_items = a.n_blocks * V::kParts;
+#pragma unroll 2
+  for (int64_t i = lane; i < n_items; i += 32) {
+    const int64_t blk = i / V::kParts;
+    const int part = static_cast<int>(i % V::kParts);
+    V::template dot<T>(w + blk * V::kBytes, part, a.xq + blk * V::kElems,
+                       a.xds + blk * (V::kElems / 32), a.xq_stride, a.xds_stride, a.n_tokens, acc);
+  }
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    float v = acc[t];
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0 && t < a.n_tokens) a.y[t * a.n_out + row] = v;
+  }
+}
+
+// F16 / BF16 rows with fp32 activations: the same warp-per-row layout, 8 weights (16 bytes)
+// per lane per step, fp32 FMAs on the exact weights (within ~1e-5 of the reference).
+struct HalfArgs {
+  const uint8_t* w;
+  uint64_t row_bytes;
+  int64_t n_out, n_in;
+  const float* x;  // [n_tokens, n_in], 16-byte aligned rows
+  float* y;
+  int n_tokens;
+};
+
+template <bool kBf16>
+__device__ __forceinline__ void unpack_half8(uint4 q, float* f) {
+  const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kBf16) {
+      f[2 * i] = __uint_as_float(u[i] << 16);
+      f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    } else {
+      const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
+      f[2 * i] = v.x;
+      f[2 * i + 1] = v.y;
+    }
+  }
+}
+
+template <bool kBf16, int T>
+__global__ void __launch_bounds__(kThreads) matvec_half_kernel(const HalfArgs a) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = int64_t{blockIdx.x} * kRowsPerCta + warp;
+  if (row >= a.n_out) return;
+  const uint4* w = reinterpret_cast<const uint4*>(a.w + static_cast<uint64_t>(row) * a.row_bytes);
+  prefetch_l2(w, static_cast<int>(a.n_in * 2 < kPrefetchBytes ? a.n_in * 2 : kPrefetchBytes), lane);
+  pdl_wait();
+  pdl_trigger();
+  float acc[T];
+#pragma unroll
+  for (int t = 0; t < T; ++t) acc[t] = 0.0f;
+  const int64_t n8 = a.n_in / 8;
+#pragma unroll 4
+  for (int64_t i = lane; i < n8; i += 32) {
+    float f[8];
+    unpack_half8<kBf16>(__ldg(w + i), f);
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      if (t < a.n_tokens) {
+        const float4* x = reinterpret_cast<const float4*>(a.x + t * a.n_in) + 2 * i;
+        const float4 x0 = __ldg(x), x1 = __ldg(x + 1);
+        float s = acc[t];
+        s = fmaf(f[0], x0.x, s);
+        s = fmaf(f[1], x0.y, s);
+        s = fmaf(f[2], x0.z, s);
+        s = fmaf(f[3], x0.w, s);
+        s = fmaf(f[4], x1.x, s);
+        s = fmaf(f[5], x1.y, s);
+        s = fmaf(f[6], x1.z, s);
+        acc[t] = fmaf(f[7], x1.w, s);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    float v = acc[t];
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0 && t < a.n_tokens) a.y[t * a.n_out + row] = v;
+  }
+}
+
+template <bool kBf16>
+void launch_half(const HalfArgs& a, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>((a.n_out + kRowsPerCta - 1) / kRowsPerCta));
+  if (a.n_tokens <= 1) {
+    launch_pdl(matvec_half_kernel<kBf16, 1>, grid, dim3(kThreads), 0, s, a);
+  } else if (a.n_tokens <= 2) {
+    launch_pdl(matvec_half_kernel<kBf16, 2>, grid, dim3(kThreads), 0, s, a);
+  } else if (a.n_tokens <= 4) {
+    launch_pdl(matvec_half_kernel<kBf16, 4>, grid, dim3(kThreads), 0, s, a);
+  } else {
+    launch_pdl(matvec_half_kernel<kBf16, kMatvecMaxTokens>, grid, dim3(kThreads), 0, s, a);
+  }
+}
+
+// One warp per group of 32 values: d = max|x| / 127, q = round(x / d), and d * (the sum of the
+// levels): the rounded group's sum, so that an offset or min term (Q4_0's -8, the K-quants' min)
+// sees the same rounded activations as the dot (the result is then the weights' exact dot with
+// the rounded activations, up to fp32 summation).
+__global__ void quantize_q8_32_kernel(const float* x, int64_t n_groups, int8_t* xq, float2* xds) {
+  const int64_t g = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  pdl_wait();
+  pdl_trigger();
+  if (g >= n_groups) return;
+  const float v = x[g * 32 + lane];
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.0f;
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const int q = __float2int_rn(v * inv);
+  int sum = q;
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  xq[g * 32 + lane] = static_cast<int8_t>(q);
+  if (lane == 0) xds[g] = make_float2(d, d * static_cast<float>(sum));
+}
+
+template <class V>
+void launch(const MatvecArgs& a, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>((a.n_out + kRowsPerCta - 1) / kRowsPerCta));
+  if (a.n_tokens <= 1) {
+    launch_pdl(matvec_kernel<V, 1>, grid, dim3(kThreads), 0, s, a);
+  } else if (a.n_tokens <= 2) {
+    launch_pdl(matvec_kernel<V, 2>, grid, dim3(kThreads), 0, s, a);
+  } else if (a.n_tokens <= 4) {
+    launch_pdl(matvec_kernel<V, 4>, grid, dim3(kThreads), 0, s, a);
+  } else {
+    launch_pdl(matvec_kernel<V, kMatvecMaxTokens>, grid, dim3(kThreads), 0, s, a);
+  }
+}
+
+}  // namespace
+
+bool matvec_supports(const Weight& w) {
+  const uint64_t align = (w.type == quant::Type::Q4_K || w.type == quant::Type::Q5_K) ? 16 : 2;
+  int64_t block = 0;
+  switch (w.type) {
+    case quant::Type::Q8_0:
+    case quant::Type::Q4_0:
+      block = 32;
+      break;
+    case quant::Type::Q4_K:
+    case quant::Type::Q5_K:
+    case quant::Type::Q6_K:
+      block = 256;
+      break;
+    default:
+      return false;
+  }
+  return w.n_in % block == 0 && reinterpret_cast<uintptr_t>(w.data) % align == 0 &&
+         w.row_bytes % align == 0;
+}
+
+bool matvec_half_supports(const Weight& w, const float* x) {
+  return (w.type == quant::Type::F16 || w.type == quant::Type::BF16) && w.n_in % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && w.row_bytes % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
+void matvec_half(const Weight& w, const float* x, float* y, int64_t n_tokens, cudaStream_t s) {
+  if (n_tokens <= 0 || n_tokens > kMatvecMaxTokens || w.n_out <= 0) return;
+  HalfArgs a{};
+  a.w = w.data;
+  a.row_bytes = w.row_bytes;
+  a.n_out = w.n_out;
+  a.n_in = w.n_in;
+  a.x = x;
+  a.y = y;
+  a.n_tokens = static_cast<int>(n_tokens);
+  if (w.type == quant::Type::BF16) {
+    launch_half<true>(a, s);
+  } else {
+    launch_half<false>(a, s);
+  }
+}
+
+void quantize_q8_32(const float* x, int64_t n_tokens, int64_t n_in, int8_t* xq, float2* xds,
+                    cudaStream_t s) {
+  const int64_t groups = n_tokens * (n_in / 32);
+  if (groups <= 0) return;
+  const int threads = 256;
+  const int64_t blocks = (groups * 32 + threads - 1) / threads;
+  launch_pdl(quantize_q8_32_kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, s, x,
+             groups, xq, xds);
+}
+
+void matvec_q8(const Weight& w, const int8_t* xq, const float2* xds, float* y, int64_t n_tokens,
+               cudaStream_t s) {
+  if (n_tokens <= 0 || n_tokens > kMatvecMaxTokens || w.n_out <= 0) return;
+  MatvecArgs a{};
+  a.w = w.data;
+  a.row_bytes = w.row_bytes;
+  a.n_out = w.n_out;
+  a.xq = xq;
+  a.xds = xds;
+  a.xq_stride = w.n_in;
+  a.xds_stride = w.n_in / 32;
+  a.y = y;
+  a.n_tokens = static_cast<int>(n_tokens);
+  switch (w.type) {
+    case quant::Type::Q8_0:
+      a.n_blocks = w.n_in / 32;
+      launch<VQ8_0>(a, s);
+      break;
+    case quant::Type::Q4_0:
+      a.n_blocks = w.n_in / 32;
+      launch<VQ4_0>(a, s);
+      break;
+    case quant::Type::Q4_K:
+      a.n_blocks = w.n_in / 256;
+      launch<VK45<false>>(a, s);
+      break;
+    case quant::Type::Q5_K:
+      a.n_blocks = w.n_in / 256;
+      launch<VK45<true>>(a, s);
+      break;
+    case quant::Type::Q6_K:
+      a.n_blocks = w.n_in / 256;
+      launch<VQ6_K>(a, s);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace kiln::backend::cuda
