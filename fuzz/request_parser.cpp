@@ -77,7 +77,7 @@ Fixture* fixture() {
     if (!file.ok()) __builtin_trap();
     auto vocab = tokenizer::load_vocab(**file);
     if (!vocab.ok()) __builtin_trap();
-    std::string tmpl = vocab->chat_template.empty() ? chat::kChatMLTemplate : vocab->chat_template;
+    std::string tmpl = chat::template_or_chatml(vocab->chat_template);
     auto tok = tokenizer::Tokenizer::create(std::move(vocab).value());
     if (!tok.ok()) __builtin_trap();
     auto* fx = new Fixture;

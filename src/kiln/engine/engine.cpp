@@ -297,7 +297,7 @@ void Engine::thread_main() {
   auto load = [&]() -> Expected<std::unique_ptr<Impl>> {
     KILN_TRY(model_, model::Model::load(opts_.model_path));
     KILN_TRY(tokenizer::VocabData vocab, tokenizer::load_vocab(model_->file()));
-    chat_template_ = vocab.chat_template.empty() ? chat::kChatMLTemplate : vocab.chat_template;
+    chat_template_ = chat::template_or_chatml(vocab.chat_template);
     KILN_TRY(tokenizer::Tokenizer tok, tokenizer::Tokenizer::create(std::move(vocab)));
     tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
     const model::HParams& hp = model_->hparams();

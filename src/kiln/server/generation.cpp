@@ -276,19 +276,8 @@ std::optional<ApiError> check_num_choices(const ServerContext& ctx, size_t num_p
 std::optional<ApiError> finalize_request(const ServerContext& ctx, int32_t num_prompt_tokens,
                                          CommonParams* params) {
   const int64_t n_ctx = ctx.engine.context_length();
+  if (auto e = check_context_length(n_ctx, num_prompt_tokens, params->max_tokens)) return e;
   const int64_t max_tokens = params->max_tokens ? *params->max_tokens : n_ctx - num_prompt_tokens;
-  if (num_prompt_tokens + std::max<int64_t>(max_tokens, 1) > n_ctx) {
-    if (params->max_tokens)
-      return context_length_exceeded(fmt::format(
-          "This model's maximum context length is {} tokens. However, you requested {} tokens "
-          "({} in the prompt, {} for the completion). Please reduce the length of the prompt "
-          "or the completion.",
-          n_ctx, num_prompt_tokens + max_tokens, num_prompt_tokens, max_tokens));
-    return context_length_exceeded(fmt::format(
-        "This model's maximum context length is {} tokens. However, your prompt has {} tokens. "
-        "Please reduce the length of the prompt.",
-        n_ctx, num_prompt_tokens));
-  }
   params->request.max_tokens = static_cast<int32_t>(max_tokens);
   if (ctx.options.request_timeout.count() > 0)
     params->request.deadline = Clock::now() + ctx.options.request_timeout;
@@ -383,6 +372,17 @@ ApiError generation_error(const engine::FinishEvent& finish) {
 
 std::string sse_data(const std::string& json) {
   return "data: " + json + "\n\n";
+}
+
+std::string sse_event(std::string_view name, const std::string& json) {
+  std::string out;
+  out.reserve(name.size() + json.size() + 16);
+  out += "event: ";
+  out += name;
+  out += "\ndata: ";
+  out += json;
+  out += "\n\n";
+  return out;
 }
 
 uint64_t random_seed() {

@@ -95,6 +95,8 @@ ApiError generation_error(const engine::FinishEvent& finish);
 
 // One SSE event: "data: <json>\n\n".
 std::string sse_data(const std::string& json);
+// One named SSE event: "event: <name>\ndata: <json>\n\n" (Anthropic's stream).
+std::string sse_event(std::string_view name, const std::string& json);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 // A random 64-bit seed for a request that has none.
