@@ -36,6 +36,7 @@ struct Active {
   StopTokens eog;
   tokenizer::StreamDecoder decoder;
   bool stopped_by_string = false;
+  int32_t stop_index = -1;  // which stop string, once stopped_by_string
 };
 
 FinishReason to_api(SeqFinishReason r) {
@@ -129,6 +130,7 @@ struct Engine::Impl {
         a.channel->push(TokenEvent{r.token, m.text, r.logprob, r.top});
         stop = m.stopped;
         a.stopped_by_string = m.stopped;
+        if (m.stopped) a.stop_index = m.stop_index;
       }
       outputs.push_back({s.id, r.token, stop});
     }
@@ -142,6 +144,7 @@ struct Engine::Impl {
       Active& a = it->second;
       FinishEvent ev;
       ev.reason = to_api(f.reason);
+      if (a.stopped_by_string) ev.stop_index = a.stop_index;
       if (!a.stopped_by_string && ev.reason != FinishReason::kCancelled) {
         // Two statements: the operands of + are unsequenced, and flush() before feed() would
         // put the held-back text after the decoder's tail (and trip the matcher's assert).
