@@ -26,6 +26,7 @@ enum class Api { kChat, kCompletions };
 struct CommonParams {
   engine::GenerationRequest request;  // sampling, stop, ignore_eos; max_tokens below
   std::optional<int32_t> max_tokens;  // unset: whatever the context leaves
+  bool max_tokens_asked = false;      // by the request (else a default: request_controls.h)
   int32_t n = 1;
   bool stream = false;
   bool include_usage = false;
@@ -40,7 +41,8 @@ std::optional<ApiError> check_model(const Json& body, const ServerContext& ctx);
 // 503 while the engine is not ready.
 std::optional<ApiError> check_ready(const ServerContext& ctx);
 
-// Reads model-independent parameters (errors name the param).
+// Reads model-independent parameters (errors name the param). The output length follows
+// request_controls.h (completions default to 16 tokens, chat to the context's rest).
 std::optional<ApiError> parse_common(const Json& body, Api api, const ServerContext& ctx,
                                      CommonParams* out);
 

@@ -288,10 +288,8 @@ HandlerResult handle_completions(ServerContext& ctx, const HttpRequest& req, Htt
   job.include_usage = params.include_usage;
   job.n = params.n;
   std::vector<engine::GenerationRequest> requests;
-  const std::optional<int32_t> asked_max = params.max_tokens;
   for (size_t p = 0; p < prompts.size(); ++p) {
     const int32_t num_prompt = static_cast<int32_t>(prompts[p].tokens.size());
-    params.max_tokens = asked_max ? asked_max : std::optional<int32_t>(16);  // OpenAI's default
     if (auto e = finalize_request(ctx, num_prompt, &params)) return *e;
     job.num_prompt_tokens += num_prompt;
     for (int32_t i = 0; i < params.n; ++i) {

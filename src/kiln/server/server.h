@@ -14,6 +14,7 @@
 #include <string>
 
 #include "kiln/engine/api.h"
+#include "kiln/server/request_controls.h"
 #include "kiln/tokenizer/tokenizer.h"
 #include "kiln/util/status.h"
 
@@ -49,6 +50,8 @@ struct ServerOptions {
   // tokens. true: the whole rendered prompt is parsed for control tokens.
   bool parse_special_in_content = false;
   bool cors = false;  // Access-Control-Allow-Origin: *
+  // --max-tokens (default output length), --max-tokens-cap, --max-thinking-tokens.
+  TokenLimits token_limits;
 };
 
 struct ServerContext;
