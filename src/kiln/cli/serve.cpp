@@ -132,7 +132,7 @@ RunFn add_serve(CLI::App& app) {
   cmd->add_option("--host", o->server.host, "listen address")->capture_default_str();
   add_ranged(cmd, "--port", o->server.port, 0, 65535, "listen port (0: any free port)");
   cmd->add_option("--api-key", o->server.api_key,
-                  "require 'Authorization: Bearer KEY'")
+                  "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY')")
       ->check(CLI::Validator(
           [](std::string& key) -> std::string {
             return key.empty() ? "an empty key would turn authentication off; leave the flag "
@@ -194,6 +194,9 @@ RunFn add_serve(CLI::App& app) {
              "refuse (400) a request asking for more output tokens than this (0: no cap)");
   add_ranged(cmd, "--max-thinking-tokens", o->max_thinking_tokens, 0, kMaxTokens,
              "thinking budget of a request that names none (0: none)");
+  cmd->add_flag("!--keep-volatile-system-lines", o->server.normalize_volatile_prompt,
+                "keep per-request lines such as Claude Code's 'x-anthropic-billing-header: ...' "
+                "in system prompts (default: removed, so that turns share their cached prefix)");
   return [o]() { return run_serve(*o); };
 }
 

@@ -113,7 +113,8 @@ ApiError method_not_allowed(std::string_view method, std::string_view path) {
 
 ApiError unauthorized() {
   return make(401, ErrorKind::kAuthentication, "invalid_api_key", std::nullopt,
-              "Incorrect API key provided. Pass it as 'Authorization: Bearer <key>'.");
+              "Incorrect API key provided. Pass it as 'Authorization: Bearer <key>' (or "
+              "'x-api-key: <key>').");
 }
 
 ApiError payload_too_large(size_t limit_bytes) {

@@ -315,6 +315,7 @@ std::optional<ApiError> MultiRun::submit(std::vector<engine::GenerationRequest> 
 }
 
 void MultiRun::record(Choice& c, const engine::Event& e) {
+  last_event_ = Clock::now();
   if (std::holds_alternative<engine::FinishEvent>(e)) {
     c.finished = true;
     return;
@@ -357,6 +358,10 @@ std::optional<std::pair<int, engine::Event>> MultiRun::next(HttpExchange& exchan
       }
     }
     if (first_open < 0) return std::nullopt;  // every request finished
+    if (on_idle_ && idle_every_.count() > 0 && Clock::now() - last_event_ >= idle_every_) {
+      last_event_ = Clock::now();
+      on_idle_();
+    }
     Choice& c = choices_[static_cast<size_t>(first_open)];
     if (auto e = c.channel->pop(milliseconds(num == 1 ? 20 : 5))) {
       record(c, *e);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,6 +71,14 @@ class MultiRun {
   std::optional<std::pair<int, engine::Event>> next(HttpExchange& exchange);
   AbortReason abort_reason() const { return aborted_; }
   size_t size() const { return choices_.size(); }
+  // Cancels every unfinished request; their FinishEvents still come through next().
+  void cancel() { cancel_all(); }
+  // While next() waits, `fn` runs whenever no event came for `every` (a stream's keep-alive
+  // during a long prefill: Anthropic's ping events).
+  void on_idle(std::chrono::milliseconds every, std::function<void()> fn) {
+    idle_every_ = every;
+    on_idle_ = std::move(fn);
+  }
 
  private:
   struct Choice {
@@ -87,6 +96,9 @@ class MultiRun {
   size_t cursor_ = 0;  // round-robin start
   AbortReason aborted_ = AbortReason::kNone;
   Clock::time_point last_poll_{};
+  std::chrono::milliseconds idle_every_{0};
+  std::function<void()> on_idle_;
+  Clock::time_point last_event_ = Clock::now();
 };
 
 // "stop" / "length" for the wire (tool_calls is decided by the chat handler).

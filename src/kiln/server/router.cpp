@@ -96,6 +96,13 @@ std::string Router::path_param(std::string_view pattern, std::string_view path,
 
 bool Router::authorized(const HttpRequest& req) const {
   if (options_.api_key.empty()) return true;
+  // Anthropic's clients send the key as x-api-key; any client may send either.
+  if (auto key = req.header("x-api-key")) {
+    std::string_view value = *key;
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
+    if (constant_time_equal(value, options_.api_key)) return true;
+  }
   auto auth = req.header("authorization");
   if (!auth) return false;
   std::string_view value = *auth;
@@ -120,7 +127,8 @@ void Router::dispatch(HttpRequest& req, HttpExchange& exchange) const {
   if (options_.cors) {
     exchange.add_header("Access-Control-Allow-Origin", "*");
     exchange.add_header("Access-Control-Allow-Headers",
-                        "Authorization, Content-Type, X-Request-Id");
+                        "Authorization, Content-Type, X-Request-Id, X-Api-Key, "
+                        "Anthropic-Version, Anthropic-Beta");
     exchange.add_header("Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
   }
 

@@ -93,6 +93,10 @@ TEST_F(RequestControlsServerTest, SameRulesOnEverySurface) {
   EXPECT_EQ(r.js()["error"]["param"], "max_completion_tokens");
   r = post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 500}});
   EXPECT_EQ(r.status, 400);
+  r = post("/v1/messages",
+           json{{"max_tokens", 101}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.js()["error"]["type"], "invalid_request_error");
   // Two names with different values.
   body = chat_body();
   body["max_tokens"] = 5;
