@@ -15,6 +15,7 @@
 #include "kiln/server/chat_pipeline.h"
 #include "kiln/server/generation.h"
 #include "kiln/server/openai_common.h"
+#include "kiln/server/request_controls.h"
 
 namespace kiln::server {
 
@@ -192,6 +193,13 @@ std::optional<ApiError> read_chat_options(const Json& body, ChatInput* in) {
             "chat_template_kwargs." + kw.key());
     in->chat_template_kwargs = *it;
   }
+  // request_controls.h: the effort reaches the template as reasoning_effort.
+  auto effort = read_reasoning_effort(
+      body.contains("reasoning_effort") ? body["reasoning_effort"] : Json(nullptr),
+      "reasoning_effort");
+  if (auto* e = std::get_if<ApiError>(&effort)) return *e;
+  if (const auto& value = std::get<std::optional<std::string>>(effort))
+    in->chat_template_kwargs["reasoning_effort"] = *value;
   return std::nullopt;
 }
 

@@ -60,4 +60,15 @@ std::optional<int32_t> thinking_budget(std::optional<int32_t> asked, const Token
   return std::max(0, std::min(*budget, max_tokens - 1));
 }
 
+std::variant<std::optional<std::string>, ApiError> read_reasoning_effort(
+    const nlohmann::ordered_json& effort, const std::string& field) {
+  if (effort.is_null()) return std::optional<std::string>();
+  static constexpr const char* kEfforts[] = {"none", "minimal", "low", "medium", "high"};
+  if (effort.is_string())
+    for (const char* e : kEfforts)
+      if (effort == e) return std::optional<std::string>(e);
+  return invalid_request(fmt::format("'{}' must be one of none, minimal, low, medium, high", field),
+                         field);
+}
+
 }  // namespace kiln::server

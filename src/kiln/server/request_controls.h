@@ -7,6 +7,8 @@
 //    refuses (400 naming the field) a request asking for more, never clamping it silently.
 //  - The thinking budget (Anthropic thinking.budget_tokens, or --max-thinking-tokens)
 //    always leaves room for the answer: at most max_tokens - 1.
+//  - The reasoning effort (chat's reasoning_effort, Responses' reasoning.effort) reaches the
+//    chat template as the variable reasoning_effort (templates such as gpt-oss's read it).
 #pragma once
 
 #include <cstdint>
@@ -51,5 +53,10 @@ std::variant<MaxTokens, ApiError> resolve_max_tokens(const MaxTokensAsked& asked
 // max_tokens - 1, so that the answer has at least one token. nullopt: unbounded.
 std::optional<int32_t> thinking_budget(std::optional<int32_t> asked, const TokenLimits& limits,
                                        int32_t max_tokens);
+
+// `effort` (the value of `field`, absent: null) must be one of none, minimal, low, medium,
+// high; returns it, or nullopt when absent.
+std::variant<std::optional<std::string>, ApiError> read_reasoning_effort(
+    const nlohmann::ordered_json& effort, const std::string& field);
 
 }  // namespace kiln::server

@@ -74,7 +74,48 @@ TEST(RequestControls, ThinkingBudgetLeavesRoomForTheAnswer) {
   EXPECT_EQ(thinking_budget(std::nullopt, limits, 100), 99);
 }
 
+TEST(RequestControls, ReasoningEffort) {
+  auto read = [](const Ordered& v) { return read_reasoning_effort(v, "reasoning_effort"); };
+  auto none = read(Ordered(nullptr));
+  ASSERT_TRUE(std::holds_alternative<std::optional<std::string>>(none));
+  EXPECT_FALSE(std::get<std::optional<std::string>>(none));
+  for (const char* e : {"none", "minimal", "low", "medium", "high"}) {
+    auto r = read(Ordered(e));
+    ASSERT_TRUE(std::holds_alternative<std::optional<std::string>>(r)) << e;
+    EXPECT_EQ(std::get<std::optional<std::string>>(r), e);
+  }
+  for (const Ordered& bad : {Ordered("extreme"), Ordered(3), Ordered::array()}) {
+    auto r = read(bad);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << bad.dump();
+    EXPECT_EQ(std::get<ApiError>(r).param, "reasoning_effort");
+  }
+}
+
 class RequestControlsServerTest : public ServerTest {};
+
+TEST_F(RequestControlsServerTest, ReasoningEffortReachesTheTemplate) {
+  // A template that prints the variable.
+  ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  server_ = std::make_unique<Server>(engine_, qwen3_tokenizer(),
+                                     "effort={{ reasoning_effort | default('unset') }}", o);
+  auto port = server_->start();
+  ASSERT_TRUE(port.ok());
+  port_ = *port;
+  json body = chat_body();
+  body.erase("model");
+  body["reasoning_effort"] = "high";
+  ASSERT_EQ(post("/v1/chat/completions", body).status, 200);
+  EXPECT_EQ(qwen3_tokenizer().decode(engine_.requests().back().prompt_tokens), "effort=high");
+  body.erase("reasoning_effort");
+  ASSERT_EQ(post("/v1/chat/completions", body).status, 200);
+  EXPECT_EQ(qwen3_tokenizer().decode(engine_.requests().back().prompt_tokens), "effort=unset");
+  body["reasoning_effort"] = "extreme";
+  Reply r = post("/v1/chat/completions", body);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.js()["error"]["param"], "reasoning_effort");
+}
 
 TEST_F(RequestControlsServerTest, SameRulesOnEverySurface) {
   ServerOptions o;
