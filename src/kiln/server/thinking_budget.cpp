@@ -4,7 +4,12 @@ namespace kiln::server {
 
 BudgetedGeneration::BudgetedGeneration(ServerContext& ctx, chat::ParserConfig config,
                                        std::optional<int32_t> budget)
-    : ctx_(ctx), config_(std::move(config)), budget_(config_.reasoning ? budget : std::nullopt) {}
+    : ctx_(ctx), config_(std::move(config)), budget_(config_.reasoning ? budget : std::nullopt) {
+  if (!budget_) return;
+  auto ids = ctx_.tokenizer.encode(config_.think_close + "\n\n", /*add_special=*/false,
+                                   /*parse_special=*/true);
+  if (ids.ok()) forced_ = std::move(ids).value();
+}
 
 void BudgetedGeneration::on_idle(std::chrono::milliseconds every, std::function<void()> fn) {
   idle_every_ = every;
@@ -42,10 +47,16 @@ std::optional<engine::Event> BudgetedGeneration::next(HttpExchange& ex) {
     if (continued_) return e;
     generated_.push_back(t->token);
     text_ += t->text;
-    if (budget_ && static_cast<int32_t>(generated_.size()) >= *budget_ && in_reasoning()) {
-      pending_.push_back(std::move(e));
-      continue_after_budget(ex);
-      return next(ex);
+    const int32_t num_generated = static_cast<int32_t>(generated_.size());
+    if (budget_ && !budget_checked_ && num_generated >= *budget_ && in_reasoning()) {
+      budget_checked_ = true;
+      // Room for the closing tag and at least one answer token, else thinking runs on to
+      // max_tokens as it would without a budget.
+      if (request_.max_tokens - num_generated - static_cast<int32_t>(forced_.size()) >= 1) {
+        pending_.push_back(std::move(e));
+        continue_after_budget(ex);
+        return next(ex);
+      }
     }
     return e;
   }
@@ -70,26 +81,16 @@ void BudgetedGeneration::continue_after_budget(HttpExchange& ex) {
     }
   }
   if (run_->abort_reason() != AbortReason::kNone) return;
-  const std::string close = config_.think_close + "\n\n";
-  auto close_ids = ctx_.tokenizer.encode(close, /*add_special=*/false, /*parse_special=*/true);
-  std::vector<int32_t> forced = close_ids.ok() ? *close_ids : std::vector<int32_t>{};
-  num_forced_ = static_cast<int32_t>(forced.size());
   engine::TokenEvent closing;
   closing.token = -1;
-  closing.text = close;
+  closing.text = config_.think_close + "\n\n";
   pending_.push_back(std::move(closing));
+  num_forced_ = static_cast<int32_t>(forced_.size());
   const int32_t used = static_cast<int32_t>(generated_.size()) + num_forced_;
-  engine::FinishEvent out_of_room;
-  out_of_room.reason = engine::FinishReason::kLength;
-  out_of_room.usage = {static_cast<int32_t>(request_.prompt_tokens.size()), used, first_cached_};
-  if (request_.max_tokens - used < 1) {
-    pending_.push_back(std::move(out_of_room));
-    return;
-  }
   engine::GenerationRequest r = request_;
   r.request_id += "-answer";
   r.prompt_tokens.insert(r.prompt_tokens.end(), generated_.begin(), generated_.end());
-  r.prompt_tokens.insert(r.prompt_tokens.end(), forced.begin(), forced.end());
+  r.prompt_tokens.insert(r.prompt_tokens.end(), forced_.begin(), forced_.end());
   r.max_tokens = request_.max_tokens - used;
   run_ = std::make_unique<MultiRun>(ctx_);
   if (on_idle_) run_->on_idle(idle_every_, on_idle_);

@@ -1,7 +1,8 @@
 // A generation whose thinking is bounded: once the reply has spent its thinking budget
 // (tokens, request_controls.h thinking_budget) and is still inside the template's reasoning
 // block, the engine request is cancelled and continued from the same tokens with the
-// closing tag (think_close + "\n\n") appended, so the answer follows. The prefix cache
+// closing tag (think_close + "\n\n") appended, so the answer follows. When max_tokens
+// leaves no room for the tag and one answer token, thinking runs on to max_tokens. The prefix cache
 // makes the continuation's prompt nearly free. The closing tag reaches the caller as a
 // token event (token -1), so the output parser closes the reasoning block as usual; the
 // final FinishEvent's usage covers the whole reply (prompt and cached tokens of the first
@@ -44,6 +45,8 @@ class BudgetedGeneration {
   std::deque<engine::Event> pending_;
   std::vector<int32_t> generated_;  // token ids of the first request
   std::string text_;                // its text
+  std::vector<int32_t> forced_;     // think_close + "\n\n" tokenized
+  bool budget_checked_ = false;
   bool continued_ = false;
   int32_t num_forced_ = 0;  // the closing tag's tokens
   int32_t first_cached_ = 0;

@@ -498,6 +498,22 @@ TEST_F(AnthropicTest, ThinkingBudgetClosesTheBlockAndTheAnswerFollows) {
   EXPECT_EQ(m["usage"]["input_tokens"], reqs[0].prompt_tokens.size() - 4);
 }
 
+TEST_F(AnthropicTest, ThinkingBudgetWithoutRoomForAnAnswerLetsThinkingRunOn) {
+  // max_tokens 4, budget 3: "</think>\n\n" (2 tokens) and an answer token do not fit.
+  engine_.set_default_script(Script{{"<think>", "\nA", " B", " C", " D", " E"}});
+  start();
+  json b = body();
+  b["max_tokens"] = 4;
+  b["thinking"] = {{"type", "enabled"}, {"budget_tokens", 3}};
+  json m = post("/v1/messages", b).js();
+  EXPECT_EQ(engine_.requests().size(), 1u);
+  ASSERT_EQ(m["content"].size(), 1u) << m;
+  EXPECT_EQ(m["content"][0]["type"], "thinking");
+  EXPECT_EQ(m["content"][0]["thinking"], "A B C");
+  EXPECT_EQ(m["stop_reason"], "max_tokens");
+  EXPECT_EQ(m["usage"]["output_tokens"], 4);
+}
+
 TEST_F(AnthropicTest, PingWhileWaitingAndErrorEventAfterStart) {
   engine_.set_default_script(
       Script{{"a", "b"}, FinishReason::kError, "boom", 0, std::chrono::milliseconds(150)});
