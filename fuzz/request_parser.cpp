@@ -77,7 +77,7 @@ Fixture* fixture() {
     if (!file.ok()) __builtin_trap();
     auto vocab = tokenizer::load_vocab(**file);
     if (!vocab.ok()) __builtin_trap();
-    std::string tmpl = vocab->chat_template.empty() ? chat::kChatMLTemplate : vocab->chat_template;
+    std::string tmpl = chat::template_or_chatml(vocab->chat_template);
     auto tok = tokenizer::Tokenizer::create(std::move(vocab).value());
     if (!tok.ok()) __builtin_trap();
     auto* fx = new Fixture;
@@ -89,6 +89,7 @@ Fixture* fixture() {
     server::register_chat_routes(*fx->router, *fx->ctx);
     server::register_completions_routes(*fx->router, *fx->ctx);
     server::register_tokenize_routes(*fx->router, *fx->ctx);
+    server::register_anthropic_routes(*fx->router, *fx->ctx);
     return fx;
   }();
   return f;
@@ -98,12 +99,13 @@ Fixture* fixture() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  static const char* const kPaths[] = {"/v1/chat/completions", "/v1/completions", "/tokenize",
-                                       "/detokenize"};
+  static const char* const kPaths[] = {
+      "/v1/chat/completions", "/v1/completions", "/tokenize",
+      "/detokenize",          "/v1/messages",    "/v1/messages/count_tokens"};
   Fixture* fx = fixture();
   server::HttpRequest req;
   req.method = "POST";
-  req.path = req.target = kPaths[data[0] % 4];
+  req.path = req.target = kPaths[data[0] % 6];
   req.body.assign(reinterpret_cast<const char*>(data + 1), size - 1);
   RecordingExchange ex;
   fx->router->dispatch(req, ex);

@@ -16,6 +16,15 @@ if(KILN_NODE_BIN)
   set_tests_properties(e2e.serve_openai PROPERTIES LABELS e2e TIMEOUT 600
     ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>;KILN_SHARED=${PROJECT_SOURCE_DIR}/../shared")
 endif()
+# Thinking through /v1/messages (@anthropic-ai/sdk) on a random Qwen3-shaped model whose
+# template opens the reasoning block: thinking blocks, signatures, the thinking budget.
+if(KILN_NODE_BIN)
+  add_test(NAME e2e.anthropic_thinking
+           COMMAND ${KILN_NODE_BIN} --test ${PROJECT_SOURCE_DIR}/tests/e2e/anthropic_thinking_test.mjs
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(e2e.anthropic_thinking PROPERTIES LABELS e2e TIMEOUT 300
+    ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>")
+endif()
 # Serving soak: 500 random requests at concurrency 16 with client aborts, then a clean exit.
 # Its point is the sanitizer build, whose ctest runs only `unit` tests: there it is labelled
 # `unit` too (it takes ~30-60 s with the ASan/UBSan kiln on the tiny stories260K model).

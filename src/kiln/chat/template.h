@@ -52,4 +52,10 @@ bool is_reserved_template_variable(std::string_view name);
 // generation prompt is wanted). Content-part arrays are joined from their text parts.
 extern const char* const kChatMLTemplate;
 
+// The template a model is served with: its own, or ChatML when it has none (the one place
+// the fallback is chosen).
+inline std::string template_or_chatml(std::string model_template) {
+  return model_template.empty() ? std::string(kChatMLTemplate) : std::move(model_template);
+}
+
 }  // namespace kiln::chat

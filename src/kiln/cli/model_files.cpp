@@ -17,10 +17,8 @@ Expected<TextModel> load_text_model(const std::string& path) {
   KILN_TRY(tokenizer::VocabData vocab, tokenizer::load_vocab(*file));
   std::string tmpl = vocab.chat_template;
   KILN_TRY(tokenizer::Tokenizer tok, tokenizer::Tokenizer::create(std::move(vocab)));
-  if (tmpl.empty()) {
-    log::info("'{}' has no chat template; using the ChatML fallback", path);
-    tmpl = chat::kChatMLTemplate;
-  }
+  if (tmpl.empty()) log::info("'{}' has no chat template; using the ChatML fallback", path);
+  tmpl = chat::template_or_chatml(std::move(tmpl));
   return TextModel{std::move(file), std::move(tok), std::move(tmpl)};
 }
 

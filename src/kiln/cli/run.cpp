@@ -91,7 +91,7 @@ Expected<Runtime> load(const RunOptions& o, double* load_seconds) {
   Runtime rt;
   KILN_TRY(rt.model, model::Model::load(o.model));
   KILN_TRY(tokenizer::VocabData vocab, tokenizer::load_vocab(rt.model->file()));
-  rt.chat_template = vocab.chat_template.empty() ? chat::kChatMLTemplate : vocab.chat_template;
+  rt.chat_template = chat::template_or_chatml(vocab.chat_template);
   KILN_TRY(rt.tokenizer, tokenizer::Tokenizer::create(std::move(vocab)));
   KILN_TRY(rt.backend, backend::create_backend({o.device, o.threads}));
   KILN_TRY(const quant::Type kv_type, kv::parse_kv_type(o.kv_type));

@@ -23,6 +23,9 @@ struct ServeOptions {
   int drain_timeout_s = 30;
   int request_timeout_s = 0;
   int header_timeout_s = 5;
+  int max_tokens = 0;  // 0: unset (request_controls.h)
+  int max_tokens_cap = 0;
+  int max_thinking_tokens = 0;
   std::string kv_memory;  // "512M", "2G", bytes
   std::string kv_type = "f16";
 };
@@ -71,6 +74,14 @@ int run_serve(ServeOptions o) {
   o.engine.kv_type = *kv_type;
   o.server.drain_timeout = std::chrono::seconds(o.drain_timeout_s);
   o.server.request_timeout = std::chrono::seconds(o.request_timeout_s);
+  if (o.max_tokens > 0 && o.max_tokens_cap > 0 && o.max_tokens > o.max_tokens_cap) {
+    fmt::print(stderr, "kiln serve: --max-tokens {} is above --max-tokens-cap {}\n", o.max_tokens,
+               o.max_tokens_cap);
+    return 2;
+  }
+  auto positive = [](int v) { return v > 0 ? std::optional<int32_t>(v) : std::nullopt; };
+  o.server.token_limits = {positive(o.max_tokens), positive(o.max_tokens_cap),
+                           positive(o.max_thinking_tokens)};
   o.server.first_request_timeout = std::chrono::seconds(o.header_timeout_s);
   // A request asking for more generations than the queue holds would be refused forever.
   o.server.max_choices = o.engine.max_waiting;
@@ -120,7 +131,8 @@ RunFn add_serve(CLI::App& app) {
   cmd->add_option("-m,--model", o->engine.model_path, kDefaultModelHelp);
   cmd->add_option("--host", o->server.host, "listen address")->capture_default_str();
   add_ranged(cmd, "--port", o->server.port, 0, 65535, "listen port (0: any free port)");
-  cmd->add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY'")
+  cmd->add_option("--api-key", o->server.api_key,
+                  "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY')")
       ->check(CLI::Validator(
           [](std::string& key) -> std::string {
             return key.empty() ? "an empty key would turn authentication off; leave the flag "
@@ -175,6 +187,16 @@ RunFn add_serve(CLI::App& app) {
                 "tokenize control-token text in message content as control tokens (default: "
                 "as plain text; only the chat template's own markup makes control tokens)");
   cmd->add_flag("--cors", o->server.cors, "send Access-Control-Allow-Origin: *");
+  add_ranged(cmd, "--max-tokens", o->max_tokens, 0, kMaxTokens,
+             "output tokens of a request that names no max_tokens (0: chat takes what the "
+             "context leaves, completions 16)");
+  add_ranged(cmd, "--max-tokens-cap", o->max_tokens_cap, 0, kMaxTokens,
+             "refuse (400) a request asking for more output tokens than this (0: no cap)");
+  add_ranged(cmd, "--max-thinking-tokens", o->max_thinking_tokens, 0, kMaxTokens,
+             "thinking budget of a request that names none (0: none)");
+  cmd->add_flag("!--keep-volatile-system-lines", o->server.normalize_volatile_prompt,
+                "keep per-request lines such as Claude Code's 'x-anthropic-billing-header: ...' "
+                "in system prompts (default: removed, so that turns share their cached prefix)");
   return [o]() { return run_serve(*o); };
 }
 

@@ -61,6 +61,9 @@ struct FinishEvent {
   std::string text;  // text released at the end (held-back text flushed); may be empty
   Usage usage;
   std::string error;  // for kError
+  // kStop by a stop string: its index in GenerationRequest::stop; -1 otherwise (an
+  // end-of-generation token).
+  int32_t stop_index = -1;
 };
 
 using Event = std::variant<TokenEvent, FinishEvent>;

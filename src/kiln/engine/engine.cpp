@@ -36,6 +36,7 @@ struct Active {
   StopTokens eog;
   tokenizer::StreamDecoder decoder;
   bool stopped_by_string = false;
+  int32_t stop_index = -1;  // which stop string, once stopped_by_string
 };
 
 FinishReason to_api(SeqFinishReason r) {
@@ -129,6 +130,7 @@ struct Engine::Impl {
         a.channel->push(TokenEvent{r.token, m.text, r.logprob, r.top});
         stop = m.stopped;
         a.stopped_by_string = m.stopped;
+        if (m.stopped) a.stop_index = m.stop_index;
       }
       outputs.push_back({s.id, r.token, stop});
     }
@@ -142,6 +144,7 @@ struct Engine::Impl {
       Active& a = it->second;
       FinishEvent ev;
       ev.reason = to_api(f.reason);
+      if (a.stopped_by_string) ev.stop_index = a.stop_index;
       if (!a.stopped_by_string && ev.reason != FinishReason::kCancelled) {
         // Two statements: the operands of + are unsequenced, and flush() before feed() would
         // put the held-back text after the decoder's tail (and trip the matcher's assert).
@@ -297,7 +300,7 @@ void Engine::thread_main() {
   auto load = [&]() -> Expected<std::unique_ptr<Impl>> {
     KILN_TRY(model_, model::Model::load(opts_.model_path));
     KILN_TRY(tokenizer::VocabData vocab, tokenizer::load_vocab(model_->file()));
-    chat_template_ = vocab.chat_template.empty() ? chat::kChatMLTemplate : vocab.chat_template;
+    chat_template_ = chat::template_or_chatml(vocab.chat_template);
     KILN_TRY(tokenizer::Tokenizer tok, tokenizer::Tokenizer::create(std::move(vocab)));
     tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
     const model::HParams& hp = model_->hparams();

@@ -8,6 +8,7 @@
 
 #include "kiln/engine/sampler.h"
 #include "kiln/engine/stop.h"
+#include "kiln/server/request_controls.h"
 
 namespace kiln::server {
 
@@ -214,14 +215,15 @@ std::optional<ApiError> parse_common(const Json& body, Api api, const ServerCont
   v.reset();
   KILN_CHECK(read_int(body, "seed", INT64_MIN, INT64_MAX, &v));
   sp.seed = v ? static_cast<uint64_t>(*v) : random_seed();
-  // max_completion_tokens (the newer name) wins over max_tokens.
-  v.reset();
-  KILN_CHECK(read_int(body, "max_tokens", 1, INT32_MAX, &v));
-  if (v) out->max_tokens = static_cast<int32_t>(*v);
+  auto asked = read_max_tokens_fields(body);
+  if (auto* e = std::get_if<ApiError>(&asked)) return *e;
+  auto resolved = resolve_max_tokens(
+      std::get<MaxTokensAsked>(asked), ctx.options.token_limits,
+      api == Api::kCompletions ? std::optional<int32_t>(16) : std::nullopt);  // OpenAI's
+  if (auto* e = std::get_if<ApiError>(&resolved)) return *e;
+  out->max_tokens = std::get<MaxTokens>(resolved).value;
+  out->max_tokens_asked = std::get<MaxTokens>(resolved).asked;
   if (api == Api::kChat) {
-    v.reset();
-    KILN_CHECK(read_int(body, "max_completion_tokens", 1, INT32_MAX, &v));
-    if (v) out->max_tokens = static_cast<int32_t>(*v);
     KILN_CHECK(read_bool(body, "logprobs", &sp.logprobs));
     v.reset();
     KILN_CHECK(read_int(body, "top_logprobs", 0, 20, &v));
@@ -276,19 +278,12 @@ std::optional<ApiError> check_num_choices(const ServerContext& ctx, size_t num_p
 std::optional<ApiError> finalize_request(const ServerContext& ctx, int32_t num_prompt_tokens,
                                          CommonParams* params) {
   const int64_t n_ctx = ctx.engine.context_length();
-  const int64_t max_tokens = params->max_tokens ? *params->max_tokens : n_ctx - num_prompt_tokens;
-  if (num_prompt_tokens + std::max<int64_t>(max_tokens, 1) > n_ctx) {
-    if (params->max_tokens)
-      return context_length_exceeded(fmt::format(
-          "This model's maximum context length is {} tokens. However, you requested {} tokens "
-          "({} in the prompt, {} for the completion). Please reduce the length of the prompt "
-          "or the completion.",
-          n_ctx, num_prompt_tokens + max_tokens, num_prompt_tokens, max_tokens));
-    return context_length_exceeded(fmt::format(
-        "This model's maximum context length is {} tokens. However, your prompt has {} tokens. "
-        "Please reduce the length of the prompt.",
-        n_ctx, num_prompt_tokens));
-  }
+  if (auto e = check_context_length(n_ctx, num_prompt_tokens,
+                                    params->max_tokens_asked ? params->max_tokens : std::nullopt))
+    return e;
+  // A default length is bounded by what the context leaves; an asked one was checked above.
+  int64_t max_tokens = n_ctx - num_prompt_tokens;
+  if (params->max_tokens) max_tokens = std::min<int64_t>(max_tokens, *params->max_tokens);
   params->request.max_tokens = static_cast<int32_t>(max_tokens);
   if (ctx.options.request_timeout.count() > 0)
     params->request.deadline = Clock::now() + ctx.options.request_timeout;
@@ -320,6 +315,7 @@ std::optional<ApiError> MultiRun::submit(std::vector<engine::GenerationRequest> 
 }
 
 void MultiRun::record(Choice& c, const engine::Event& e) {
+  last_event_ = Clock::now();
   if (std::holds_alternative<engine::FinishEvent>(e)) {
     c.finished = true;
     return;
@@ -362,6 +358,10 @@ std::optional<std::pair<int, engine::Event>> MultiRun::next(HttpExchange& exchan
       }
     }
     if (first_open < 0) return std::nullopt;  // every request finished
+    if (on_idle_ && idle_every_.count() > 0 && Clock::now() - last_event_ >= idle_every_) {
+      last_event_ = Clock::now();
+      on_idle_();
+    }
     Choice& c = choices_[static_cast<size_t>(first_open)];
     if (auto e = c.channel->pop(milliseconds(num == 1 ? 20 : 5))) {
       record(c, *e);
@@ -383,6 +383,17 @@ ApiError generation_error(const engine::FinishEvent& finish) {
 
 std::string sse_data(const std::string& json) {
   return "data: " + json + "\n\n";
+}
+
+std::string sse_event(std::string_view name, const std::string& json) {
+  std::string out;
+  out.reserve(name.size() + json.size() + 16);
+  out += "event: ";
+  out += name;
+  out += "\ndata: ";
+  out += json;
+  out += "\n\n";
+  return out;
 }
 
 uint64_t random_seed() {

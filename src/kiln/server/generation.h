@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +27,7 @@ enum class Api { kChat, kCompletions };
 struct CommonParams {
   engine::GenerationRequest request;  // sampling, stop, ignore_eos; max_tokens below
   std::optional<int32_t> max_tokens;  // unset: whatever the context leaves
+  bool max_tokens_asked = false;      // by the request (else a default: request_controls.h)
   int32_t n = 1;
   bool stream = false;
   bool include_usage = false;
@@ -40,7 +42,8 @@ std::optional<ApiError> check_model(const Json& body, const ServerContext& ctx);
 // 503 while the engine is not ready.
 std::optional<ApiError> check_ready(const ServerContext& ctx);
 
-// Reads model-independent parameters (errors name the param).
+// Reads model-independent parameters (errors name the param). The output length follows
+// request_controls.h (completions default to 16 tokens, chat to the context's rest).
 std::optional<ApiError> parse_common(const Json& body, Api api, const ServerContext& ctx,
                                      CommonParams* out);
 
@@ -68,6 +71,14 @@ class MultiRun {
   std::optional<std::pair<int, engine::Event>> next(HttpExchange& exchange);
   AbortReason abort_reason() const { return aborted_; }
   size_t size() const { return choices_.size(); }
+  // Cancels every unfinished request; their FinishEvents still come through next().
+  void cancel() { cancel_all(); }
+  // While next() waits, `fn` runs whenever no event came for `every` (a stream's keep-alive
+  // during a long prefill: Anthropic's ping events).
+  void on_idle(std::chrono::milliseconds every, std::function<void()> fn) {
+    idle_every_ = every;
+    on_idle_ = std::move(fn);
+  }
 
  private:
   struct Choice {
@@ -85,6 +96,9 @@ class MultiRun {
   size_t cursor_ = 0;  // round-robin start
   AbortReason aborted_ = AbortReason::kNone;
   Clock::time_point last_poll_{};
+  std::chrono::milliseconds idle_every_{0};
+  std::function<void()> on_idle_;
+  Clock::time_point last_event_ = Clock::now();
 };
 
 // "stop" / "length" for the wire (tool_calls is decided by the chat handler).
@@ -95,6 +109,8 @@ ApiError generation_error(const engine::FinishEvent& finish);
 
 // One SSE event: "data: <json>\n\n".
 std::string sse_data(const std::string& json);
+// One named SSE event: "event: <name>\ndata: <json>\n\n" (Anthropic's stream).
+std::string sse_event(std::string_view name, const std::string& json);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 // A random 64-bit seed for a request that has none.

@@ -12,8 +12,10 @@
 #include "kiln/chat/output_parser.h"
 #include "kiln/chat/template.h"
 #include "kiln/engine/sampler.h"
-#include "kiln/server/chat_prompt.h"
+#include "kiln/server/chat_pipeline.h"
 #include "kiln/server/generation.h"
+#include "kiln/server/openai_common.h"
+#include "kiln/server/request_controls.h"
 
 namespace kiln::server {
 
@@ -23,13 +25,8 @@ using chat::Event;
 using engine::FinishEvent;
 using engine::TokenEvent;
 
-// What a chat body becomes before tokenization.
-struct ChatInput {
-  Json messages = Json::array();  // normalized for the template
-  Json tools;                     // null: none passed to the template
-  bool parse_tools = false;       // tool calls are parsed from the output
-  Json chat_template_kwargs = Json::object();
-};
+// What a chat body becomes before tokenization (chat_pipeline.h).
+using ChatInput = ChatTurn;
 
 std::variant<std::string, ApiError> content_text(const Json& content, const std::string& where) {
   if (content.is_null()) return std::string();
@@ -196,6 +193,13 @@ std::optional<ApiError> read_chat_options(const Json& body, ChatInput* in) {
             "chat_template_kwargs." + kw.key());
     in->chat_template_kwargs = *it;
   }
+  // request_controls.h: the effort reaches the template as reasoning_effort.
+  auto effort = read_reasoning_effort(
+      body.contains("reasoning_effort") ? body["reasoning_effort"] : Json(nullptr),
+      "reasoning_effort");
+  if (auto* e = std::get_if<ApiError>(&effort)) return *e;
+  if (const auto& value = std::get<std::optional<std::string>>(effort))
+    in->chat_template_kwargs["reasoning_effort"] = *value;
   return std::nullopt;
 }
 
@@ -219,15 +223,6 @@ Json logprob_content(const tokenizer::Tokenizer& tok, const TokenEvent& t, bool 
   return e;
 }
 
-Json usage_json(int32_t num_prompt, int32_t num_completion, int32_t num_cached) {
-  Json u = Json::object();
-  u["prompt_tokens"] = num_prompt;
-  u["completion_tokens"] = num_completion;
-  u["total_tokens"] = num_prompt + num_completion;
-  u["prompt_tokens_details"] = Json{{"cached_tokens", num_cached}};
-  return u;
-}
-
 struct ChatJob {
   ServerContext& ctx;
   std::string id;
@@ -238,13 +233,7 @@ struct ChatJob {
   bool include_usage = false;
 
   Json base(const char* object) const {
-    Json j = Json::object();
-    j["id"] = id;
-    j["object"] = object;
-    j["created"] = created;
-    j["model"] = ctx.options.model_name;
-    j["system_fingerprint"] = "kiln";
-    return j;
+    return openai_base(id, object, created, ctx.options.model_name);
   }
 };
 
@@ -307,7 +296,7 @@ HandlerResult respond_whole(ChatJob& job, MultiRun& run, HttpExchange& ex) {
     num_cached = std::max(num_cached, r.finish.usage.cached_tokens);
   }
   body["choices"] = std::move(choices);
-  body["usage"] = usage_json(job.num_prompt_tokens, num_completion, num_cached);
+  body["usage"] = openai_usage(job.num_prompt_tokens, num_completion, num_cached);
   job.ctx.metrics.add_tokens(job.num_prompt_tokens, num_completion);
   return json_response(body);
 }
@@ -394,11 +383,6 @@ class ChatStreamer {
   std::vector<StreamChoice> choices_;
 };
 
-void write_stream_error(HttpExchange& ex, const ApiError& error) {
-  ex.write_chunk(sse_data(error_body(error)));
-  ex.write_chunk(kSseDone);
-}
-
 HandlerResult respond_stream(ChatJob& job, MultiRun& run, HttpExchange& ex) {
   ex.begin_stream(200, "text/event-stream");
   ChatStreamer streamer(job, ex, run.size());
@@ -414,7 +398,7 @@ HandlerResult respond_stream(ChatJob& job, MultiRun& run, HttpExchange& ex) {
     }
     const FinishEvent& f = std::get<FinishEvent>(ev->second);
     if (f.reason == engine::FinishReason::kError || f.reason == engine::FinishReason::kCancelled) {
-      write_stream_error(ex, generation_error(f));
+      write_openai_stream_error(ex, generation_error(f));
       return Streamed{};
     }
     streamer.on_finish(index, f);
@@ -422,14 +406,14 @@ HandlerResult respond_stream(ChatJob& job, MultiRun& run, HttpExchange& ex) {
     num_cached = std::max(num_cached, f.usage.cached_tokens);
   }
   if (run.abort_reason() == AbortReason::kServerShutdown) {
-    write_stream_error(ex, unavailable("The server is shutting down"));
+    write_openai_stream_error(ex, unavailable("The server is shutting down"));
     return Streamed{};
   }
   if (run.abort_reason() == AbortReason::kClientGone) return Streamed{};
   if (job.include_usage) {
     Json chunk = job.base("chat.completion.chunk");
     chunk["choices"] = Json::array();
-    chunk["usage"] = usage_json(job.num_prompt_tokens, num_completion, num_cached);
+    chunk["usage"] = openai_usage(job.num_prompt_tokens, num_completion, num_cached);
     ex.write_chunk(sse_data(dump_json(chunk)));
   }
   ex.write_chunk(kSseDone);
@@ -451,19 +435,10 @@ HandlerResult handle_chat(ServerContext& ctx, const HttpRequest& req, HttpExchan
   if (auto e = check_num_choices(ctx, 1, params.n)) return *e;
   if (auto e = check_ready(ctx)) return *e;
 
-  // Control tokens come only from the template's markup (server/chat_prompt.h).
-  chat::ChatOptions opts;
-  opts.tools = in.tools;
-  opts.chat_template_kwargs = in.chat_template_kwargs;
-  auto rendered = chat_prompt(ctx.tokenizer, ctx.chat_template, std::move(in.messages),
-                              std::move(opts), ctx.options.parse_special_in_content);
-  if (!rendered.ok())
-    return invalid_request(
-        "The chat template could not render these messages: " + rendered.error().message,
-        "messages");
-  const std::string& prompt = rendered->text;
-  std::vector<int32_t> prompt_tokens = std::move(rendered->tokens);
-  const int32_t num_prompt = static_cast<int32_t>(prompt_tokens.size());
+  auto prepared = prepare_chat(ctx, std::move(in));
+  if (auto* e = std::get_if<ApiError>(&prepared)) return *e;
+  PreparedChat& chat = std::get<PreparedChat>(prepared);
+  const int32_t num_prompt = chat.num_prompt_tokens();
   if (auto e = finalize_request(ctx, num_prompt, &params)) return *e;
 
   ChatJob job{ctx};
@@ -472,24 +447,9 @@ HandlerResult handle_chat(ServerContext& ctx, const HttpRequest& req, HttpExchan
   job.num_prompt_tokens = num_prompt;
   job.logprobs = params.request.sampling.logprobs;
   job.include_usage = params.include_usage;
-  job.parser_config = ctx.parser_config;
-  if (!in.parse_tools) job.parser_config.format = chat::ToolFormat::kNone;
-  chat::adjust_for_prompt(job.parser_config, prompt);
-  job.parser_config.id_seed = ctx.num_requests.fetch_add(1) * 1000003u + random_seed() % 1000003u;
-
-  std::vector<engine::GenerationRequest> requests;
-  for (int32_t i = 0; i < params.n; ++i) {
-    engine::GenerationRequest r = params.request;
-    r.request_id = params.n == 1 ? req.request_id : fmt::format("{}-{}", req.request_id, i);
-    r.prompt_tokens = prompt_tokens;
-    r.sampling.seed = engine::choice_seed(params.request.sampling.seed, i);
-    // Tool-call and reasoning markers can be control tokens ([TOOL_CALLS], DeepSeek's
-    // tool-call tokens): the parser must see them, so keep special tokens in the text.
-    // End-of-generation tokens never reach the text either way.
-    if (job.parser_config.format != chat::ToolFormat::kNone || job.parser_config.reasoning)
-      r.skip_special = false;
-    requests.push_back(std::move(r));
-  }
+  job.parser_config = chat.parser_config;
+  std::vector<engine::GenerationRequest> requests =
+      fan_out(chat, params.request, req.request_id, params.n);
   MultiRun run(ctx);
   if (auto e = run.submit(std::move(requests))) return *e;
   return params.stream ? respond_stream(job, run, ex) : respond_whole(job, run, ex);

@@ -7,6 +7,7 @@
 
 #include "kiln/engine/sampler.h"
 #include "kiln/server/generation.h"
+#include "kiln/server/openai_common.h"
 #include "kiln/util/utf8.h"
 
 namespace kiln::server {
@@ -138,22 +139,9 @@ struct CompletionJob {
   int32_t n = 1;                             // choices per prompt
   std::vector<const Prompt*> choice_prompt;  // per choice
 
-  Json base() const {
-    Json j = Json::object();
-    j["id"] = id;
-    j["object"] = "text_completion";
-    j["created"] = created;
-    j["model"] = ctx.options.model_name;
-    j["system_fingerprint"] = "kiln";
-    return j;
-  }
+  Json base() const { return openai_base(id, "text_completion", created, ctx.options.model_name); }
   Json usage(int32_t num_completion, int32_t num_cached) const {
-    Json u = Json::object();
-    u["prompt_tokens"] = num_prompt_tokens;
-    u["completion_tokens"] = num_completion;
-    u["total_tokens"] = num_prompt_tokens + num_completion;
-    u["prompt_tokens_details"] = Json{{"cached_tokens", num_cached}};
-    return u;
+    return openai_usage(num_prompt_tokens, num_completion, num_cached);
   }
 };
 
@@ -245,8 +233,7 @@ HandlerResult respond_stream(CompletionJob& job, MultiRun& run, HttpExchange& ex
     }
     const FinishEvent& f = std::get<FinishEvent>(ev->second);
     if (f.reason == engine::FinishReason::kError || f.reason == engine::FinishReason::kCancelled) {
-      ex.write_chunk(sse_data(error_body(generation_error(f))));
-      ex.write_chunk(kSseDone);
+      write_openai_stream_error(ex, generation_error(f));
       return Streamed{};
     }
     send(index, f.text, job.logprobs ? s.logprobs.take() : Json(nullptr),
@@ -256,8 +243,7 @@ HandlerResult respond_stream(CompletionJob& job, MultiRun& run, HttpExchange& ex
     if (index % static_cast<size_t>(job.n) == 0) num_cached += f.usage.cached_tokens;
   }
   if (run.abort_reason() == AbortReason::kServerShutdown) {
-    ex.write_chunk(sse_data(error_body(unavailable("The server is shutting down"))));
-    ex.write_chunk(kSseDone);
+    write_openai_stream_error(ex, unavailable("The server is shutting down"));
     return Streamed{};
   }
   if (run.abort_reason() == AbortReason::kClientGone) return Streamed{};
@@ -302,10 +288,8 @@ HandlerResult handle_completions(ServerContext& ctx, const HttpRequest& req, Htt
   job.include_usage = params.include_usage;
   job.n = params.n;
   std::vector<engine::GenerationRequest> requests;
-  const std::optional<int32_t> asked_max = params.max_tokens;
   for (size_t p = 0; p < prompts.size(); ++p) {
     const int32_t num_prompt = static_cast<int32_t>(prompts[p].tokens.size());
-    params.max_tokens = asked_max ? asked_max : std::optional<int32_t>(16);  // OpenAI's default
     if (auto e = finalize_request(ctx, num_prompt, &params)) return *e;
     job.num_prompt_tokens += num_prompt;
     for (int32_t i = 0; i < params.n; ++i) {

@@ -44,11 +44,11 @@ Response json_response(const nlohmann::ordered_json& body, int status) {
   return Response{status, "application/json", dump_json(body)};
 }
 
-void write_error(HttpExchange& exchange, const ApiError& error) {
+void write_error(HttpExchange& exchange, const ApiError& error, ErrorStyle style) {
   if (error.retry_after_seconds > 0)
     exchange.add_header("Retry-After", std::to_string(error.retry_after_seconds));
   if (error.status == 401) exchange.add_header("WWW-Authenticate", "Bearer");  // RFC 6750
-  exchange.respond(error.status, "application/json", error_body(error));
+  exchange.respond(error_status(error, style), "application/json", error_body(error, style));
 }
 
 bool constant_time_equal(std::string_view a, std::string_view b) {
@@ -70,8 +70,10 @@ std::string random_id(std::string_view prefix, size_t num_chars) {
   return id;
 }
 
-void Router::add(std::string method, std::string pattern, RouteHandler handler, bool is_public) {
-  routes_.push_back(Route{std::move(method), std::move(pattern), std::move(handler), is_public});
+void Router::add(std::string method, std::string pattern, RouteHandler handler, bool is_public,
+                 ErrorStyle style) {
+  routes_.push_back(
+      Route{std::move(method), std::move(pattern), std::move(handler), is_public, style});
 }
 
 bool Router::matches(std::string_view pattern, std::string_view path) {
@@ -94,6 +96,13 @@ std::string Router::path_param(std::string_view pattern, std::string_view path,
 
 bool Router::authorized(const HttpRequest& req) const {
   if (options_.api_key.empty()) return true;
+  // Anthropic's clients send the key as x-api-key; any client may send either.
+  if (auto key = req.header("x-api-key")) {
+    std::string_view value = *key;
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
+    if (constant_time_equal(value, options_.api_key)) return true;
+  }
   auto auth = req.header("authorization");
   if (!auth) return false;
   std::string_view value = *auth;
@@ -118,7 +127,8 @@ void Router::dispatch(HttpRequest& req, HttpExchange& exchange) const {
   if (options_.cors) {
     exchange.add_header("Access-Control-Allow-Origin", "*");
     exchange.add_header("Access-Control-Allow-Headers",
-                        "Authorization, Content-Type, X-Request-Id");
+                        "Authorization, Content-Type, X-Request-Id, X-Api-Key, "
+                        "Anthropic-Version, Anthropic-Beta");
     exchange.add_header("Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
   }
 
@@ -126,9 +136,11 @@ void Router::dispatch(HttpRequest& req, HttpExchange& exchange) const {
   const std::string_view method = req.method == "HEAD" ? std::string_view("GET") : req.method;
   const Route* route = nullptr;
   bool path_known = false;
+  ErrorStyle style = ErrorStyle::kOpenAI;  // of the path's routes; OpenAI for unknown paths
   for (const Route& r : routes_) {
     if (!matches(r.pattern, req.path)) continue;
     path_known = true;
+    style = r.style;
     if (r.method == method) {
       route = &r;
       break;
@@ -139,9 +151,9 @@ void Router::dispatch(HttpRequest& req, HttpExchange& exchange) const {
     exchange.respond(204, "", "");
   } else if (route == nullptr) {
     write_error(exchange,
-                path_known ? method_not_allowed(req.method, req.path) : not_found(req.path));
+                path_known ? method_not_allowed(req.method, req.path) : not_found(req.path), style);
   } else if (!route->is_public && !authorized(req)) {
-    write_error(exchange, unauthorized());
+    write_error(exchange, unauthorized(), style);
   } else {
     // A handler never takes the process down: anything it throws becomes a 500.
     HandlerResult result = Streamed{};
@@ -155,7 +167,7 @@ void Router::dispatch(HttpRequest& req, HttpExchange& exchange) const {
     if (auto* res = std::get_if<Response>(&result)) {
       exchange.respond(res->status, res->content_type, std::move(res->body));
     } else if (auto* error = std::get_if<ApiError>(&result)) {
-      if (!exchange.responded()) write_error(exchange, *error);
+      if (!exchange.responded()) write_error(exchange, *error, route->style);
     }
   }
 

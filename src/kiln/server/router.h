@@ -30,9 +30,10 @@ using RouteHandler = std::function<HandlerResult(const HttpRequest&, HttpExchang
 Response json_response(const nlohmann::json& body, int status = 200);
 Response json_response(const nlohmann::ordered_json& body, int status = 200);
 
-// Writes an error response (the envelope, plus Retry-After when set). The one place an
-// ApiError becomes HTTP.
-void write_error(HttpExchange& exchange, const ApiError& error);
+// Writes an error response (the envelope of `style`, plus Retry-After when set). The one
+// place an ApiError becomes HTTP.
+void write_error(HttpExchange& exchange, const ApiError& error,
+                 ErrorStyle style = ErrorStyle::kOpenAI);
 
 // Compares in time independent of where the strings differ (the API key check).
 bool constant_time_equal(std::string_view a, std::string_view b);
@@ -48,8 +49,10 @@ class Router {
 
   // `pattern` is a path whose segments may be "{name}" (matching one non-empty segment),
   // e.g. "/v1/models/{id}"; path_param() returns the matched value. Public routes skip
-  // the API key (/health, /metrics).
-  void add(std::string method, std::string pattern, RouteHandler handler, bool is_public = false);
+  // the API key (/health, /metrics). `style`: the envelope of this route's errors (also
+  // of its 401 and 405).
+  void add(std::string method, std::string pattern, RouteHandler handler, bool is_public = false,
+           ErrorStyle style = ErrorStyle::kOpenAI);
 
   // Called after each request with its status (for /metrics).
   void on_complete(std::function<void(int status)> callback) { on_complete_ = std::move(callback); }
@@ -67,6 +70,7 @@ class Router {
     std::string pattern;
     RouteHandler handler;
     bool is_public;
+    ErrorStyle style;
   };
   static bool matches(std::string_view pattern, std::string_view path);
   bool authorized(const HttpRequest& req) const;

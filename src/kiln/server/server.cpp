@@ -26,7 +26,7 @@ Server::Server(engine::EngineApi& engine, tokenizer::Tokenizer tokenizer, std::s
                              0,
                              {}}),
       impl_(std::make_unique<Impl>()) {
-  if (ctx_->chat_template.empty()) ctx_->chat_template = chat::kChatMLTemplate;
+  ctx_->chat_template = chat::template_or_chatml(std::move(ctx_->chat_template));
   ctx_->parser_config = chat::config_for_template(ctx_->chat_template);
   ctx_->created_unix = static_cast<int64_t>(std::time(nullptr));
 
@@ -39,6 +39,7 @@ Server::Server(engine::EngineApi& engine, tokenizer::Tokenizer tokenizer, std::s
   register_tokenize_routes(router, *ctx_);
   register_chat_routes(router, *ctx_);
   register_completions_routes(router, *ctx_);
+  register_anthropic_routes(router, *ctx_);
   router.on_complete([ctx = ctx_.get()](int status) { ctx->metrics.count_request(status); });
 
   HttpServerOptions http;

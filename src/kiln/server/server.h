@@ -14,6 +14,7 @@
 #include <string>
 
 #include "kiln/engine/api.h"
+#include "kiln/server/request_controls.h"
 #include "kiln/tokenizer/tokenizer.h"
 #include "kiln/util/status.h"
 
@@ -49,6 +50,14 @@ struct ServerOptions {
   // tokens. true: the whole rendered prompt is parsed for control tokens.
   bool parse_special_in_content = false;
   bool cors = false;  // Access-Control-Allow-Origin: *
+  // Anthropic streams: a ping event whenever nothing else was sent for this long (a long
+  // prefill), so that proxies and clients keep the stream.
+  std::chrono::milliseconds ping_interval{5000};
+  // Remove known-volatile lines (Claude Code's x-anthropic-billing-header) from system
+  // prompts before templating, so that the turns of a conversation share their prefix.
+  bool normalize_volatile_prompt = true;
+  // --max-tokens (default output length), --max-tokens-cap, --max-thinking-tokens.
+  TokenLimits token_limits;
 };
 
 struct ServerContext;

@@ -114,6 +114,7 @@ class FakeEngine final : public engine::EngineApi {
       ch.push(t);
       if (r.stopped) {
         finish.reason = engine::FinishReason::kStop;
+        finish.stop_index = r.stop_index;
         finish.usage.completion_tokens = n;
         ch.push(finish);
         num_finished_.fetch_add(1);

