@@ -166,20 +166,20 @@ std::vector<std::vector<std::pair<uint8_t, uint8_t>>> utf8_sequences(uint32_t lo
 // --- Lowering -------------------------------------------------------------------------------
 
 int32_t GrammarBuilder::rule(std::string_view name) {
-  for (size_t i = 0; i < names_.size(); ++i) {
-    if (names_[i] == name) return static_cast<int32_t>(i);
-  }
+  auto it = ids_.find(std::string(name));
+  if (it != ids_.end()) return it->second;
   names_.emplace_back(name);
   exprs_.emplace_back();
   defined_.push_back(false);
-  return static_cast<int32_t>(names_.size() - 1);
+  const int32_t id = static_cast<int32_t>(names_.size() - 1);
+  ids_.emplace(names_.back(), id);
+  return id;
 }
 
 int32_t GrammarBuilder::fresh_rule(std::string_view hint) {
   std::string name(hint);
-  for (int i = 1; std::find(names_.begin(), names_.end(), name) != names_.end(); ++i) {
-    name = fmt::format("{}-{}", hint, i);
-  }
+  int32_t& n = next_suffix_[name];
+  while (ids_.count(name)) name = fmt::format("{}-{}", hint, ++n);
   return rule(name);
 }
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -128,6 +129,8 @@ class GrammarBuilder {
   std::vector<std::string> names_;
   std::vector<Expr> exprs_;
   std::vector<bool> defined_;
+  std::unordered_map<std::string, int32_t> ids_;
+  std::unordered_map<std::string, int32_t> next_suffix_;  // fresh_rule's last suffix per hint
 };
 
 // The UTF-8 byte sequences of the code points in [lo, hi] (surrogates excluded): each result

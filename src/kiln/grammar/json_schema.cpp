@@ -99,6 +99,10 @@ Expr digits_same_length(const std::string& lo, const std::string& hi) {
   return alt(std::move(alts));
 }
 
+// Unbounded integers and the parts of numbers have at most this many digits (so every value
+// the grammar admits is a finite double; llama.cpp limits them the same way).
+constexpr size_t kMaxDigits = 16;
+
 Expr uint_range(uint64_t lo, std::optional<uint64_t> hi) {
   std::vector<Expr> alts;
   const std::string los = std::to_string(lo);
@@ -114,7 +118,10 @@ Expr uint_range(uint64_t lo, std::optional<uint64_t> hi) {
     ByteSet nz, d;
     nz.add_range('1', '9');
     d.add_range('0', '9');
-    alts.push_back(seq({byte_set(nz), repeat(byte_set(d), int32_t(los.size()), kUnbounded)}));
+    if (los.size() < kMaxDigits) {
+      alts.push_back(
+          seq({byte_set(nz), repeat(byte_set(d), int32_t(los.size()), int32_t(kMaxDigits - 1))}));
+    }
   }
   return alt(std::move(alts));
 }
@@ -200,8 +207,8 @@ class SchemaCompiler {
       sign.add('+');
       b_.define(number_rule_,
                 seq({opt(literal("-")), uint_range(0, std::nullopt),
-                     opt(seq({literal("."), plus(byte_set(d))})),
-                     opt(seq({byte_set(e), opt(byte_set(sign)), plus(byte_set(d))}))}));
+                     opt(seq({literal("."), repeat(byte_set(d), 1, kMaxDigits)})),
+                     opt(seq({byte_set(e), opt(byte_set(sign)), repeat(byte_set(d), 1, 2)}))}));
     }
     return ref(number_rule_);
   }
@@ -613,7 +620,7 @@ class SchemaCompiler {
     // any fraction; the bound itself only without one.
     ByteSet d;
     d.add_range('0', '9');
-    Expr frac = opt(seq({literal("."), plus(byte_set(d))}));
+    Expr frac = opt(seq({literal("."), repeat(byte_set(d), 1, kMaxDigits)}));
     std::vector<Expr> alts;
     if (!hi || *hi >= 0) {  // x >= 0
       const int64_t a = lo ? std::max<int64_t>(*lo, 0) : 0;
