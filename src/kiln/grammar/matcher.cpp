@@ -1,6 +1,7 @@
 #include "kiln/grammar/matcher.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 namespace kiln::grammar {
@@ -87,11 +88,18 @@ int32_t Automaton::step(int32_t state, uint8_t byte) {
   if (!s.first.has(byte)) return kDead;
   std::vector<int32_t> out;
   ++cur_stamp_;
+  // Bytes that every stack of the set treats like `byte` lead to the same successor: fill the
+  // whole class at once (a JSON string state has a handful of classes, not 256 bytes).
+  ByteSet same;
+  same.bits = {~0ull, ~0ull, ~0ull, ~0ull};
   // sets_ may grow below (node() does not touch it, intern() does, after the loop).
   for (int32_t n : sets_[state].nodes) {
     if (n == 0) continue;
     const Node nd = nodes_[n];
-    if (g_.terminal(g_.elements[nd.pos]).has(byte)) expand(node(nd.pos + 1, nd.parent), &out);
+    const ByteSet& t = g_.terminal(g_.elements[nd.pos]);
+    const bool hit = t.has(byte);
+    for (int w = 0; w < 4; ++w) same.bits[w] &= hit ? t.bits[w] : ~t.bits[w];
+    if (hit) expand(node(nd.pos + 1, nd.parent), &out);
   }
   const int32_t next = intern(std::move(out));
   Set& s2 = sets_[state];
@@ -99,7 +107,11 @@ int32_t Automaton::step(int32_t state, uint8_t byte) {
     s2.next.reset(new int32_t[256]);
     std::fill(s2.next.get(), s2.next.get() + 256, -1);
   }
-  s2.next[byte] = next;
+  for (int w = 0; w < 4; ++w) {
+    for (uint64_t bits = same.bits[w]; bits; bits &= bits - 1) {
+      s2.next[w * 64 + std::countr_zero(bits)] = next;
+    }
+  }
   return next;
 }
 
@@ -111,19 +123,36 @@ int32_t Automaton::step(int32_t state, std::string_view bytes) {
   return state;
 }
 
-const ByteSet& Automaton::self_loop(int32_t state) {
-  if (!sets_[state].self_loop_known) {
-    ByteSet loop;
+const Automaton::MainStep& Automaton::main_step(int32_t state) {
+  if (!sets_[state].main_known) {
+    // The successor most bytes lead to, and those bytes.
     const ByteSet first = sets_[state].first;
+    std::vector<std::pair<int32_t, int32_t>> counts;  // (successor, bytes)
+    int32_t succ[256];
     for (int b = 0; b < 256; ++b) {
-      if (first.has(static_cast<uint8_t>(b)) && step(state, static_cast<uint8_t>(b)) == state) {
-        loop.add(static_cast<uint8_t>(b));
+      succ[b] = first.has(static_cast<uint8_t>(b)) ? step(state, static_cast<uint8_t>(b)) : kDead;
+      if (succ[b] == kDead) continue;
+      auto it = std::find_if(counts.begin(), counts.end(),
+                             [&](const auto& c) { return c.first == succ[b]; });
+      if (it == counts.end()) {
+        counts.emplace_back(succ[b], 1);
+      } else {
+        ++it->second;
       }
     }
-    sets_[state].self_loop = loop;
-    sets_[state].self_loop_known = true;
+    MainStep m;
+    if (!counts.empty()) {
+      m.next = std::max_element(counts.begin(), counts.end(), [](const auto& x, const auto& y) {
+                 return x.second < y.second;
+               })->first;
+      for (int b = 0; b < 256; ++b) {
+        if (succ[b] == m.next) m.bytes.add(static_cast<uint8_t>(b));
+      }
+    }
+    sets_[state].main = m;
+    sets_[state].main_known = true;
   }
-  return sets_[state].self_loop;
+  return sets_[state].main;
 }
 
 // --- CompiledGrammar ------------------------------------------------------------------------
@@ -166,9 +195,21 @@ void CompiledGrammar::walk(int32_t state, std::span<uint64_t> mask, int64_t* num
       i = nd.end;
       continue;
     }
+    // Cheap tests first: most subtrees hold a byte that kills or forks the state.
     const ByteSet& below = vocab_->desc_set(nd.desc_bytes);
-    if (automaton_.first_bytes(s).covers(below) && automaton_.self_loop(s).covers(below)) {
-      set_range(nd.own_end, nd.tok_end);  // every byte below loops back to s
+    bool all = false;
+    if (automaton_.first_bytes(s).covers(below)) {
+      const Automaton::MainStep& m = automaton_.main_step(s);
+      if (m.bytes.covers(below)) {
+        // A self-loop on every byte below (inside a JSON string), or a chain of states that
+        // lasts as long as the deepest token below (inside a string with maxLength).
+        all = m.next == s || survives(m.next, below, nd.height - 1);
+      } else {
+        all = nd.height <= 1;
+      }
+    }
+    if (all) {
+      set_range(nd.own_end, nd.tok_end);  // every string below survives
       i = nd.end;
       continue;
     }
@@ -176,6 +217,18 @@ void CompiledGrammar::walk(int32_t state, std::span<uint64_t> mask, int64_t* num
     ++i;
   }
   *num_visited = visited;
+}
+
+bool CompiledGrammar::survives(int32_t state, const ByteSet& bytes, int32_t need) {
+  for (int32_t k = 0; k < need; ++k) {
+    if (!automaton_.first_bytes(state).covers(bytes)) return false;
+    if (k + 1 == need) return true;  // the last byte only has to be accepted
+    const Automaton::MainStep& m = automaton_.main_step(state);
+    if (!m.bytes.covers(bytes)) return false;
+    if (m.next == state) return true;  // a self-loop: survives any length
+    state = m.next;
+  }
+  return true;
 }
 
 void CompiledGrammar::fill_mask(int32_t state, std::span<uint64_t> mask) {

@@ -53,8 +53,13 @@ class Automaton {
   bool accepting(int32_t state) const { return sets_[state].accepting; }
   // Bytes some stack of `state` accepts.
   const ByteSet& first_bytes(int32_t state) const { return sets_[state].first; }
-  // Bytes that lead from `state` back to `state`.
-  const ByteSet& self_loop(int32_t state);
+  // The successor that most bytes lead to from `state`, and those bytes (inside a JSON string:
+  // the same state, or the next count of a bounded string).
+  struct MainStep {
+    int32_t next = kDead;
+    ByteSet bytes;
+  };
+  const MainStep& main_step(int32_t state);
   int32_t num_states() const { return static_cast<int32_t>(sets_.size()); }
   int32_t num_stacks() const { return static_cast<int32_t>(nodes_.size()); }
 
@@ -66,9 +71,9 @@ class Automaton {
   struct Set {
     std::vector<int32_t> nodes;  // sorted; node 0 means "may end here"
     bool accepting = false;
-    bool self_loop_known = false;
+    bool main_known = false;
     ByteSet first;
-    ByteSet self_loop;
+    MainStep main;
     std::unique_ptr<int32_t[]> next;  // [256], -1 unknown; allocated on the first step
   };
   struct VecHash {
@@ -104,6 +109,9 @@ class CompiledGrammar {
   // Fills `mask` (vocab().mask_words() words) with the tokens allowed in `state`.
   void fill_mask(int32_t state, std::span<uint64_t> mask);
   void walk(int32_t state, std::span<uint64_t> mask, int64_t* num_visited);
+  // Does `state` survive every string of `need` bytes, each byte from `bytes`? True when each
+  // state on the way sends all of `bytes` to one successor that accepts them again.
+  bool survives(int32_t state, const ByteSet& bytes, int32_t need);
 
   std::mutex mu_;
   Automaton automaton_;

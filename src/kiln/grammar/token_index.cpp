@@ -116,6 +116,7 @@ void TokenIndex::build(std::vector<std::string> token_bytes, std::vector<int32_t
     if (parent[i] >= 0) {
       desc[parent[i]] |= desc[i];
       desc[parent[i]].add(nodes_[i].byte);
+      nodes_[parent[i]].height = std::max<uint16_t>(nodes_[parent[i]].height, nodes_[i].height + 1);
     }
   }
   std::map<std::array<uint64_t, 4>, int32_t> ids;

@@ -38,7 +38,9 @@ class TokenIndex {
   struct Node {
     uint8_t byte;
     uint8_t pad;
-    uint16_t depth;      // 1 for a first byte
+    uint16_t depth;   // 1 for a first byte
+    uint16_t height;  // longest path below this node, in bytes (0 for a leaf)
+    uint16_t pad2;
     int32_t end;         // first node after this node's subtree
     int32_t tok_begin;   // tokens of this node, then of its subtree, in trie_tokens
     int32_t own_end;     // [tok_begin, own_end): tokens whose bytes end at this node
