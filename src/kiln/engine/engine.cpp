@@ -1,7 +1,9 @@
 #include "kiln/engine/engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <limits>
 
 #include <fmt/format.h>
 #include <unordered_map>
@@ -36,7 +38,31 @@ struct Active {
   StopTokens eog;
   tokenizer::StreamDecoder decoder;
   bool stopped_by_string = false;
+  // Structured output (req.grammar): the matcher, and scratch for the mask and masked logits.
+  std::unique_ptr<grammar::Matcher> matcher;
+  std::vector<uint64_t> mask;
+  std::vector<float> masked_logits;
+  bool grammar_dead_end = false;
 };
+
+// logits with every token the mask does not allow set to -inf, into `out` ([n_vocab]; ids past
+// the mask, such as padding rows of the output matrix, are never allowed). False when the mask
+// allows nothing.
+bool apply_mask(std::span<const float> logits, std::span<const uint64_t> mask,
+                std::vector<float>* out) {
+  const size_t n = logits.size();
+  out->assign(n, -std::numeric_limits<float>::infinity());
+  bool any = false;
+  for (size_t w = 0; w < mask.size() && w * 64 < n; ++w) {
+    for (uint64_t bits = mask[w]; bits; bits &= bits - 1) {
+      const size_t id = w * 64 + static_cast<size_t>(std::countr_zero(bits));
+      if (id >= n) break;
+      (*out)[id] = logits[id];
+      any = true;
+    }
+  }
+  return any;
+}
 
 FinishReason to_api(SeqFinishReason r) {
   switch (r) {
@@ -96,10 +122,11 @@ struct Engine::Impl {
       StopTokens eog(eog_ids);
       for (int32_t t : p.req.stop_token_ids) eog.add(t);
       const int32_t n_vocab = static_cast<int32_t>(engine.model_->hparams().n_vocab);
-      active.emplace(
+      auto [it, fresh] = active.emplace(
           id, Active{p.channel, p.req, Sampler(p.req.sampling, n_vocab), StopMatcher(p.req.stop),
                      std::move(eog),
                      tokenizer::StreamDecoder(*engine.tokenizer_, p.req.skip_special), false});
+      if (p.req.grammar) it->second.matcher = std::make_unique<grammar::Matcher>(p.req.grammar);
     }
   }
 
@@ -120,7 +147,24 @@ struct Engine::Impl {
       const float* lg = logits.data() + static_cast<int64_t>(row++) * n_vocab;
       Active& a = active.at(s.id);
       const Sequence* seq = sched.find(s.id);
-      const SampleResult r = a.sampler.sample(std::span<const float>(lg, n_vocab), seq->tokens);
+      std::span<const float> row_logits(lg, n_vocab);
+      if (a.matcher) {
+        a.mask.resize(a.matcher->mask_words());
+        a.matcher->fill_mask(a.mask);
+        if (!apply_mask(row_logits, a.mask, &a.masked_logits)) {
+          // Nothing allowed: end here (never emit a token outside the grammar).
+          a.grammar_dead_end = true;
+          outputs.push_back({s.id, eog_ids.empty() ? 0 : eog_ids[0], true});
+          continue;
+        }
+        row_logits = a.masked_logits;
+      }
+      const SampleResult r = a.sampler.sample(row_logits, seq->tokens);
+      if (a.matcher && !a.matcher->accept_token(r.token)) {
+        a.grammar_dead_end = true;  // (the mask allowed it: an invariant, kept off the output)
+        outputs.push_back({s.id, r.token, true});
+        continue;
+      }
       bool stop = false;
       if (!a.req.ignore_eos && a.eog.contains(r.token)) {
         stop = true;
@@ -149,6 +193,11 @@ struct Engine::Impl {
         ev.text += a.stop.flush();
       }
       ev.usage = {f.num_prompt_tokens, f.num_output_tokens, f.num_cached_prompt_tokens};
+      if (a.grammar_dead_end) {
+        ev.reason = FinishReason::kLength;
+        ev.error = "the output constraint allows no further token (dead end)";
+        log::warn("request {}: {}", a.req.request_id, ev.error);
+      }
       finish(f.id, std::move(ev));
     }
   }

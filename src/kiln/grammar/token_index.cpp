@@ -7,6 +7,16 @@
 namespace kiln::grammar {
 
 std::shared_ptr<const TokenIndex> TokenIndex::create(const tokenizer::Tokenizer& tok) {
+  std::vector<int32_t> ends;
+  const auto& v = tok.vocab();
+  for (const auto& id : {v.eos_id, v.eot_id, v.eom_id}) {
+    if (id && *id >= 0 && *id < tok.num_tokens()) ends.push_back(*id);
+  }
+  return create(tok, std::move(ends));
+}
+
+std::shared_ptr<const TokenIndex> TokenIndex::create(const tokenizer::Tokenizer& tok,
+                                                     std::vector<int32_t> ends) {
   const int32_t n = tok.num_tokens();
   std::vector<std::string> bytes(n);
   std::vector<bool> allowed(n, false);
@@ -19,11 +29,10 @@ std::shared_ptr<const TokenIndex> TokenIndex::create(const tokenizer::Tokenizer&
     bytes[id] = std::string(tok.token_piece(id));
     allowed[id] = !bytes[id].empty();
   }
-  std::vector<int32_t> ends;
-  const auto& v = tok.vocab();
-  for (const auto& id : {v.eos_id, v.eot_id, v.eom_id}) {
-    if (id && *id >= 0 && *id < n) ends.push_back(*id);
+  for (int32_t e : ends) {
+    if (e >= 0 && e < n) allowed[e] = false;  // only where the grammar may end
   }
+  std::erase_if(ends, [&](int32_t e) { return e < 0 || e >= n; });
   auto idx = std::make_shared<TokenIndex>();
   idx->build(std::move(bytes), std::move(ends), std::move(allowed));
   return idx;

@@ -22,6 +22,9 @@ class TokenIndex {
   // of a constrained output. end_tokens (EOS, EOT, EOM of the vocabulary) are allowed exactly
   // where the grammar may end.
   static std::shared_ptr<const TokenIndex> create(const tokenizer::Tokenizer& tok);
+  // The same with the caller's end tokens (the engine's end-of-generation ids).
+  static std::shared_ptr<const TokenIndex> create(const tokenizer::Tokenizer& tok,
+                                                  std::vector<int32_t> end_tokens);
   // For tests: an explicit vocabulary; tokens with empty bytes are never allowed.
   static std::shared_ptr<const TokenIndex> create(std::vector<std::string> token_bytes,
                                                   std::vector<int32_t> end_tokens);
