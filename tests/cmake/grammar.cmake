@@ -17,3 +17,13 @@ if(KILN_PYTHON3 AND TARGET test_grammar)
   set_tests_properties(grammar_soundness_validate PROPERTIES FIXTURES_REQUIRED grammar_soundness
                        LABELS oracle)
 endif()
+
+# Structured output through a live server and the openai client (kiln-tiny and stories260K).
+find_program(KILN_GRAMMAR_NODE node)
+if(KILN_GRAMMAR_NODE AND EXISTS ${PROJECT_SOURCE_DIR}/models/kiln-tiny.gguf)
+  add_test(NAME e2e.grammar_serve
+           COMMAND ${KILN_GRAMMAR_NODE} --test ${PROJECT_SOURCE_DIR}/tests/e2e/grammar_serve_test.mjs
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(e2e.grammar_serve PROPERTIES LABELS e2e TIMEOUT 300
+    ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>;KILN_SHARED=${PROJECT_SOURCE_DIR}/../shared")
+endif()

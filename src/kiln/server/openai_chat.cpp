@@ -13,6 +13,7 @@
 #include "kiln/chat/template.h"
 #include "kiln/engine/sampler.h"
 #include "kiln/server/chat_prompt.h"
+#include "kiln/server/constraint.h"
 #include "kiln/server/generation.h"
 
 namespace kiln::server {
@@ -175,12 +176,8 @@ std::optional<ApiError> read_chat_options(const Json& body, ChatInput* in) {
     const std::string type = it->is_object() && it->contains("type") && it->at("type").is_string()
                                  ? it->at("type").get<std::string>()
                                  : "";
-    if (type == "json_object" || type == "json_schema")
-      return not_supported(fmt::format("response_format type '{}' is not supported yet: this "
-                                       "server has no constrained decoding",
-                                       type),
-                           "response_format");
-    if (type != "text")
+    // json_object and json_schema: read_constraint (server/constraint.cpp) compiles them.
+    if (type != "text" && type != "json_object" && type != "json_schema")
       return invalid_request("'response_format.type' must be text, json_object or json_schema",
                              "response_format");
   }
@@ -448,6 +445,7 @@ HandlerResult handle_chat(ServerContext& ctx, const HttpRequest& req, HttpExchan
   if (auto e = read_chat_options(body, &in)) return *e;
   CommonParams params;
   if (auto e = parse_common(body, Api::kChat, ctx, &params)) return *e;
+  if (auto e = read_constraint(body, ctx, &params.request)) return *e;
   if (auto e = check_num_choices(ctx, 1, params.n)) return *e;
   if (auto e = check_ready(ctx)) return *e;
 

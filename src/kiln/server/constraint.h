@@ -1,0 +1,21 @@
+// Structured output fields of a chat or completions body, compiled into the request's grammar:
+//   response_format {"type":"json_object"} | {"type":"json_schema","json_schema":{"schema":..}}
+//   guided_json / guided_regex / guided_grammar / guided_choice (vLLM's names), and the shorter
+//   json_schema / regex / grammar / choice (llama-server's `grammar`, `json_schema`).
+// At most one may be given; compile errors are a 400 naming the field.
+#pragma once
+
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/engine/api.h"
+#include "kiln/server/context.h"
+#include "kiln/server/errors.h"
+
+namespace kiln::server {
+
+std::optional<ApiError> read_constraint(const nlohmann::ordered_json& body, ServerContext& ctx,
+                                        engine::GenerationRequest* request);
+
+}  // namespace kiln::server
