@@ -27,3 +27,11 @@ if(KILN_GRAMMAR_NODE AND EXISTS ${PROJECT_SOURCE_DIR}/models/kiln-tiny.gguf)
   set_tests_properties(e2e.grammar_serve PROPERTIES LABELS e2e TIMEOUT 300
     ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>;KILN_SHARED=${PROJECT_SOURCE_DIR}/../shared")
 endif()
+
+# kiln run --grammar / --json-schema.
+if(EXISTS ${PROJECT_SOURCE_DIR}/../shared/models/stories260K.gguf)
+  add_test(NAME e2e.grammar_run
+           COMMAND ${PROJECT_SOURCE_DIR}/tests/e2e/grammar_run_test.sh $<TARGET_FILE:kiln>
+                   ${PROJECT_SOURCE_DIR}/../shared)
+  set_tests_properties(e2e.grammar_run PROPERTIES LABELS e2e TIMEOUT 120)
+endif()

@@ -45,25 +45,6 @@ struct Active {
   bool grammar_dead_end = false;
 };
 
-// logits with every token the mask does not allow set to -inf, into `out` ([n_vocab]; ids past
-// the mask, such as padding rows of the output matrix, are never allowed). False when the mask
-// allows nothing.
-bool apply_mask(std::span<const float> logits, std::span<const uint64_t> mask,
-                std::vector<float>* out) {
-  const size_t n = logits.size();
-  out->assign(n, -std::numeric_limits<float>::infinity());
-  bool any = false;
-  for (size_t w = 0; w < mask.size() && w * 64 < n; ++w) {
-    for (uint64_t bits = mask[w]; bits; bits &= bits - 1) {
-      const size_t id = w * 64 + static_cast<size_t>(std::countr_zero(bits));
-      if (id >= n) break;
-      (*out)[id] = logits[id];
-      any = true;
-    }
-  }
-  return any;
-}
-
 FinishReason to_api(SeqFinishReason r) {
   switch (r) {
     case SeqFinishReason::kStop:
@@ -151,7 +132,7 @@ struct Engine::Impl {
       if (a.matcher) {
         a.mask.resize(a.matcher->mask_words());
         a.matcher->fill_mask(a.mask);
-        if (!apply_mask(row_logits, a.mask, &a.masked_logits)) {
+        if (!grammar::mask_logits(row_logits, a.mask, &a.masked_logits)) {
           // Nothing allowed: end here (never emit a token outside the grammar).
           a.grammar_dead_end = true;
           outputs.push_back({s.id, eog_ids.empty() ? 0 : eog_ids[0], true});

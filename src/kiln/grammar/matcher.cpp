@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
 
 namespace kiln::grammar {
 
@@ -318,6 +319,22 @@ void Matcher::reset() {
   state_ = grammar_->automaton_.initial();
   finished_ = false;
   history_.clear();
+}
+
+bool mask_logits(std::span<const float> logits, std::span<const uint64_t> mask,
+                 std::vector<float>* out) {
+  const size_t n = logits.size();
+  out->assign(n, -std::numeric_limits<float>::infinity());
+  bool any = false;
+  for (size_t w = 0; w < mask.size() && w * 64 < n; ++w) {
+    for (uint64_t bits = mask[w]; bits; bits &= bits - 1) {
+      const size_t id = w * 64 + static_cast<size_t>(std::countr_zero(bits));
+      if (id >= n) break;
+      (*out)[id] = logits[id];
+      any = true;
+    }
+  }
+  return any;
 }
 
 }  // namespace kiln::grammar

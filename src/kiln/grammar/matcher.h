@@ -153,4 +153,10 @@ class Matcher {
   std::vector<std::pair<int32_t, bool>> history_;  // (state, finished) before each accept
 };
 
+// `logits` with every token the mask does not allow set to -inf, into `out` ([logits.size()];
+// ids past the mask, such as padding rows of an output matrix, are never allowed). False when
+// the mask allows nothing.
+bool mask_logits(std::span<const float> logits, std::span<const uint64_t> mask,
+                 std::vector<float>* out);
+
 }  // namespace kiln::grammar
