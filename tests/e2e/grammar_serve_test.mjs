@@ -164,3 +164,59 @@ test('bad constraints are 400s naming the problem', async () => {
       (e) => e.status === 400 && re.test(e.message));
   }
 });
+
+const GET_WEATHER = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'Current weather in a city.',
+    parameters: {
+      type: 'object',
+      properties: { city: { type: 'string', maxLength: 20 }, unit: { enum: ['celsius', 'fahrenheit'] } },
+      required: ['city'],
+    },
+  },
+};
+const DICTIONARY = {
+  type: 'function',
+  function: {
+    name: 'dictionary',
+    description: 'Look up the meaning of an English word in the dictionary.',
+    parameters: { type: 'object', properties: { word: { type: 'string' } }, required: ['word'] },
+  },
+};
+
+test('tiny: tool_choice required and named force a parsable call of an offered tool', async () => {
+  const { client } = tiny;
+  // Offered only get_weather, kiln-tiny (trained to call `dictionary`) must call get_weather.
+  for (const seed of [1, 2, 3]) {
+    const r = await client.chat.completions.create({
+      model: 'm', messages: [{ role: 'user', content: 'What does river mean?' }], temperature: 1, seed,
+      max_tokens: 120, tools: [GET_WEATHER], tool_choice: 'required', parallel_tool_calls: false,
+    });
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c));
+    assert.equal(c.message.tool_calls.length, 1);
+    const call = c.message.tool_calls[0];
+    assert.equal(call.function.name, 'get_weather');
+    const args = JSON.parse(call.function.arguments);
+    assert.equal(typeof args.city, 'string');
+    assert.ok([...args.city].length <= 20);
+    if ('unit' in args) assert.ok(['celsius', 'fahrenheit'].includes(args.unit));
+    assert.deepEqual(Object.keys(args).filter((k) => !['city', 'unit'].includes(k)), []);
+  }
+  const named = await client.chat.completions.create({
+    model: 'm', messages: [{ role: 'user', content: 'What does dog mean?' }], temperature: 0,
+    max_tokens: 120, tools: [DICTIONARY, GET_WEATHER],
+    tool_choice: { type: 'function', function: { name: 'get_weather' } },
+  });
+  const calls = named.choices[0].message.tool_calls;
+  assert.ok(calls.length >= 1);
+  for (const call of calls) assert.equal(call.function.name, 'get_weather');
+  await assert.rejects(
+    client.chat.completions.create({
+      model: 'm', messages: [{ role: 'user', content: 'x' }], max_tokens: 5, tools: [GET_WEATHER],
+      tool_choice: 'required', response_format: { type: 'json_object' },
+    }),
+    (e) => e.status === 400 && /cannot be combined/.test(e.message));
+});

@@ -27,6 +27,8 @@ Expected<Grammar> compile_constraint(const ConstraintSpec& spec) {
       return parse_gbnf(spec.text);
     case ConstraintSpec::Kind::kChoice:
       return compile_choice(spec.choices);
+    case ConstraintSpec::Kind::kToolCalls:
+      return compile_tool_calls(spec.text, spec.arguments_key, spec.json);
   }
   return err("unknown constraint kind");
 }
@@ -37,6 +39,12 @@ GrammarCache::GrammarCache(std::shared_ptr<const TokenIndex> vocab, size_t capac
 Expected<std::shared_ptr<CompiledGrammar>> GrammarCache::get(const ConstraintSpec& spec) {
   std::string key(1, static_cast<char>('0' + static_cast<int>(spec.kind)));
   key += spec.json.compact ? 'c' : 'f';
+  for (const std::string* part :
+       {&spec.json.prefix, &spec.json.suffix, &spec.json.separator, &spec.arguments_key}) {
+    key += std::to_string(part->size()) + ":" + *part;
+  }
+  key +=
+      std::to_string(spec.json.max_repeats) + ":" + std::to_string(spec.json.max_whitespace) + ":";
   key += spec.text;
   for (const std::string& c : spec.choices) {
     key += '\0';

@@ -24,11 +24,13 @@ struct ConstraintSpec {
     kRegex,       // text: the pattern (matched in full)
     kGbnf,        // text: the grammar
     kChoice,      // choices: one of these strings exactly
+    kToolCalls,   // text: the OpenAI tools array; json: the call's framing (compile_tool_calls)
   };
   Kind kind = Kind::kJsonObject;
   std::string text;
   std::vector<std::string> choices;
   JsonSchemaOptions json;
+  std::string arguments_key = "arguments";  // kToolCalls: "arguments" or "parameters" (Llama 3)
 };
 
 Expected<Grammar> compile_constraint(const ConstraintSpec& spec);

@@ -134,7 +134,15 @@ class SchemaCompiler {
     const int32_t r = b_.rule("root");
     auto e = schema(root_, "#");
     if (!e) return err("json schema: {}", error_);
-    b_.define(r, seq({ws(), std::move(*e), ws()}));
+    Expr one = seq({ws(), literal(opt_.prefix), std::move(*e), literal(opt_.suffix), ws()});
+    if (opt_.max_repeats <= 1) {
+      b_.define(r, std::move(one));
+    } else {
+      const int32_t item = b_.rule("item");
+      b_.define(item, std::move(one));
+      b_.define(r, seq({ref(item), repeat(seq({literal(opt_.separator), ref(item)}), 0,
+                                          opt_.max_repeats - 1)}));
+    }
     return b_.build(r);
   }
 
@@ -161,7 +169,7 @@ class SchemaCompiler {
       s.add(' ');
       s.add('\t');
       s.add('\n');
-      b_.define(ws_rule_, repeat(byte_set(s), 0, 16));
+      b_.define(ws_rule_, repeat(byte_set(s), 0, opt_.max_whitespace));
     }
     return ref(ws_rule_);
   }
@@ -783,6 +791,55 @@ Expected<Grammar> compile_json_schema(std::string_view schema_text,
   Json root = Json::parse(schema_text, nullptr, false);
   if (root.is_discarded()) return err("json schema: not valid JSON");
   return SchemaCompiler(root, options).compile();
+}
+
+Expected<Grammar> compile_tool_calls(std::string_view tools_json, std::string_view arguments_key,
+                                     JsonSchemaOptions options) {
+  Json tools = Json::parse(tools_json, nullptr, false);
+  if (tools.is_discarded() || !tools.is_array() || tools.empty()) {
+    return err("tool calls: 'tools' must be a non-empty array");
+  }
+  Json any = Json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const Json& t = tools[i];
+    const Json* fn = t.is_object() && t.contains("function") ? &t["function"] : &t;
+    if (!fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+      return err("tool calls: tools[{}] has no function name", i);
+    }
+    Json params = fn->contains("parameters") ? (*fn)["parameters"] : Json::object();
+    if (params.is_object() && params.empty()) params = {{"type", "object"}};
+    // Each tool's schema is checked alone, so an error names the tool, not an anyOf branch.
+    auto alone = compile_json_schema(params.dump(), options);
+    if (!alone.ok()) {
+      return err("tool calls: tools[{}] ('{}') parameters: {}", i, (*fn)["name"].get<std::string>(),
+                 alone.error().message);
+    }
+    Json props = Json::object();
+    props["name"] = {{"const", (*fn)["name"]}};
+    props[std::string(arguments_key)] = params;
+    any.push_back({{"type", "object"},
+                   {"properties", props},
+                   {"required", {"name", std::string(arguments_key)}},
+                   {"additionalProperties", false}});
+  }
+  Json schema = {{"anyOf", any}};
+  // $defs of the tools' parameters stay reachable under their own $refs only if those
+  // point inside the parameters; the schema of a tool that refers to "#/$defs/.." is moved
+  // along so the pointers resolve from the new root.
+  for (const Json& t : tools) {
+    const Json* fn = t.is_object() && t.contains("function") ? &t["function"] : &t;
+    const Json& params = fn->contains("parameters") ? (*fn)["parameters"] : Json::object();
+    for (const char* defs : {"$defs", "definitions"}) {
+      if (params.is_object() && params.contains(defs)) {
+        for (auto it = params[defs].begin(); it != params[defs].end(); ++it) {
+          schema[defs][it.key()] = it.value();
+        }
+      }
+    }
+  }
+  options.compact = false;
+  options.max_whitespace = 1;  // `{"name": "f", "arguments": {..}}`, no runs of spaces
+  return compile_json_schema(schema.dump(), options);
 }
 
 Grammar json_object_grammar(const JsonSchemaOptions& options) {

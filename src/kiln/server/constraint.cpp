@@ -102,4 +102,37 @@ std::optional<ApiError> read_constraint(const Json& body, ServerContext& ctx,
   return std::nullopt;
 }
 
+std::optional<ApiError> force_tool_call(const Json& body, const Json& tools, ServerContext& ctx,
+                                        engine::GenerationRequest* request) {
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::kToolCalls;
+  switch (ctx.parser_config.format) {
+    case chat::ToolFormat::kHermes:
+      spec.json.prefix = "<tool_call>\n";
+      spec.json.suffix = "\n</tool_call>";
+      spec.json.separator = "\n";
+      break;
+    case chat::ToolFormat::kLlama3:
+      spec.arguments_key = "parameters";
+      spec.json.separator = "; ";
+      break;
+    default:
+      return std::nullopt;  // no grammar for this format yet: the template's choice only
+  }
+  if (request->grammar)
+    return invalid_request(
+        "'tool_choice' required or named forces a tool call; it cannot be combined with "
+        "response_format or guided_* constraints",
+        "tool_choice");
+  bool parallel = true;
+  if (auto it = body.find("parallel_tool_calls"); it != body.end() && it->is_boolean())
+    parallel = it->get<bool>();
+  spec.json.max_repeats = parallel ? 8 : 1;
+  spec.text = tools.dump();
+  auto compiled = grammar_cache(ctx).get(spec);
+  if (!compiled.ok()) return invalid_request(compiled.error().message, "tools");
+  request->grammar = std::move(compiled).value();
+  return std::nullopt;
+}
+
 }  // namespace kiln::server

@@ -29,6 +29,7 @@ struct ChatInput {
   Json messages = Json::array();  // normalized for the template
   Json tools;                     // null: none passed to the template
   bool parse_tools = false;       // tool calls are parsed from the output
+  bool force_tool_call = false;   // tool_choice required or named (server/constraint.h)
   Json chat_template_kwargs = Json::object();
 };
 
@@ -167,6 +168,7 @@ std::optional<ApiError> read_tools(const Json& body, ChatInput* in) {
   if (choice != "none" && has_tools) {
     in->tools = std::move(tools);
     in->parse_tools = true;
+    in->force_tool_call = choice == "required" || choice == "named";
   }
   return std::nullopt;
 }
@@ -446,6 +448,8 @@ HandlerResult handle_chat(ServerContext& ctx, const HttpRequest& req, HttpExchan
   CommonParams params;
   if (auto e = parse_common(body, Api::kChat, ctx, &params)) return *e;
   if (auto e = read_constraint(body, ctx, &params.request)) return *e;
+  if (in.force_tool_call)
+    if (auto e = force_tool_call(body, in.tools, ctx, &params.request)) return *e;
   if (auto e = check_num_choices(ctx, 1, params.n)) return *e;
   if (auto e = check_ready(ctx)) return *e;
 
