@@ -335,25 +335,32 @@ TEST(ToolCalls, HermesFramingNamesAnOfferedToolWithValidArguments) {
   o.max_repeats = 2;
   auto g = compile_tool_calls(tools, "arguments", o);
   ASSERT_TRUE(g.ok()) << g.error().message;
-  EXPECT_TRUE(matches(*g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-                          "{\"city\": \"Paris\"}}\n</tool_call>"));
-  EXPECT_TRUE(matches(*g, "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>\n"
-                          "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":"
-                          "\"x\",\"unit\":\"f\"}}\n</tool_call>"));
-  EXPECT_FALSE(matches(*g, "<tool_call>\n{\"name\": \"dictionary\", \"arguments\": "
-                           "{\"word\": \"dog\"}}\n</tool_call>"));  // not offered
-  EXPECT_FALSE(matches(*g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-                           "{\"unit\": \"c\"}}\n</tool_call>"));  // city required
-  EXPECT_FALSE(matches(*g, "Sure! <tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n"
-                           "</tool_call>"));
+  EXPECT_TRUE(matches(*g,
+                      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                      "{\"city\": \"Paris\"}}\n</tool_call>"));
+  EXPECT_TRUE(matches(*g,
+                      "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>\n"
+                      "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":"
+                      "\"x\",\"unit\":\"f\"}}\n</tool_call>"));
+  EXPECT_FALSE(matches(*g,
+                       "<tool_call>\n{\"name\": \"dictionary\", \"arguments\": "
+                       "{\"word\": \"dog\"}}\n</tool_call>"));  // not offered
+  EXPECT_FALSE(matches(*g,
+                       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                       "{\"unit\": \"c\"}}\n</tool_call>"));  // city required
+  EXPECT_FALSE(matches(*g,
+                       "Sure! <tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n"
+                       "</tool_call>"));
   o.max_repeats = 1;
   auto one = compile_tool_calls(tools, "parameters", o);
   ASSERT_TRUE(one.ok());
   EXPECT_TRUE(matches(*one, "<tool_call>\n{\"name\":\"now\",\"parameters\":{}}\n</tool_call>"));
-  EXPECT_FALSE(matches(*one, "<tool_call>\n{\"name\":\"now\",\"parameters\":{}}\n</tool_call>\n"
-                             "<tool_call>\n{\"name\":\"now\",\"parameters\":{}}\n</tool_call>"));
+  EXPECT_FALSE(matches(*one,
+                       "<tool_call>\n{\"name\":\"now\",\"parameters\":{}}\n</tool_call>\n"
+                       "<tool_call>\n{\"name\":\"now\",\"parameters\":{}}\n</tool_call>"));
   auto bad = compile_tool_calls(R"([{"type":"function","function":{"name":"f","parameters":
-      {"type":"object","properties":{"a":{"not":{}}}}}}])", "arguments", o);
+      {"type":"object","properties":{"a":{"not":{}}}}}}])",
+                                "arguments", o);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("tools[0] ('f')"), std::string::npos) << bad.error().message;
   EXPECT_NE(bad.error().message.find("'not' at #/properties/a/not"), std::string::npos);
