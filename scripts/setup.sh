@@ -9,7 +9,7 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libfmt-dev libcli11-dev libpcre2-dev libboost-dev libutf8proc-dev
   clang libclang-rt-14-dev clang-format
-  python3 python3-jinja2
+  python3 python3-jinja2 python3-jsonschema
 )
 # node/npm: use the machine's if present (it may come from another apt source); else Debian's.
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)

@@ -21,6 +21,7 @@
 #include "kiln/engine/sampler.h"
 #include "kiln/engine/sequence.h"
 #include "kiln/engine/stop.h"
+#include "kiln/grammar/constraint.h"
 #include "kiln/kv/kv_cache.h"
 #include "kiln/server/chat_prompt.h"
 #include "kiln/tokenizer/gguf_vocab.h"
@@ -67,6 +68,8 @@ struct RunOptions {
   std::string dump_dir;  // --dump-activations: the prompt's intermediates go there
   std::vector<std::string> stops;
   engine::SamplingParams sampling;
+  std::string grammar_file;      // --grammar: GBNF
+  std::string json_schema_file;  // --json-schema
 };
 
 struct Stats {
@@ -80,6 +83,7 @@ struct Stats {
 struct Runtime {
   std::unique_ptr<model::Model> model;
   tokenizer::Tokenizer tokenizer;
+  std::shared_ptr<grammar::CompiledGrammar> constraint;  // --grammar / --json-schema
   std::string chat_template;
   std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<engine::SequenceRunner> seq;
@@ -146,6 +150,14 @@ Expected<std::string> generate(Runtime& rt, const RunOptions& o, engine::Sampler
   engine::StopMatcher stop(o.stops);
   const engine::StopTokens eog(rt.eog);
   std::string out;
+  // --grammar / --json-schema: each reply is constrained from its first token.
+  std::unique_ptr<grammar::Matcher> matcher;
+  std::vector<uint64_t> mask;
+  std::vector<float> masked;
+  if (rt.constraint) {
+    matcher = std::make_unique<grammar::Matcher>(rt.constraint);
+    mask.resize(matcher->mask_words());
+  }
   auto emit = [&](const std::string& text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
@@ -162,7 +174,18 @@ Expected<std::string> generate(Runtime& rt, const RunOptions& o, engine::Sampler
                  o.n_ctx);
       break;
     }
-    const engine::SampleResult r = sampler.sample(logits, rt.seq->tokens());
+    std::span<const float> row = logits;
+    if (matcher) {
+      matcher->fill_mask(mask);
+      if (!grammar::mask_logits(logits, mask, &masked)) {
+        std::fflush(stdout);
+        fmt::print(stderr, "\nkiln: the grammar allows no further token; the reply stops here\n");
+        break;
+      }
+      row = masked;
+    }
+    const engine::SampleResult r = sampler.sample(row, rt.seq->tokens());
+    if (matcher) matcher->accept_token(r.token);
     if (!o.ignore_eos && eog.contains(r.token)) break;
     stats.num_generated++;
     const engine::StopMatcher::Result s = stop.feed(decoder.push(r.token));
@@ -314,6 +337,26 @@ int run(RunOptions o) {
     fmt::print(stderr, "kiln run: {}\n", rt.error().message);
     return 1;
   }
+  if (!o.grammar_file.empty() || !o.json_schema_file.empty()) {
+    const bool gbnf = !o.grammar_file.empty();
+    const std::string& file = gbnf ? o.grammar_file : o.json_schema_file;
+    auto text = read_text_file(file);
+    if (!text.ok()) {
+      fmt::print(stderr, "kiln run: {}\n", text.error().message);
+      return 2;
+    }
+    grammar::ConstraintSpec spec;
+    spec.kind =
+        gbnf ? grammar::ConstraintSpec::Kind::kGbnf : grammar::ConstraintSpec::Kind::kJsonSchema;
+    spec.text = std::move(*text);
+    auto g = grammar::compile_constraint(spec);
+    if (!g.ok()) {
+      fmt::print(stderr, "kiln run: {}: {}\n", file, g.error().message);
+      return 2;
+    }
+    rt->constraint = std::make_shared<grammar::CompiledGrammar>(
+        std::move(g).value(), grammar::TokenIndex::create(rt->tokenizer, rt->eog));
+  }
   auto sampler =
       engine::Sampler::create(o.sampling, static_cast<int32_t>(rt->model->hparams().n_vocab));
   if (!sampler.ok()) {
@@ -378,6 +421,11 @@ RunFn add_run(CLI::App& app) {
   cmd->add_option("--system", o->system, "system prompt for --chat");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-generation tokens");
   cmd->add_flag("--no-stats", o->no_stats, "do not print timings");
+  auto* grammar_opt = cmd->add_option("--grammar", o->grammar_file,
+                                      "constrain the output to a GBNF grammar read from FILE");
+  cmd->add_option("--json-schema", o->json_schema_file,
+                  "constrain the output to JSON valid against the schema in FILE")
+      ->excludes(grammar_opt);
   cmd->add_option("--dump-activations", o->dump_dir,
                   "write the prompt's intermediates (.npy per tensor + index.json) to DIR");
   return [o]() { return run(*o); };

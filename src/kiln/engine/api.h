@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kiln/engine/sampler.h"
+#include "kiln/grammar/matcher.h"
 #include "kiln/util/status.h"
 
 namespace kiln::engine {
@@ -32,6 +33,10 @@ struct GenerationRequest {
   bool skip_special = true;  // detokenize without control tokens
   // Deadline after which the engine cancels the request (steady clock); none = no timeout.
   std::optional<std::chrono::steady_clock::time_point> deadline;
+  // Structured output: each step samples only tokens this grammar allows (the mask is applied
+  // to the logits before any sampling step), and end-of-generation only where it may end. A
+  // dead end (no token allowed) finishes the request with kLength and a note in `error`.
+  std::shared_ptr<grammar::CompiledGrammar> grammar;
 };
 
 // One generated token and the text it completes (after the stop-string hold-back; may be
@@ -60,7 +65,7 @@ struct FinishEvent {
   FinishReason reason = FinishReason::kStop;
   std::string text;  // text released at the end (held-back text flushed); may be empty
   Usage usage;
-  std::string error;  // for kError
+  std::string error;  // for kError; for kLength, why a constrained output stopped early
   // kStop by a stop string: its index in GenerationRequest::stop; -1 otherwise (an
   // end-of-generation token).
   int32_t stop_index = -1;

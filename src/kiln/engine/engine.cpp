@@ -1,7 +1,9 @@
 #include "kiln/engine/engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <limits>
 
 #include <fmt/format.h>
 #include <unordered_map>
@@ -37,6 +39,11 @@ struct Active {
   tokenizer::StreamDecoder decoder;
   bool stopped_by_string = false;
   int32_t stop_index = -1;  // which stop string, once stopped_by_string
+  // Structured output (req.grammar): the matcher, and scratch for the mask and masked logits.
+  std::unique_ptr<grammar::Matcher> matcher;
+  std::vector<uint64_t> mask;
+  std::vector<float> masked_logits;
+  bool grammar_dead_end = false;
 };
 
 FinishReason to_api(SeqFinishReason r) {
@@ -97,10 +104,11 @@ struct Engine::Impl {
       StopTokens eog(eog_ids);
       for (int32_t t : p.req.stop_token_ids) eog.add(t);
       const int32_t n_vocab = static_cast<int32_t>(engine.model_->hparams().n_vocab);
-      active.emplace(
+      auto [it, fresh] = active.emplace(
           id, Active{p.channel, p.req, Sampler(p.req.sampling, n_vocab), StopMatcher(p.req.stop),
                      std::move(eog),
                      tokenizer::StreamDecoder(*engine.tokenizer_, p.req.skip_special), false});
+      if (p.req.grammar) it->second.matcher = std::make_unique<grammar::Matcher>(p.req.grammar);
     }
   }
 
@@ -121,7 +129,24 @@ struct Engine::Impl {
       const float* lg = logits.data() + static_cast<int64_t>(row++) * n_vocab;
       Active& a = active.at(s.id);
       const Sequence* seq = sched.find(s.id);
-      const SampleResult r = a.sampler.sample(std::span<const float>(lg, n_vocab), seq->tokens);
+      std::span<const float> row_logits(lg, n_vocab);
+      if (a.matcher) {
+        a.mask.resize(a.matcher->mask_words());
+        a.matcher->fill_mask(a.mask);
+        if (!grammar::mask_logits(row_logits, a.mask, &a.masked_logits)) {
+          // Nothing allowed: end here (never emit a token outside the grammar).
+          a.grammar_dead_end = true;
+          outputs.push_back({s.id, eog_ids.empty() ? 0 : eog_ids[0], true});
+          continue;
+        }
+        row_logits = a.masked_logits;
+      }
+      const SampleResult r = a.sampler.sample(row_logits, seq->tokens);
+      if (a.matcher && !a.matcher->accept_token(r.token)) {
+        a.grammar_dead_end = true;  // (the mask allowed it: an invariant, kept off the output)
+        outputs.push_back({s.id, r.token, true});
+        continue;
+      }
       bool stop = false;
       if (!a.req.ignore_eos && a.eog.contains(r.token)) {
         stop = true;
@@ -152,6 +177,11 @@ struct Engine::Impl {
         ev.text += a.stop.flush();
       }
       ev.usage = {f.num_prompt_tokens, f.num_output_tokens, f.num_cached_prompt_tokens};
+      if (a.grammar_dead_end) {
+        ev.reason = FinishReason::kLength;
+        ev.error = "the output constraint allows no further token (dead end)";
+        log::warn("request {}: {}", a.req.request_id, ev.error);
+      }
       finish(f.id, std::move(ev));
     }
   }

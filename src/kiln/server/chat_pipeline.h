@@ -25,7 +25,8 @@ namespace kiln::server {
 struct ChatTurn {
   Json messages = Json::array();
   Json tools;                // null: none passed to the template
-  bool parse_tools = false;  // tool calls are parsed from the output
+  bool parse_tools = false;      // tool calls are parsed from the output
+  bool force_tool_call = false;  // tool_choice required or named (server/constraint.h)
   Json chat_template_kwargs = Json::object();
 };
 

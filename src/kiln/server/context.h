@@ -4,10 +4,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "kiln/chat/output_parser.h"
 #include "kiln/engine/api.h"
+#include "kiln/grammar/constraint.h"
 #include "kiln/server/metrics.h"
 #include "kiln/server/router.h"
 #include "kiln/server/server.h"
@@ -24,6 +27,9 @@ struct ServerContext {
   Metrics metrics;
   int64_t created_unix = 0;               // the `created` of /v1/models
   std::atomic<uint64_t> num_requests{0};  // per-request tool-call id seeds
+  // Compiled output constraints (server/constraint.cpp), built on first use.
+  std::once_flag grammar_once;
+  std::shared_ptr<grammar::GrammarCache> grammar_cache;
 };
 
 void register_chat_routes(Router& router, ServerContext& ctx);         // openai_chat.cpp

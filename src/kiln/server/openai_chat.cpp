@@ -13,6 +13,7 @@
 #include "kiln/chat/template.h"
 #include "kiln/engine/sampler.h"
 #include "kiln/server/chat_pipeline.h"
+#include "kiln/server/constraint.h"
 #include "kiln/server/generation.h"
 #include "kiln/server/openai_common.h"
 #include "kiln/server/request_controls.h"
@@ -163,6 +164,7 @@ std::optional<ApiError> read_tools(const Json& body, ChatInput* in) {
   if (choice != "none" && has_tools) {
     in->tools = std::move(tools);
     in->parse_tools = true;
+    in->force_tool_call = choice == "required" || choice == "named";
   }
   return std::nullopt;
 }
@@ -172,12 +174,8 @@ std::optional<ApiError> read_chat_options(const Json& body, ChatInput* in) {
     const std::string type = it->is_object() && it->contains("type") && it->at("type").is_string()
                                  ? it->at("type").get<std::string>()
                                  : "";
-    if (type == "json_object" || type == "json_schema")
-      return not_supported(fmt::format("response_format type '{}' is not supported yet: this "
-                                       "server has no constrained decoding",
-                                       type),
-                           "response_format");
-    if (type != "text")
+    // json_object and json_schema: read_constraint (server/constraint.cpp) compiles them.
+    if (type != "text" && type != "json_object" && type != "json_schema")
       return invalid_request("'response_format.type' must be text, json_object or json_schema",
                              "response_format");
   }
@@ -432,6 +430,9 @@ HandlerResult handle_chat(ServerContext& ctx, const HttpRequest& req, HttpExchan
   if (auto e = read_chat_options(body, &in)) return *e;
   CommonParams params;
   if (auto e = parse_common(body, Api::kChat, ctx, &params)) return *e;
+  if (auto e = read_constraint(body, ctx, &params.request)) return *e;
+  if (in.force_tool_call)
+    if (auto e = force_tool_call(body, in.tools, ctx, &params.request)) return *e;
   if (auto e = check_num_choices(ctx, 1, params.n)) return *e;
   if (auto e = check_ready(ctx)) return *e;
 

@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "kiln/engine/sampler.h"
+#include "kiln/server/constraint.h"
 #include "kiln/server/generation.h"
 #include "kiln/server/openai_common.h"
 #include "kiln/util/utf8.h"
@@ -265,6 +266,7 @@ HandlerResult handle_completions(ServerContext& ctx, const HttpRequest& req, Htt
   if (auto e = check_model(body, ctx)) return *e;
   CommonParams params;
   if (auto e = parse_common(body, Api::kCompletions, ctx, &params)) return *e;
+  if (auto e = read_constraint(body, ctx, &params.request)) return *e;
   CompletionJob job{ctx};
   if (auto it = body.find("echo"); it != body.end() && !it->is_null()) {
     if (!it->is_boolean()) return invalid_request("'echo' must be a boolean", "echo");

@@ -1,0 +1,76 @@
+#include "kiln/grammar/constraint.h"
+
+#include "kiln/grammar/gbnf.h"
+#include "kiln/grammar/regex.h"
+
+namespace kiln::grammar {
+
+Expected<Grammar> compile_choice(const std::vector<std::string>& choices) {
+  if (choices.empty()) return err("choice: the list of choices is empty");
+  std::vector<Expr> alts;
+  for (const std::string& c : choices) alts.push_back(literal(c));
+  GrammarBuilder b;
+  const int32_t root = b.rule("root");
+  b.define(root, alt(std::move(alts)));
+  return b.build(root);
+}
+
+Expected<Grammar> compile_constraint(const ConstraintSpec& spec) {
+  switch (spec.kind) {
+    case ConstraintSpec::Kind::kJsonSchema:
+      return compile_json_schema(spec.text, spec.json);
+    case ConstraintSpec::Kind::kJsonObject:
+      return json_object_grammar(spec.json);
+    case ConstraintSpec::Kind::kRegex:
+      return compile_regex(spec.text);
+    case ConstraintSpec::Kind::kGbnf:
+      return parse_gbnf(spec.text);
+    case ConstraintSpec::Kind::kChoice:
+      return compile_choice(spec.choices);
+    case ConstraintSpec::Kind::kToolCalls:
+      return compile_tool_calls(spec.text, spec.arguments_key, spec.json);
+  }
+  return err("unknown constraint kind");
+}
+
+GrammarCache::GrammarCache(std::shared_ptr<const TokenIndex> vocab, size_t capacity)
+    : vocab_(std::move(vocab)), capacity_(capacity) {}
+
+Expected<std::shared_ptr<CompiledGrammar>> GrammarCache::get(const ConstraintSpec& spec) {
+  std::string key(1, static_cast<char>('0' + static_cast<int>(spec.kind)));
+  key += spec.json.compact ? 'c' : 'f';
+  for (const std::string* part :
+       {&spec.json.prefix, &spec.json.suffix, &spec.json.separator, &spec.arguments_key}) {
+    key += std::to_string(part->size()) + ":" + *part;
+  }
+  key +=
+      std::to_string(spec.json.max_repeats) + ":" + std::to_string(spec.json.max_whitespace) + ":";
+  key += spec.text;
+  for (const std::string& c : spec.choices) {
+    key += '\0';
+    key += std::to_string(c.size()) + ":" + c;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+  }
+  auto g = compile_constraint(spec);
+  if (!g.ok()) return std::move(g).take_error();
+  auto compiled = std::make_shared<CompiledGrammar>(std::move(g).value(), vocab_);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(key);
+  if (it != index_.end()) return it->second->second;  // compiled twice meanwhile
+  lru_.emplace_front(key, compiled);
+  index_[key] = lru_.begin();
+  while (lru_.size() > capacity_) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return compiled;
+}
+
+}  // namespace kiln::grammar

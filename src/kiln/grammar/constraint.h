@@ -1,0 +1,58 @@
+// What a request asks its output to be, compiled once per vocabulary and kept in an LRU.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/grammar/grammar.h"
+#include "kiln/grammar/json_schema.h"
+#include "kiln/grammar/matcher.h"
+#include "kiln/grammar/token_index.h"
+#include "kiln/util/status.h"
+
+namespace kiln::grammar {
+
+struct ConstraintSpec {
+  enum class Kind : uint8_t {
+    kJsonSchema,  // text: the schema
+    kJsonObject,  // any JSON object
+    kRegex,       // text: the pattern (matched in full)
+    kGbnf,        // text: the grammar
+    kChoice,      // choices: one of these strings exactly
+    kToolCalls,   // text: the OpenAI tools array; json: the call's framing (compile_tool_calls)
+  };
+  Kind kind = Kind::kJsonObject;
+  std::string text;
+  std::vector<std::string> choices;
+  JsonSchemaOptions json;
+  std::string arguments_key = "arguments";  // kToolCalls: "arguments" or "parameters" (Llama 3)
+};
+
+Expected<Grammar> compile_constraint(const ConstraintSpec& spec);
+
+// One of `choices` exactly (an empty list is an error).
+Expected<Grammar> compile_choice(const std::vector<std::string>& choices);
+
+// Compiled grammars for one vocabulary, least recently used evicted past `capacity`. Reusing
+// an entry reuses its automaton and remembered masks (the expensive part of the first request).
+class GrammarCache {
+ public:
+  GrammarCache(std::shared_ptr<const TokenIndex> vocab, size_t capacity = 64);
+  Expected<std::shared_ptr<CompiledGrammar>> get(const ConstraintSpec& spec);
+  const std::shared_ptr<const TokenIndex>& vocab() const { return vocab_; }
+
+ private:
+  using Entry = std::pair<std::string, std::shared_ptr<CompiledGrammar>>;
+  std::shared_ptr<const TokenIndex> vocab_;
+  size_t capacity_;
+  std::mutex mu_;
+  std::list<Entry> lru_;  // most recent first
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_;
+};
+
+}  // namespace kiln::grammar

@@ -1,0 +1,472 @@
+#include "kiln/grammar/grammar.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+namespace kiln::grammar {
+
+Expr empty() {
+  return Expr{};
+}
+
+Expr literal(std::string_view bytes) {
+  Expr e;
+  e.kind = Expr::Kind::kSeq;
+  for (char c : bytes) {
+    ByteSet s;
+    s.add(static_cast<uint8_t>(c));
+    e.kids.push_back(byte_set(s));
+  }
+  return e;
+}
+
+Expr byte_set(const ByteSet& bytes) {
+  Expr e;
+  e.kind = Expr::Kind::kBytes;
+  e.bytes = bytes;
+  return e;
+}
+
+Expr codepoints(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negated) {
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<std::pair<uint32_t, uint32_t>> merged;
+  for (auto [lo, hi] : ranges) {
+    if (lo > hi) continue;
+    if (!merged.empty() && lo <= merged.back().second + 1) {
+      merged.back().second = std::max(merged.back().second, hi);
+    } else {
+      merged.emplace_back(lo, hi);
+    }
+  }
+  if (negated) {
+    std::vector<std::pair<uint32_t, uint32_t>> inv;
+    uint32_t next = 0;
+    for (auto [lo, hi] : merged) {
+      if (lo > next) inv.emplace_back(next, lo - 1);
+      next = hi + 1;
+    }
+    if (next <= kMaxCodepoint) inv.emplace_back(next, kMaxCodepoint);
+    merged = std::move(inv);
+  }
+  Expr e;
+  e.kind = Expr::Kind::kCodepoints;
+  e.ranges = std::move(merged);
+  return e;
+}
+
+Expr seq(std::vector<Expr> kids) {
+  if (kids.size() == 1) return std::move(kids[0]);
+  Expr e;
+  e.kind = Expr::Kind::kSeq;
+  e.kids = std::move(kids);
+  return e;
+}
+
+Expr alt(std::vector<Expr> kids) {
+  if (kids.size() == 1) return std::move(kids[0]);
+  Expr e;
+  e.kind = Expr::Kind::kAlt;
+  e.kids = std::move(kids);
+  return e;
+}
+
+Expr ref(int32_t rule) {
+  Expr e;
+  e.kind = Expr::Kind::kRef;
+  e.rule = rule;
+  return e;
+}
+
+Expr repeat(Expr x, int32_t min_count, int32_t max_count) {
+  Expr e;
+  e.kind = Expr::Kind::kRepeat;
+  e.kids.push_back(std::move(x));
+  e.min_count = min_count;
+  e.max_count = max_count;
+  return e;
+}
+
+// --- UTF-8 ----------------------------------------------------------------------------------
+
+namespace {
+
+int utf8_length(uint32_t cp) {
+  return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+}
+
+void encode_utf8(uint32_t cp, uint8_t* out) {
+  switch (utf8_length(cp)) {
+    case 1:
+      out[0] = static_cast<uint8_t>(cp);
+      break;
+    case 2:
+      out[0] = static_cast<uint8_t>(0xC0 | (cp >> 6));
+      out[1] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+      break;
+    case 3:
+      out[0] = static_cast<uint8_t>(0xE0 | (cp >> 12));
+      out[1] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
+      out[2] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+      break;
+    default:
+      out[0] = static_cast<uint8_t>(0xF0 | (cp >> 18));
+      out[1] = static_cast<uint8_t>(0x80 | ((cp >> 12) & 0x3F));
+      out[2] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
+      out[3] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+  }
+}
+
+// [lo, hi] have the same encoded length. Splits the range until, byte by byte, every
+// combination of the per-byte ranges is a code point of the range (the classic construction
+// of UTF-8 automata: split where a lower-order continuation byte does not span 80..BF).
+void split_same_length(uint32_t lo, uint32_t hi,
+                       std::vector<std::vector<std::pair<uint8_t, uint8_t>>>* out) {
+  const int n = utf8_length(lo);
+  for (int i = 1; i < n; ++i) {
+    const uint32_t m = (uint32_t{1} << (6 * i)) - 1;
+    if ((lo & ~m) != (hi & ~m)) {
+      if ((lo & m) != 0) {
+        split_same_length(lo, lo | m, out);
+        split_same_length((lo | m) + 1, hi, out);
+        return;
+      }
+      if ((hi & m) != m) {
+        split_same_length(lo, (hi & ~m) - 1, out);
+        split_same_length(hi & ~m, hi, out);
+        return;
+      }
+    }
+  }
+  uint8_t a[4], b[4];
+  encode_utf8(lo, a);
+  encode_utf8(hi, b);
+  std::vector<std::pair<uint8_t, uint8_t>> s;
+  for (int i = 0; i < n; ++i) s.emplace_back(a[i], b[i]);
+  out->push_back(std::move(s));
+}
+
+}  // namespace
+
+std::vector<std::vector<std::pair<uint8_t, uint8_t>>> utf8_sequences(uint32_t lo, uint32_t hi) {
+  std::vector<std::vector<std::pair<uint8_t, uint8_t>>> out;
+  hi = std::min(hi, kMaxCodepoint);
+  // Pieces that do not cross an encoded-length boundary or the surrogates.
+  const uint32_t bounds[][2] = {
+      {0, 0x7F}, {0x80, 0x7FF}, {0x800, 0xD7FF}, {0xE000, 0xFFFF}, {0x10000, 0x10FFFF}};
+  for (const auto& b : bounds) {
+    const uint32_t l = std::max(lo, b[0]);
+    const uint32_t h = std::min(hi, b[1]);
+    if (l <= h) split_same_length(l, h, &out);
+  }
+  return out;
+}
+
+// --- Lowering -------------------------------------------------------------------------------
+
+int32_t GrammarBuilder::rule(std::string_view name) {
+  auto it = ids_.find(std::string(name));
+  if (it != ids_.end()) return it->second;
+  names_.emplace_back(name);
+  exprs_.emplace_back();
+  defined_.push_back(false);
+  const int32_t id = static_cast<int32_t>(names_.size() - 1);
+  ids_.emplace(names_.back(), id);
+  return id;
+}
+
+int32_t GrammarBuilder::fresh_rule(std::string_view hint) {
+  std::string name(hint);
+  int32_t& n = next_suffix_[name];
+  while (ids_.count(name)) name = fmt::format("{}-{}", hint, ++n);
+  return rule(name);
+}
+
+void GrammarBuilder::define(int32_t r, Expr e) {
+  exprs_[r] = std::move(e);
+  defined_[r] = true;
+}
+
+namespace {
+
+class Lowerer {
+ public:
+  explicit Lowerer(std::vector<std::string> names) {
+    g_.rule_names = std::move(names);
+    g_.rule_alts.resize(g_.rule_names.size());
+  }
+
+  void lower_rule(int32_t r, const Expr& e) {
+    const std::string hint = g_.rule_names[r];  // a copy: new rules grow rule_names
+    std::vector<std::vector<int32_t>> alts;
+    if (e.kind == Expr::Kind::kAlt) {
+      for (const Expr& k : e.kids) {
+        alts.emplace_back();
+        lower_seq(k, &alts.back(), hint);
+      }
+    } else {
+      alts.emplace_back();
+      lower_seq(e, &alts.back(), hint);
+    }
+    set_alts(r, alts);
+  }
+
+  Grammar take() { return std::move(g_); }
+
+ private:
+  int32_t new_rule(const std::string& hint) {
+    g_.rule_names.push_back(fmt::format("{}-{}", hint, helper_count_++));
+    g_.rule_alts.emplace_back();
+    return static_cast<int32_t>(g_.rule_alts.size() - 1);
+  }
+
+  void set_alts(int32_t r, const std::vector<std::vector<int32_t>>& alts) {
+    for (const auto& a : alts) {
+      g_.rule_alts[r].push_back(static_cast<int32_t>(g_.elements.size()));
+      g_.elements.insert(g_.elements.end(), a.begin(), a.end());
+      g_.elements.push_back(Grammar::kEnd);
+    }
+  }
+
+  int32_t terminal(const ByteSet& s) {
+    auto it = terminal_ids_.find(s.bits);
+    if (it != terminal_ids_.end()) return it->second;
+    const int32_t id = Grammar::kFirstTerminal - static_cast<int32_t>(g_.terminals.size());
+    g_.terminals.push_back(s);
+    terminal_ids_.emplace(s.bits, id);
+    return id;
+  }
+
+  // One element standing for `e` (a terminal or a rule reference).
+  int32_t element_for(const Expr& e, const std::string& hint) {
+    if (e.kind == Expr::Kind::kBytes) return terminal(e.bytes);
+    if (e.kind == Expr::Kind::kRef) return e.rule;
+    std::vector<int32_t> one;
+    lower_seq(e, &one, hint);
+    if (one.size() == 1) return one[0];
+    const int32_t r = new_rule(hint);
+    set_alts(r, {one});
+    return r;
+  }
+
+  void lower_codepoints(const Expr& e, std::vector<int32_t>* out, const std::string& hint) {
+    auto cached = class_rules_.find(e.ranges);
+    if (cached != class_rules_.end()) {
+      out->push_back(cached->second);
+      return;
+    }
+    ByteSet single;
+    std::vector<std::vector<int32_t>> alts;
+    for (auto [lo, hi] : e.ranges) {
+      for (const auto& s : utf8_sequences(lo, hi)) {
+        if (s.size() == 1) {
+          single.add_range(s[0].first, s[0].second);
+          continue;
+        }
+        std::vector<int32_t> a;
+        for (auto [l, h] : s) {
+          ByteSet b;
+          b.add_range(l, h);
+          a.push_back(terminal(b));
+        }
+        alts.push_back(std::move(a));
+      }
+    }
+    if (alts.empty()) {
+      if (single.empty()) {
+        const int32_t r = new_rule(hint);  // no alternatives: matches nothing
+        out->push_back(r);
+        class_rules_.emplace(e.ranges, r);
+        return;
+      }
+      out->push_back(terminal(single));
+      return;
+    }
+    if (!single.empty()) alts.insert(alts.begin(), {terminal(single)});
+    const int32_t r = new_rule(hint);
+    set_alts(r, alts);
+    class_rules_.emplace(e.ranges, r);
+    out->push_back(r);
+  }
+
+  void lower_seq(const Expr& e, std::vector<int32_t>* out, const std::string& hint) {
+    switch (e.kind) {
+      case Expr::Kind::kEmpty:
+        return;
+      case Expr::Kind::kBytes:
+        out->push_back(terminal(e.bytes));
+        return;
+      case Expr::Kind::kCodepoints:
+        lower_codepoints(e, out, hint);
+        return;
+      case Expr::Kind::kSeq:
+        for (const Expr& k : e.kids) lower_seq(k, out, hint);
+        return;
+      case Expr::Kind::kRef:
+        out->push_back(e.rule);
+        return;
+      case Expr::Kind::kAlt: {
+        if (e.kids.size() == 1) {
+          lower_seq(e.kids[0], out, hint);
+          return;
+        }
+        const int32_t r = new_rule(hint);
+        std::vector<std::vector<int32_t>> alts;
+        for (const Expr& k : e.kids) {
+          alts.emplace_back();
+          lower_seq(k, &alts.back(), hint);
+        }
+        set_alts(r, alts);
+        out->push_back(r);
+        return;
+      }
+      case Expr::Kind::kRepeat: {
+        if (e.max_count == 0) return;
+        const int32_t item = element_for(e.kids[0], hint);
+        for (int32_t i = 0; i < e.min_count; ++i) out->push_back(item);
+        if (e.max_count == kUnbounded) {
+          const int32_t r = new_rule(hint);  // r ::= item r | empty
+          set_alts(r, {{item, r}, {}});
+          out->push_back(r);
+          return;
+        }
+        // r_k ::= item r_{k-1} | empty, with r_1 ::= item | empty.
+        int32_t prev = -1;
+        for (int32_t k = 1; k <= e.max_count - e.min_count; ++k) {
+          const int32_t r = new_rule(hint);
+          if (prev < 0) {
+            set_alts(r, {{item}, {}});
+          } else {
+            set_alts(r, {{item, prev}, {}});
+          }
+          prev = r;
+        }
+        if (prev >= 0) out->push_back(prev);
+        return;
+      }
+    }
+  }
+
+  Grammar g_;
+  int helper_count_ = 1;
+  std::map<std::array<uint64_t, 4>, int32_t> terminal_ids_;
+  std::map<std::vector<std::pair<uint32_t, uint32_t>>, int32_t> class_rules_;
+};
+
+// Fails naming a rule that can reach itself without consuming a byte.
+Status check_left_recursion(const Grammar& g) {
+  const int32_t n = g.num_rules();
+  std::vector<bool> nullable(n, false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int32_t r = 0; r < n; ++r) {
+      if (nullable[r]) continue;
+      for (int32_t a : g.rule_alts[r]) {
+        bool all = true;
+        for (int32_t p = a; g.elements[p] != Grammar::kEnd; ++p) {
+          const int32_t el = g.elements[p];
+          if (Grammar::is_terminal(el) || !nullable[el]) {
+            all = false;
+            break;
+          }
+        }
+        if (all) {
+          nullable[r] = true;
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+  std::vector<std::vector<int32_t>> edges(n);
+  for (int32_t r = 0; r < n; ++r) {
+    for (int32_t a : g.rule_alts[r]) {
+      for (int32_t p = a; g.elements[p] != Grammar::kEnd; ++p) {
+        const int32_t el = g.elements[p];
+        if (Grammar::is_terminal(el)) break;
+        edges[r].push_back(el);
+        if (!nullable[el]) break;
+      }
+    }
+  }
+  std::vector<uint8_t> color(n, 0);  // 0 new, 1 on the DFS path, 2 done
+  std::vector<std::pair<int32_t, size_t>> stack;
+  for (int32_t s = 0; s < n; ++s) {
+    if (color[s]) continue;
+    stack.emplace_back(s, 0);
+    color[s] = 1;
+    while (!stack.empty()) {
+      auto& [r, i] = stack.back();
+      if (i == edges[r].size()) {
+        color[r] = 2;
+        stack.pop_back();
+        continue;
+      }
+      const int32_t t = edges[r][i++];
+      if (color[t] == 1) {
+        return err(
+            "grammar: rule '{}' is left-recursive (it can reach itself before matching "
+            "any character)",
+            g.rule_names[t]);
+      }
+      if (color[t] == 0) {
+        color[t] = 1;
+        stack.emplace_back(t, 0);
+      }
+    }
+  }
+  return {};
+}
+
+std::string byte_set_text(const ByteSet& s) {
+  std::string out = "[";
+  for (int b = 0; b < 256; ++b) {
+    if (!s.has(static_cast<uint8_t>(b))) continue;
+    int e = b;
+    while (e + 1 < 256 && s.has(static_cast<uint8_t>(e + 1))) ++e;
+    auto one = [](int c) {
+      return (c >= 0x21 && c < 0x7F && c != '\\' && c != ']' && c != '-')
+                 ? std::string(1, static_cast<char>(c))
+                 : fmt::format("\\x{:02X}", c);
+    };
+    out += one(b);
+    if (e > b) out += "-" + one(e);
+    b = e;
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+Expected<Grammar> GrammarBuilder::build(int32_t root) const {
+  for (size_t r = 0; r < names_.size(); ++r) {
+    if (!defined_[r]) return err("grammar: rule '{}' is used but never defined", names_[r]);
+  }
+  Lowerer lw(names_);
+  for (size_t r = 0; r < names_.size(); ++r) lw.lower_rule(static_cast<int32_t>(r), exprs_[r]);
+  Grammar g = lw.take();
+  g.root = root;
+  if (auto st = check_left_recursion(g); !st.ok()) return std::move(st).take_error();
+  return g;
+}
+
+std::string Grammar::to_string() const {
+  std::string out;
+  for (int32_t r = 0; r < num_rules(); ++r) {
+    out += rule_names[r] + " ::=";
+    for (size_t i = 0; i < rule_alts[r].size(); ++i) {
+      if (i) out += " |";
+      for (int32_t p = rule_alts[r][i]; elements[p] != kEnd; ++p) {
+        out += " ";
+        out += is_terminal(elements[p]) ? byte_set_text(terminal(elements[p]))
+                                        : rule_names[elements[p]];
+      }
+      if (elements[rule_alts[r][i]] == kEnd) out += " \"\"";
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace kiln::grammar

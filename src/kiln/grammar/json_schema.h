@@ -1,0 +1,53 @@
+// JSON Schema to grammar: the output is a JSON value (compact: no whitespace, unless
+// whitespace is flexible) that validates against the schema. docs/api.md lists the keywords.
+//
+// Policies (each documented in docs/api.md):
+//  - Properties are written in the order the schema lists them; required ones always, optional
+//    ones may be left out. additionalProperties absent means none (a valid choice: the output
+//    still validates); true or a schema allows extra "key": value pairs after the listed ones.
+//  - anyOf and oneOf are alternatives (oneOf's branches are assumed disjoint, as they are in
+//    the schemas people write); allOf is merged when its parts are objects or agree.
+//  - Keywords that would constrain the value but are not enforced (not, if/then/else,
+//    patternProperties, uniqueItems: true, multipleOf, bounds on non-integer numbers...) are
+//    an error naming the keyword and its JSON pointer; never silently ignored. Annotations
+//    (title, description, default, examples, $comment...) and formats this compiler does not
+//    know (format is an annotation by default since draft 2019-09) are ignored.
+#pragma once
+
+#include <string_view>
+
+#include "kiln/grammar/grammar.h"
+#include "kiln/util/status.h"
+
+namespace kiln::grammar {
+
+struct JsonSchemaOptions {
+  // false: up to 16 whitespace characters around structural characters (a model trained on
+  // pretty-printed JSON may want them); true: none (the default: fewer tokens, same value).
+  bool compact = true;
+  // With compact false: at most this many whitespace characters in a row.
+  int32_t max_whitespace = 16;
+  // The output is `prefix value suffix`, repeated 1..max_repeats times with `separator`
+  // between (tool calls in a model's format: "<tool_call>\n" {..} "\n</tool_call>").
+  std::string prefix;
+  std::string suffix;
+  std::string separator;
+  int32_t max_repeats = 1;
+};
+
+// schema_text: the schema as JSON text. Errors say what and where ("#/properties/a").
+Expected<Grammar> compile_json_schema(std::string_view schema_text,
+                                      const JsonSchemaOptions& options = {});
+
+// A tool call in a model's JSON tool-call format: {"name": <one of the tools>, <arguments_key>:
+// <that tool's parameters>}, with whitespace as the model likes it (compact false and at most
+// one whitespace character in a row, set here), framed by options.prefix/suffix. tools_json: the
+// OpenAI `tools` array
+// ({"type":"function","function":{"name","parameters"}}). Errors name the tool.
+Expected<Grammar> compile_tool_calls(std::string_view tools_json, std::string_view arguments_key,
+                                     JsonSchemaOptions options);
+
+// Any JSON object (response_format json_object).
+Grammar json_object_grammar(const JsonSchemaOptions& options = {});
+
+}  // namespace kiln::grammar

