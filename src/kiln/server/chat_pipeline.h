@@ -24,7 +24,7 @@ namespace kiln::server {
 // string, tool_calls with function.arguments as an object, role "tool" with tool_call_id).
 struct ChatTurn {
   Json messages = Json::array();
-  Json tools;                // null: none passed to the template
+  Json tools;                    // null: none passed to the template
   bool parse_tools = false;      // tool calls are parsed from the output
   bool force_tool_call = false;  // tool_choice required or named (server/constraint.h)
   Json chat_template_kwargs = Json::object();
