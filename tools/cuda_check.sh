@@ -31,6 +31,7 @@ mkdir -p "$OUTDIR"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
 $D/bin/kiln doctor
 if [[ " $WHAT " == *" tests "* ]]; then
+  export KILN_TEST_LLAMA3_TOKENIZER=$D/tokenizer/llama3  # CrossBackend.* (test_model)
   timeout 240 $D/bin/test_cuda --gtest_brief=1 > "$OUTDIR/test_cuda.log" 2>&1
   echo "test_cuda rc=$?"; grep -E "FAILED|PASSED|SKIPPED|tests ran" "$OUTDIR/test_cuda.log" | head -30
   KILN_TEST_DEVICE=cuda timeout 240 $D/bin/test_model --gtest_brief=1 > "$OUTDIR/test_model_cuda.log" 2>&1
