@@ -63,12 +63,13 @@ std::optional<int32_t> thinking_budget(std::optional<int32_t> asked, const Token
 std::variant<std::optional<std::string>, ApiError> read_reasoning_effort(
     const nlohmann::ordered_json& effort, const std::string& field) {
   if (effort.is_null()) return std::optional<std::string>();
-  static constexpr const char* kEfforts[] = {"none", "minimal", "low", "medium", "high"};
+  // xhigh: OpenAI's newest level (Codex sends it).
+  static constexpr const char* kEfforts[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
   if (effort.is_string())
     for (const char* e : kEfforts)
       if (effort == e) return std::optional<std::string>(e);
-  return invalid_request(fmt::format("'{}' must be one of none, minimal, low, medium, high", field),
-                         field);
+  return invalid_request(
+      fmt::format("'{}' must be one of none, minimal, low, medium, high, xhigh", field), field);
 }
 
 }  // namespace kiln::server

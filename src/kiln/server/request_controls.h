@@ -55,7 +55,7 @@ std::optional<int32_t> thinking_budget(std::optional<int32_t> asked, const Token
                                        int32_t max_tokens);
 
 // `effort` (the value of `field`, absent: null) must be one of none, minimal, low, medium,
-// high; returns it, or nullopt when absent.
+// high, xhigh; returns it, or nullopt when absent.
 std::variant<std::optional<std::string>, ApiError> read_reasoning_effort(
     const nlohmann::ordered_json& effort, const std::string& field);
 

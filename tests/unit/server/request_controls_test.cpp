@@ -79,7 +79,7 @@ TEST(RequestControls, ReasoningEffort) {
   auto none = read(Ordered(nullptr));
   ASSERT_TRUE(std::holds_alternative<std::optional<std::string>>(none));
   EXPECT_FALSE(std::get<std::optional<std::string>>(none));
-  for (const char* e : {"none", "minimal", "low", "medium", "high"}) {
+  for (const char* e : {"none", "minimal", "low", "medium", "high", "xhigh"}) {
     auto r = read(Ordered(e));
     ASSERT_TRUE(std::holds_alternative<std::optional<std::string>>(r)) << e;
     EXPECT_EQ(std::get<std::optional<std::string>>(r), e);
