@@ -194,6 +194,10 @@ RunFn add_serve(CLI::App& app) {
              "refuse (400) a request asking for more output tokens than this (0: no cap)");
   add_ranged(cmd, "--max-thinking-tokens", o->max_thinking_tokens, 0, kMaxTokens,
              "thinking budget of a request that names none (0: none)");
+  add_ranged(cmd, "--responses-store", o->server.responses_store_max_count, 0, 1 << 24,
+             "/v1/responses kept in memory for GET and previous_response_id, at most (0: none)");
+  add_ranged(cmd, "--responses-store-bytes", o->server.responses_store_max_bytes, 0,
+             int64_t{1} << 40, "... and at most this many bytes of them (least recently used go)");
   cmd->add_flag("!--keep-volatile-system-lines", o->server.normalize_volatile_prompt,
                 "keep per-request lines such as Claude Code's 'x-anthropic-billing-header: ...' "
                 "in system prompts (default: removed, so that turns share their cached prefix)");

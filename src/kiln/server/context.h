@@ -35,6 +35,7 @@ struct ServerContext {
 void register_chat_routes(Router& router, ServerContext& ctx);         // openai_chat.cpp
 void register_completions_routes(Router& router, ServerContext& ctx);  // openai_completions.cpp
 void register_anthropic_routes(Router& router, ServerContext& ctx);    // anthropic_messages.cpp
+void register_responses_routes(Router& router, ServerContext& ctx);    // openai_responses.cpp
 void register_models_routes(Router& router, ServerContext& ctx);       // models.cpp
 void register_tokenize_routes(Router& router, ServerContext& ctx);     // tokenize.cpp
 void register_metrics_routes(Router& router, ServerContext& ctx);      // metrics.cpp

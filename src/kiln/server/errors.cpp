@@ -106,6 +106,11 @@ ApiError not_found(std::string_view path) {
               fmt::format("Unknown path: {}", path));
 }
 
+ApiError resource_not_found(std::string message, std::string code,
+                            std::optional<std::string> param) {
+  return make(404, ErrorKind::kNotFound, std::move(code), std::move(param), std::move(message));
+}
+
 ApiError method_not_allowed(std::string_view method, std::string_view path) {
   return make(405, ErrorKind::kInvalidRequest, "method_not_allowed", std::nullopt,
               fmt::format("Method {} is not allowed on {}", method, path));

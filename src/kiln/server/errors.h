@@ -57,6 +57,10 @@ ApiError invalid_json(std::string_view parser_message);  // malformed JSON body 
 ApiError context_length_exceeded(std::string message);
 ApiError model_not_found(std::string_view model);  // 404, code model_not_found
 ApiError not_found(std::string_view path);         // unknown route -> 404
+// 404 for an unknown resource named in the request (a stored response's id), with its code
+// ("previous_response_not_found") and the field that named it.
+ApiError resource_not_found(std::string message, std::string code,
+                            std::optional<std::string> param = std::nullopt);
 ApiError method_not_allowed(std::string_view method, std::string_view path);  // 405
 ApiError unauthorized();                                            // 401, code invalid_api_key
 ApiError payload_too_large(size_t limit_bytes);                     // 413

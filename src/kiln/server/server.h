@@ -56,6 +56,10 @@ struct ServerOptions {
   // Remove known-volatile lines (Claude Code's x-anthropic-billing-header) from system
   // prompts before templating, so that the turns of a conversation share their prefix.
   bool normalize_volatile_prompt = true;
+  // The /v1/responses store (store: true, previous_response_id): at most this many
+  // responses and bytes, least recently used evicted first.
+  size_t responses_store_max_count = 1024;
+  size_t responses_store_max_bytes = size_t{256} << 20;
   // --max-tokens (default output length), --max-tokens-cap, --max-thinking-tokens.
   TokenLimits token_limits;
 };
