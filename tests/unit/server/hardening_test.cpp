@@ -373,6 +373,13 @@ TEST_F(HardeningTest, RandomJsonBodiesNeverGive5xx) {
                                          "source",
                                          "text",
                                          "data",
+                                         "instructions",
+                                         "previous_response_id",
+                                         "max_output_tokens",
+                                         "reasoning",
+                                         "call_id",
+                                         "output",
+                                         "store",
                                          "x"};
   const std::vector<std::string> scalars = {"0",
                                             "-1",
@@ -401,7 +408,17 @@ TEST_F(HardeningTest, RandomJsonBodiesNeverGive5xx) {
                                             "\"image\"",
                                             "\"document\"",
                                             "\"enabled\"",
-                                            "\"assistant\""};
+                                            "\"assistant\"",
+                                            "\"message\"",
+                                            "\"input_text\"",
+                                            "\"input_image\"",
+                                            "\"function_call\"",
+                                            "\"function_call_output\"",
+                                            "\"custom_tool_call\"",
+                                            "\"local_shell_call\"",
+                                            "\"reasoning\"",
+                                            "\"custom\"",
+                                            "\"local_shell\""};
   std::function<std::string(int)> value = [&](int depth) -> std::string {
     const size_t k = pick(depth > 3 ? 1 : 4);
     if (k == 0 || k == 3) return scalars[pick(scalars.size())];
@@ -416,9 +433,13 @@ TEST_F(HardeningTest, RandomJsonBodiesNeverGive5xx) {
       out += (i ? ",\"" : "\"") + keys[pick(keys.size())] + "\":" + value(depth + 1);
     return out + "}";
   };
-  const std::vector<std::string> paths = {
-      "/v1/chat/completions", "/v1/completions", "/tokenize",
-      "/detokenize",          "/v1/messages",    "/v1/messages/count_tokens"};
+  const std::vector<std::string> paths = {"/v1/chat/completions",
+                                          "/v1/completions",
+                                          "/tokenize",
+                                          "/detokenize",
+                                          "/v1/messages",
+                                          "/v1/responses",
+                                          "/v1/messages/count_tokens"};
   const std::string valid_messages = R"("messages":[{"role":"user","content":"hi"}])";
   for (int i = 0; i < 1500; ++i) {
     std::string body;
@@ -427,7 +448,8 @@ TEST_F(HardeningTest, RandomJsonBodiesNeverGive5xx) {
         body = value(0);
         break;
       case 1:  // a valid request with one random field
-        body = "{" + valid_messages + R"(,"prompt":"hi","content":"hi","tokens":[1],")" +
+        body = "{" + valid_messages +
+               R"(,"prompt":"hi","content":"hi","tokens":[1],"input":"hi",")" +
                keys[pick(keys.size())] + "\":" + value(1) + ",\"max_tokens\":2}";
         break;
       case 2: {  // a valid body, cut or with a byte changed
