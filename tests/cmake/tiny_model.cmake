@@ -1,6 +1,6 @@
 # kiln-tiny, the bundled model (models/kiln-tiny.gguf): its held-out perplexity in kiln
 # against the training script's, and `kiln serve` with no -m answering definitions and
-# calling the dictionary tool through the openai client and the Anthropic SDK.
+# calling the dictionary tool through the openai client (chat and responses) and the Anthropic SDK.
 if(EXISTS ${PROJECT_SOURCE_DIR}/models/kiln-tiny.gguf)
   find_program(KILN_TINY_PYTHON3 python3)
   if(KILN_TINY_PYTHON3)
@@ -21,6 +21,12 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/models/kiln-tiny.gguf)
              COMMAND ${KILN_TINY_NODE} --test ${PROJECT_SOURCE_DIR}/tests/e2e/anthropic_test.mjs
              WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
     set_tests_properties(e2e.anthropic PROPERTIES LABELS e2e TIMEOUT 300
+      ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>")
+    # /v1/responses through the official openai client (issue 14).
+    add_test(NAME e2e.responses
+             COMMAND ${KILN_TINY_NODE} --test ${PROJECT_SOURCE_DIR}/tests/e2e/responses_test.mjs
+             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(e2e.responses PROPERTIES LABELS e2e TIMEOUT 300
       ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>")
   endif()
 endif()
