@@ -59,7 +59,8 @@ struct Job {
     if (!echo.store) return;
     Json items = conversation;
     for (const Json& item : state.output) items.push_back(item);
-    if (!store.put(state.id, {response(), std::move(items)}))
+    if (!store.put(state.id, {response(), std::move(items)}) &&
+        ctx.options.responses_store_max_count > 0)
       log::warn(
           "responses: {} is larger than the whole store (--responses-store-bytes); not stored",
           state.id);
