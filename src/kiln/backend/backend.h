@@ -253,6 +253,13 @@ class Backend {
   }
   // Writes K/V rows [n, n_kv_heads * head_dim] of layer `layer` at the step's positions.
   virtual void kv_write(KvCache& kv, int32_t layer, const StepArgs& step, Mat k, Mat v) = 0;
+  // rope_apply_qk, then kv_write of the rotated k and v, in one op where a backend can.
+  virtual void rope_kv_write(Mat q, int32_t n_heads_q, Mat k, int32_t n_heads_k, int32_t head_dim,
+                             bool neox, Mat cos, Mat sin, KvCache& kv, int32_t layer,
+                             const StepArgs& step, Mat v) {
+    rope_apply_qk(q, n_heads_q, k, n_heads_k, head_dim, neox, cos, sin);
+    kv_write(kv, layer, step, k, v);
+  }
   // Causal paged attention over the cache (after this step's writes).
   virtual void attention(KvCache& kv, int32_t layer, const StepArgs& step, Mat q, Mat out,
                          const AttnParams& p) = 0;

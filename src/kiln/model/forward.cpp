@@ -207,13 +207,12 @@ void Forward::attention_block(int il, const backend::StepArgs& step, backend::Kv
   const bool swa = hp.swa_layer(static_cast<uint32_t>(il));
   const int table = swa && rope_swa_differs_ ? 1 : 0;
   const Mat cos = rope_cos_[table].first_rows(n), sin = rope_sin_[table].first_rows(n);
-  be_.rope_apply_qk(q, static_cast<int32_t>(hp.n_head), k, static_cast<int32_t>(hp.n_head_kv),
-                    static_cast<int32_t>(hp.head_dim_k), f.rope_neox, cos, sin);
+  be_.rope_kv_write(q, static_cast<int32_t>(hp.n_head), k, static_cast<int32_t>(hp.n_head_kv),
+                    static_cast<int32_t>(hp.head_dim_k), f.rope_neox, cos, sin, cache, il, step, v);
   if (step.row_scale != nullptr) be_.scale_rows(q, step.row_scale);
   dump("q", il, q);
   dump("k", il, k);
   dump("v", il, v);
-  be_.kv_write(cache, il, step, k, v);
   backend::AttnParams ap;
   ap.n_heads = static_cast<int32_t>(hp.n_head);
   ap.scale =

@@ -342,27 +342,31 @@ TEST(CudaMatmul, SharedInputEqualsSeparateCalls) {
   const int64_t n_in = 1024;
   Ctx ctx(16, n_in, 300);
   ASSERT_NE(ctx.p, nullptr);
-  const Type types[] = {Type::Q4_K, Type::Q6_K, Type::F16};
-  const int64_t outs[] = {300, 77, 64};
+  // Weights of one type share a launch (rows numbered across them; a CTA's warps may span
+  // two weights): three Q4_K of ragged heights, two F16, one Q6_K between them.
+  constexpr int kW = 6;
+  const Type types[kW] = {Type::Q4_K, Type::Q6_K, Type::Q4_K, Type::F16, Type::Q4_K, Type::F16};
+  const int64_t outs[kW] = {300, 77, 61, 64, 5, 33};
   std::vector<std::vector<uint8_t>> host;
   std::deque<test::DeviceVec<uint8_t>> dev;
   std::vector<Weight> ws;
-  for (int i = 0; i < 3; ++i) host.push_back(quantized_rows(types[i], outs[i], n_in, rng));
-  for (int i = 0; i < 3; ++i) dev.emplace_back(host[i]);
-  for (int i = 0; i < 3; ++i) ws.push_back(weight_view(types[i], n_in, outs[i], dev[i].get()));
-  for (int64_t n_tokens : {1, 4, 16}) {
+  for (int i = 0; i < kW; ++i) host.push_back(quantized_rows(types[i], outs[i], n_in, rng));
+  for (int i = 0; i < kW; ++i) dev.emplace_back(host[i]);
+  for (int i = 0; i < kW; ++i) ws.push_back(weight_view(types[i], n_in, outs[i], dev[i].get()));
+  for (int64_t n_tokens : {1, 3, 8, 16}) {
     const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
     test::DeviceVec<float> dx(x);
     std::deque<test::DeviceVec<float>> shared, single;
-    for (int i = 0; i < 3; ++i) shared.emplace_back(static_cast<size_t>(n_tokens * outs[i]));
-    for (int i = 0; i < 3; ++i) single.emplace_back(static_cast<size_t>(n_tokens * outs[i]));
-    const Weight* wp[3] = {&ws[0], &ws[1], &ws[2]};
-    float* yp[3] = {shared[0].get(), shared[1].get(), shared[2].get()};
-    backend::cuda::matmul_shared(ctx.p, wp, yp, 3, dx.get(), n_tokens, nullptr);
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < kW; ++i) shared.emplace_back(static_cast<size_t>(n_tokens * outs[i]));
+    for (int i = 0; i < kW; ++i) single.emplace_back(static_cast<size_t>(n_tokens * outs[i]));
+    const Weight* wp[kW];
+    float* yp[kW];
+    for (int i = 0; i < kW; ++i) wp[i] = &ws[i], yp[i] = shared[i].get();
+    backend::cuda::matmul_shared(ctx.p, wp, yp, kW, dx.get(), n_tokens, nullptr);
+    for (int i = 0; i < kW; ++i)
       backend::cuda::matmul(ctx.p, ws[i], dx.get(), single[i].get(), n_tokens, nullptr);
     KILN_CUDA_OK(cudaDeviceSynchronize());
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < kW; ++i)
       EXPECT_EQ(shared[i].to_host(), single[i].to_host())
           << "weight " << i << " n_tokens=" << n_tokens << " seed=" << seed;
   }

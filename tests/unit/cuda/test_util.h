@@ -28,6 +28,8 @@ class DeviceVec {
     if (cudaMalloc(reinterpret_cast<void**>(&p_), std::max<size_t>(1, n) * sizeof(T)) !=
         cudaSuccess)
       p_ = nullptr;
+    else
+      cudaMemset(p_, 0, std::max<size_t>(1, n) * sizeof(T));  // as a workspace must start
   }
   explicit DeviceVec(const std::vector<T>& host) : DeviceVec(host.size()) {
     if (p_ != nullptr && !host.empty())

@@ -11,7 +11,8 @@
 //    updates the softmax (a lane per key), and the threads that own (head, 4 dims) of the
 //    output accumulate P.V. Split-K (Flash-Decoding): when the grid would be small, the
 //    context is split over several CTAs that write partial (m, l, acc) to the workspace,
-//    and a second kernel merges them. The split count depends only on host values.
+//    and the last of them to finish (a counter per row and head chunk) merges them. The
+//    split count depends only on host values.
 //  - prefill: one CTA per (sequence, tile of query rows, kv head, head chunk); a tile is up
 //    to 64 (32 for head dims over 128) rows of (token, head), so it covers 64 / group tokens.
 //    Scores and P.V are register-tiled (4 rows x 4 keys / 4 rows x 4 float4 per thread) from
@@ -35,6 +36,8 @@
 #include "kiln/backend/cuda/attention_impl.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/pdl.cuh"
+#include "kiln/backend/cuda/q8_group.cuh"
+#include "kiln/backend/cuda/rope.cuh"
 #include "kiln/quant/fp16.h"
 
 // kiln/util/status.h pulls in fmt, which nvcc's host pass does not compile; the same
@@ -58,6 +61,7 @@ constexpr int kHeadChunk = 8;        // query heads of one kv head per CTA
 constexpr int kMaxSplits = 64;       // context splits of one decode row (a multiple of 32)
 constexpr int kMinSplitBlocks = 4;   // KV blocks a split takes at least
 constexpr int kMaxSplitRows = 1024;  // n_splits * n_tokens the workspace holds
+constexpr int kMaxHeadDim = 256;     // check_layer's bound
 
 // ---- fp16 and Q8_0 conversion, bit-exact with the CPU's quant:: functions ------------------
 
@@ -305,6 +309,42 @@ __global__ void __launch_bounds__(kThreads)
                vs + row * v.dim);
 }
 
+// rope_apply2 of q and k, then kv_write, in one launch: CTA (t, h) rotates query head h in place
+// (h < n_heads_q), or rotates kv head h - n_heads_q of k in place (through shared memory) and
+// writes it and the v row into the cache.
+template <KvT T>
+__global__ void __launch_bounds__(kThreads)
+    rope_kv_write_kernel(Cache k, Cache v, int block_tokens, Batch b, int n_kv_heads, float* q,
+                         int n_heads_q, float* ks, const float* vs, int n_pairs, bool neox,
+                         const float* cos, const float* sin) {
+  __shared__ float row_s[kMaxHeadDim];
+  pdl_wait();
+  pdl_trigger();
+  const int t = blockIdx.x;
+  int h = blockIdx.y;
+  const float* c = cos + int64_t{t} * n_pairs;
+  const float* s = sin + int64_t{t} * n_pairs;
+  if (h < n_heads_q) {
+    float* row = q + (int64_t{t} * n_heads_q + h) * k.dim;
+    for (int i = threadIdx.x; i < n_pairs; i += blockDim.x) rope_pair(row, i, n_pairs, neox, c[i], s[i]);
+    return;
+  }
+  h -= n_heads_q;
+  float* kr = ks + (int64_t{t} * n_kv_heads + h) * k.dim;
+  for (int d = threadIdx.x; d < k.dim; d += blockDim.x) row_s[d] = kr[d];
+  __syncthreads();
+  for (int i = threadIdx.x; i < n_pairs; i += blockDim.x) rope_pair(row_s, i, n_pairs, neox, c[i], s[i]);
+  __syncthreads();
+  for (int d = threadIdx.x; d < k.dim; d += blockDim.x) kr[d] = row_s[d];
+  const int sq = seq_of_token(b.qo, b.num_seqs, t);
+  const int pos = b.pos[t];
+  const int64_t block = b.kv_idx[b.kv_ptr[sq] + pos / block_tokens];
+  const int j = pos % block_tokens;
+  write_row<T>(k.data + block * k.block_bytes + h * k.head_bytes, k.dim, block_tokens, j, row_s);
+  write_row<T>(v.data + block * v.block_bytes + h * v.head_bytes, v.dim, block_tokens, j,
+               vs + (int64_t{t} * n_kv_heads + h) * v.dim);
+}
+
 // ---- attention -----------------------------------------------------------------------------
 
 struct AttnArgs {
@@ -314,6 +354,9 @@ struct AttnArgs {
   const float* q;  // [n_tokens, n_heads, dk]
   float* out;      // [n_tokens, n_heads, dv]
   float* ws;       // split-K partials: acc [n_splits][n_tokens][n_heads][dv], then (m, l)
+  int* counters;   // [n_tokens][gridDim.y]: splits of a (row, head chunk) done; zero between
+  int8_t* xq;      // null, or out quantized as quantize_q8_32 does ([n_tokens][n_heads * dv])
+  float2* xds;
   int32_t n_tokens, n_heads;
   int32_t group;      // query heads per kv head
   int32_t n_hchunks;  // ceil(group / kHeadChunk): blockIdx.y = kv_head * n_hchunks + chunk
@@ -346,6 +389,70 @@ __device__ __forceinline__ float4 fma4(float p, float4 v, float4 o) {
 }
 __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
   return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
+}
+
+// Writes the float4 o at dims [4 d4, 4 d4 + 4) of head h of token t's output row and, when
+// a.xq is set, its int8 levels (q8_group4: 8 consecutive threads hold a group of 32 values, so
+// every thread of the warp calls this, inactive ones with zeros).
+__device__ __forceinline__ void store_out(const AttnArgs& a, int t, int h, int d4, float4 o,
+                                          bool active) {
+  const int dv = a.v.dim;
+  const int64_t idx = (int64_t{t} * a.n_heads + h) * dv + 4 * d4;
+  if (active) *reinterpret_cast<float4*>(a.out + idx) = o;
+  if (a.xq != nullptr) q8_group4(o, active, a.xq + idx, a.xds + idx / 32);
+}
+
+// The merge of n_active split partials of token t's heads h0 .. h0 + gc (the decode kernel's
+// last split to finish runs it): warp w weighs heads w, w + 4 (a lane per split: exp(m - m_max)
+// / the weighted sum of l, into wgt), then each thread sums its dims over the splits.
+template <int kAcc>
+__device__ void merge_splits(const AttnArgs& a, int t, int h0, int gc, int n_active, float* wgt) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int dv4 = a.v.dim / 4;
+  const int64_t rows = int64_t{a.n_tokens} * a.n_heads;
+  const float* ml = a.ws + int64_t{a.n_splits} * rows * a.v.dim;
+  for (int g = warp; g < gc; g += kThreads / 32) {
+    const int64_t row = int64_t{t} * a.n_heads + h0 + g;
+    float m[kMaxSplits / 32], l[kMaxSplits / 32];
+    float m_max = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) {
+      const int sp = lane + 32 * i;
+      m[i] = -INFINITY, l[i] = 0.0f;
+      if (sp < n_active) {
+        const float2 x = __ldcg(reinterpret_cast<const float2*>(ml + (sp * rows + row) * 2));
+        m[i] = x.x, l[i] = x.y;
+        if (l[i] > 0.0f) m_max = fmaxf(m_max, m[i]);
+      }
+    }
+    m_max = warp_max(m_max);
+    float e[kMaxSplits / 32], l_sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) {
+      e[i] = l[i] > 0.0f ? expf(m[i] - m_max) : 0.0f;
+      l_sum += l[i] * e[i];
+    }
+    l_sum = warp_sum(l_sum);
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) wgt[g * kMaxSplits + lane + 32 * i] = e[i] / l_sum;
+  }
+  __syncthreads();
+  const float4* acc = reinterpret_cast<const float4*>(a.ws);
+#pragma unroll
+  for (int r = 0; r < kAcc; ++r) {
+    const int u = tid + r * kThreads;
+    const bool active = u < gc * dv4;
+    const int g = active ? u / dv4 : 0, d4 = u - g * dv4;
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (active) {
+      const int64_t row = int64_t{t} * a.n_heads + h0 + g;
+      for (int sp = 0; sp < n_active; ++sp) {
+        const float w = wgt[g * kMaxSplits + sp];
+        if (w > 0.0f) o = fma4(w, __ldcg(acc + (sp * rows + row) * dv4 + d4), o);
+      }
+    }
+    store_out(a, t, h0 + g, d4, o, active);
+  }
 }
 
 size_t decode_smem_bytes(int dk, int dv) {
@@ -390,7 +497,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
   // A context that one split covers: split 0 writes the final row (the merge skips the row),
   // the others have nothing to do.
   const bool whole = a.n_splits == 1 || n_blocks <= per_split;
-  if (whole && split > 0) return;
+  const int n_active = whole ? 1 : (n_blocks + per_split - 1) / per_split;
+  if (split >= n_active) return;  // past the context (or a row split 0 takes whole)
 
   for (int u = tid; u < gc * dk4; u += kThreads) {
     const int g = u / dk4, d4 = u - g * dk4;
@@ -471,83 +579,50 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
   }
   __syncthreads();
   const int64_t rows = int64_t{a.n_tokens} * a.n_heads;
+  if (whole) {
+#pragma unroll
+    for (int r = 0; r < kAcc; ++r) {
+      const int u = tid + r * kThreads;
+      const bool active = u < gc * dv4;
+      const int g = active ? u / dv4 : 0, d4 = u - g * dv4;
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (active) {
+        const float li = ml_s[2 * g + 1];  // > 0: key pos is always visible
+        o = make_float4(acc[r].x / li, acc[r].y / li, acc[r].z / li, acc[r].w / li);
+      }
+      store_out(a, t, h0 + g, d4, o, active);
+    }
+    return;
+  }
 #pragma unroll
   for (int r = 0; r < kAcc; ++r) {
     const int u = tid + r * kThreads;
     if (u < gc * dv4) {
       const int g = u / dv4, d4 = u - g * dv4;
       const int64_t row = int64_t{t} * a.n_heads + h0 + g;
-      if (whole) {
-        const float li = ml_s[2 * g + 1];  // > 0: key pos is always visible
-        reinterpret_cast<float4*>(a.out)[row * dv4 + d4] =
-            make_float4(acc[r].x / li, acc[r].y / li, acc[r].z / li, acc[r].w / li);
-      } else {
-        reinterpret_cast<float4*>(a.ws)[(split * rows + row) * dv4 + d4] = acc[r];
-      }
+      reinterpret_cast<float4*>(a.ws)[(split * rows + row) * dv4 + d4] = acc[r];
     }
   }
-  if (!whole && tid < gc) {
+  if (tid < gc) {
     float* ml = a.ws + int64_t{a.n_splits} * rows * dv +
                 (split * rows + int64_t{t} * a.n_heads + h0 + tid) * 2;
     ml[0] = ml_s[2 * tid];
     ml[1] = ml_s[2 * tid + 1];
   }
-}
-
-// Merges the decode splits of row (token blockIdx.x, head blockIdx.y); a split that saw no
-// key (l == 0) is skipped. Warp 0 reads every split's (m, l) at once (a lane per split) and
-// leaves each split's weight exp(m - m_max) / l_sum in shared memory; then the threads sum
-// the weighted partial rows of the splits that saw keys.
-__global__ void __launch_bounds__(64) combine_splits_kernel(const AttnArgs a) {
-  pdl_wait();
-  pdl_trigger();
-  __shared__ float wgt[kMaxSplits];
-  const int dv = a.v.dim, dv4 = dv / 4;
-  const int64_t rows = int64_t{a.n_tokens} * a.n_heads;
-  const int64_t row = int64_t{blockIdx.x} * a.n_heads + blockIdx.y;
-  const float* ml = a.ws + int64_t{a.n_splits} * rows * dv;
-  {  // the decode kernel's split of this row: nothing to merge when split 0 took it whole
-    const int pos = a.b.pos[blockIdx.x], bt = a.block_tokens;
-    const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
-    const int n_blocks = pos / bt - lo / bt + 1;
-    if (n_blocks <= max((n_blocks + a.n_splits - 1) / a.n_splits, kMinSplitBlocks)) return;
-  }
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    float m[kMaxSplits / 32], l[kMaxSplits / 32];
-    float m_max = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kMaxSplits / 32; ++i) {
-      const int sp = lane + 32 * i;
-      m[i] = -INFINITY, l[i] = 0.0f;
-      if (sp < a.n_splits) {
-        const float2 x = *reinterpret_cast<const float2*>(ml + (sp * rows + row) * 2);
-        m[i] = x.x, l[i] = x.y;
-        if (l[i] > 0.0f) m_max = fmaxf(m_max, m[i]);
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) m_max = fmaxf(m_max, __shfl_xor_sync(0xffffffffu, m_max, o));
-    float e[kMaxSplits / 32], l_sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kMaxSplits / 32; ++i) {
-      e[i] = l[i] > 0.0f ? expf(m[i] - m_max) : 0.0f;
-      l_sum += l[i] * e[i];
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) l_sum += __shfl_xor_sync(0xffffffffu, l_sum, o);
-#pragma unroll
-    for (int i = 0; i < kMaxSplits / 32; ++i) wgt[lane + 32 * i] = e[i] / l_sum;
+  // The last split of this (row, head chunk) to finish merges them all (no second kernel):
+  // the partials are published before the count (threadfence), read after it through L2.
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    int* count = a.counters + int64_t{t} * gridDim.y + blockIdx.y;
+    last = atomicAdd(count, 1) == n_active - 1;
+    if (last) atomicExch(count, 0);  // zero again for the next launch (and graph replays)
   }
   __syncthreads();
-  const float4* acc = reinterpret_cast<const float4*>(a.ws);
-  for (int d4 = threadIdx.x; d4 < dv4; d4 += blockDim.x) {
-    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int sp = 0; sp < a.n_splits; ++sp) {
-      if (wgt[sp] > 0.0f) o = fma4(wgt[sp], acc[(sp * rows + row) * dv4 + d4], o);
-    }
-    reinterpret_cast<float4*>(a.out)[row * dv4 + d4] = o;
-  }
+  if (!last) return;
+  __threadfence();
+  merge_splits<kAcc>(a, t, h0, gc, n_active, Ks);
 }
 
 // Rows (token, head) of a prefill tile: 64, or 32 when a head dim exceeds 128 (registers).
@@ -821,8 +896,12 @@ KvLayer make_kv_layer(quant::Type type, uint8_t* k, uint8_t* v, int32_t block_to
   return kv;
 }
 
+// The workspace: split partials, then the split counters ([token][kv head x head chunk] <=
+// kMaxSplitRows x n_heads ints).
+int64_t counter_bytes(int32_t n_heads) { return int64_t{kMaxSplitRows} * n_heads * 4; }
+
 int64_t attention_workspace_bytes(int32_t n_heads, int32_t head_dim_v) {
-  return kMaxSplitRows * split_bytes_per_token(n_heads, head_dim_v);
+  return kMaxSplitRows * split_bytes_per_token(n_heads, head_dim_v) + counter_bytes(n_heads);
 }
 
 void kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, const float* k,
@@ -848,6 +927,31 @@ void kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, const flo
   }
 }
 
+void rope_kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, float* q,
+                   int32_t n_heads_q, float* k, const float* v, int32_t n_pairs, bool neox,
+                   const float* cos, const float* sin, cudaStream_t s) {
+  if (n_tokens <= 0) return;
+  check_layer(kv);
+  KILN_CUDA_ASSERT(kv.head_dim_k <= kMaxHeadDim && 2 * n_pairs <= kv.head_dim_k);
+  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads_q + kv.n_kv_heads));
+  const Cache kc = cache_of(kv, true), vc = cache_of(kv, false);
+  const Batch bb = batch_of(b);
+  switch (kv_t(kv.type)) {
+    case KvT::F32:
+      launch_pdl(rope_kv_write_kernel<KvT::F32>, grid, dim3(kThreads), 0, s, kc, vc,
+                 kv.block_tokens, bb, kv.n_kv_heads, q, n_heads_q, k, v, n_pairs, neox, cos, sin);
+      break;
+    case KvT::F16:
+      launch_pdl(rope_kv_write_kernel<KvT::F16>, grid, dim3(kThreads), 0, s, kc, vc,
+                 kv.block_tokens, bb, kv.n_kv_heads, q, n_heads_q, k, v, n_pairs, neox, cos, sin);
+      break;
+    case KvT::Q8:
+      launch_pdl(rope_kv_write_kernel<KvT::Q8>, grid, dim3(kThreads), 0, s, kc, vc,
+                 kv.block_tokens, bb, kv.n_kv_heads, q, n_heads_q, k, v, n_pairs, neox, cos, sin);
+      break;
+  }
+}
+
 int32_t attention_decode_splits(const KvLayer& kv, int64_t n_tokens, const AttnParams& p) {
   if (p.workspace == nullptr || n_tokens <= 0) return 1;
   const int group = p.n_heads / kv.n_kv_heads;
@@ -861,15 +965,17 @@ int32_t attention_decode_splits(const KvLayer& kv, int64_t n_tokens, const AttnP
   // five at head dim 128), each walking a long enough stretch of context.
   int64_t splits = (4 * int64_t{sms} + ctas - 1) / ctas;
   splits = std::min<int64_t>(splits, kMaxSplits);
+  const int64_t partial_bytes = p.workspace_bytes - counter_bytes(p.n_heads);
+  if (partial_bytes <= 0) return 1;
   splits = std::min<int64_t>(
-      splits, p.workspace_bytes / (n_tokens * split_bytes_per_token(p.n_heads, kv.head_dim_v)));
+      splits, partial_bytes / (n_tokens * split_bytes_per_token(p.n_heads, kv.head_dim_v)));
   return static_cast<int32_t>(std::max<int64_t>(splits, 1));
 }
 
-void attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, int64_t n_tokens,
+bool attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, int64_t n_tokens,
                     int32_t max_q_len, const float* q, float* out, const AttnParams& p,
                     cudaStream_t s) {
-  if (n_tokens <= 0 || b.num_seqs <= 0) return;
+  if (n_tokens <= 0 || b.num_seqs <= 0) return false;
   check_layer(kv);
   KILN_CUDA_ASSERT(p.n_heads > 0 && p.n_heads % kv.n_kv_heads == 0);
   const bool decode =
@@ -879,7 +985,7 @@ void attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
     return e == nullptr || std::strcmp(e, "0") != 0;
   }();
   if (kernel == AttnKernel::PrefillTc || (kernel == AttnKernel::Auto && !decode && tc_enabled)) {
-    if (attention_prefill_tc(kv, b, n_tokens, max_q_len, q, out, p, s)) return;
+    if (attention_prefill_tc(kv, b, n_tokens, max_q_len, q, out, p, s)) return false;
   }
   const int bucket = dim_bucket(kv);
   AttnArgs a{};
@@ -902,13 +1008,15 @@ void attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
   const unsigned gy = static_cast<unsigned>(kv.n_kv_heads * a.n_hchunks);
   if (decode) {
     a.n_splits = attention_decode_splits(kv, n_tokens, p);
+    if (a.n_splits > 1) {
+      a.counters = reinterpret_cast<int*>(static_cast<char*>(p.workspace) + p.workspace_bytes -
+                                          counter_bytes(p.n_heads));
+    }
+    const bool q8 = p.xq != nullptr && p.xds != nullptr && kv.head_dim_v % 32 == 0;
+    if (q8) a.xq = p.xq, a.xds = p.xds;
     const dim3 grid(static_cast<unsigned>(n_tokens), gy, static_cast<unsigned>(a.n_splits));
     launch_pdl(fn, grid, dim3(kThreads), decode_smem_bytes(kv.head_dim_k, kv.head_dim_v), s, a);
-    if (a.n_splits > 1) {
-      launch_pdl(combine_splits_kernel, dim3(static_cast<unsigned>(n_tokens), p.n_heads), dim3(64),
-                 0, s, a);
-    }
-    return;
+    return q8;
   }
   const int rows = bucket > 128 ? 32 : 64;
   a.n_splits = 1;
@@ -916,11 +1024,12 @@ void attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
   a.tiles_per_seq = (std::max(max_q_len, 1) + a.tile_tokens - 1) / a.tile_tokens;
   const dim3 grid(static_cast<unsigned>(int64_t{b.num_seqs} * a.tiles_per_seq), gy);
   fn<<<grid, kThreads, prefill_smem_bytes(rows, kv.head_dim_k, kv.head_dim_v), s>>>(a);
+  return false;
 }
 
-void attention(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, int32_t max_q_len,
+bool attention(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, int32_t max_q_len,
                const float* q, float* out, const AttnParams& p, cudaStream_t s) {
-  attention_with(AttnKernel::Auto, kv, b, n_tokens, max_q_len, q, out, p, s);
+  return attention_with(AttnKernel::Auto, kv, b, n_tokens, max_q_len, q, out, p, s);
 }
 
 void kv_read(const KvLayer& kv, bool is_k, int64_t block, int32_t in_block, int32_t kvh,

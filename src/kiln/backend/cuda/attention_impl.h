@@ -19,7 +19,8 @@ enum class AttnKernel {
   PrefillTc,
 };
 
-void attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, int64_t n_tokens,
+// Returns whether p.xq / p.xds now hold out quantized (as attention()).
+bool attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, int64_t n_tokens,
                     int32_t max_q_len, const float* q, float* out, const AttnParams& p,
                     cudaStream_t s);
 

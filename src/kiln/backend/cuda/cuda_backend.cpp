@@ -232,6 +232,9 @@ class CudaBackend final : public Backend {
       attn_workspace_bytes_ = attention_workspace_bytes(cap.n_heads, cap.head_dim_v);
       KILN_TRY(attn_workspace_, device_alloc(attn_workspace_bytes_, "attention scratch"));
       owned_.push_back(attn_workspace_);
+      KILN_TRY_STATUS(
+          check(cudaMemset(attn_workspace_, 0, static_cast<size_t>(attn_workspace_bytes_)),
+                "clear attention scratch"));
     }
     if (matmul_ == nullptr) {
       // The matmul's scratch for the largest weight prepared so far.
@@ -396,9 +399,23 @@ class CudaBackend final : public Backend {
     cuda::kv_write(static_cast<CudaKvCache&>(kv).layer(layer), step.attn, step.n_tokens, k.data,
                    v.data, stream_);
   }
+  void rope_kv_write(Mat q, int32_t n_heads_q, Mat k, int32_t n_heads_k, int32_t head_dim,
+                     bool neox, Mat cos, Mat sin, KvCache& kv, int32_t layer, const StepArgs& step,
+                     Mat v) override {
+    const cuda::KvLayer& l = static_cast<CudaKvCache&>(kv).layer(layer);
+    if (head_dim != l.head_dim_k || n_heads_k != l.n_kv_heads || q.rows != step.n_tokens ||
+        k.rows != step.n_tokens) {
+      Backend::rope_kv_write(q, n_heads_q, k, n_heads_k, head_dim, neox, cos, sin, kv, layer, step,
+                             v);
+      return;
+    }
+    forget_q8();
+    cuda::rope_kv_write(l, step.attn, step.n_tokens, q.data, n_heads_q, k.data, v.data,
+                        static_cast<int32_t>(cos.cols), neox, cos.data, sin.data, stream_);
+  }
   void attention(KvCache& kv, int32_t layer, const StepArgs& step, Mat q, Mat out,
                  const backend::AttnParams& p) override {
-    forget_q8();
+    const Q8Target t = q8_target(out);
     cuda::AttnParams cp;
     cp.n_heads = p.n_heads;
     cp.scale = p.scale;
@@ -406,8 +423,10 @@ class CudaBackend final : public Backend {
     cp.sliding_window = p.sliding_window;
     cp.workspace = attn_workspace_;
     cp.workspace_bytes = attn_workspace_bytes_;
-    cuda::attention(static_cast<CudaKvCache&>(kv).layer(layer), step.attn, step.n_tokens,
-                    step.max_q_len, q.data, out.data, cp, stream_);
+    cp.xq = t.xq;
+    cp.xds = t.xds;
+    produced_q8(out, cuda::attention(static_cast<CudaKvCache&>(kv).layer(layer), step.attn,
+                                     step.n_tokens, step.max_q_len, q.data, out.data, cp, stream_));
   }
   void moe(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) override {
     forget_q8();

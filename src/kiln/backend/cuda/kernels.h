@@ -153,14 +153,16 @@ bool matvec_supports(const Weight& w);
 // and xq = round(x * 127 / max|x|) as int8.
 void quantize_q8_32(const float* x, int64_t n_tokens, int64_t n_in, int8_t* xq, float2* xds,
                     cudaStream_t s);
-// y[t] = W x[t] for t < n_tokens <= kMatvecMaxTokens from x quantized by quantize_q8_32, with
-// int8 dot products (matvec.cu says how, and its precision: ~5e-3 of the output norm).
-void matvec_q8(const Weight& w, const int8_t* xq, const float2* xds, float* y, int64_t n_tokens,
-               cudaStream_t s);
-// F16 / BF16 weights with 16-byte aligned rows (and x): y[t] = W x[t] for t < n_tokens <=
-// kMatvecMaxTokens, one warp per row, fp32 arithmetic on the exact weights (~1e-5).
+// ys[i][t] = ws[i] x[t] for i < n_w <= 32 and t < n_tokens <= kMatvecMaxTokens, from x
+// quantized by quantize_q8_32 (every ws[i] as wide as x), with int8 dot products (matvec.cu
+// says how, and its precision: ~5e-3 of the output norm). Weights of one type go in one launch.
+void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t* xq,
+               const float2* xds, int64_t n_tokens, cudaStream_t s);
+// F16 / BF16 weights with 16-byte aligned rows (and x): ys[i][t] = ws[i] x[t] as above, one warp
+// per row, fp32 arithmetic on the exact weights (~1e-5).
 bool matvec_half_supports(const Weight& w, const float* x);
-void matvec_half(const Weight& w, const float* x, float* y, int64_t n_tokens, cudaStream_t s);
+void matvec_half(const Weight* const* ws, float* const* ys, int n_w, const float* x,
+                 int64_t n_tokens, cudaStream_t s);
 
 // ---- paged KV cache and attention (attention.cu) -------------------------------------------
 
@@ -196,10 +198,17 @@ struct AttnParams {
   float scale = 1.0f;
   float softcap = 0.0f;        // 0 = off
   int32_t sliding_window = 0;  // 0 = whole context
-  // Device scratch for split-K decode (partial softmax states); null = no split (one CTA
-  // per (token, kv head) walks the whole context). Size it with attention_workspace_bytes.
+  // Device scratch for split-K decode (partial softmax states and split counters); null = no
+  // split (one CTA per (token, kv head) walks the whole context). Size it with
+  // attention_workspace_bytes and zero it once before the first use (the kernels leave the
+  // counters zero).
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
+  // Optional: the decode kernel also writes out quantized as quantize_q8_32 would (int8
+  // levels [n_tokens][n_heads * head_dim_v], one (d, d * level sum) per 32), for the matvec
+  // that follows; attention() says whether it did (decode rows, head_dim_v % 32 == 0).
+  int8_t* xq = nullptr;
+  float2* xds = nullptr;
 };
 // Scratch that lets attention() split long decode contexts over several CTAs (a fixed
 // size: the split count shrinks as the token count grows).
@@ -211,12 +220,17 @@ int64_t attention_workspace_bytes(int32_t n_heads, int32_t head_dim_v);
 // positions, converted to the cache type (F16 round-to-nearest-even, Q8_0 as ggml).
 void kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, const float* k,
               const float* v, cudaStream_t s);
+// rope_apply2(q, n_heads_q, k, kv.n_kv_heads, ...) then kv_write(kv, b, n_tokens, k, v) in one
+// launch (the same values, bit for bit): q and k rotated in place, k and v written to the cache.
+void rope_kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, float* q,
+                   int32_t n_heads_q, float* k, const float* v, int32_t n_pairs, bool neox,
+                   const float* cos, const float* sin, cudaStream_t s);
 // Causal paged attention with GQA, sliding window and softcap, as cpu::attention (fp32 math;
 // within 1e-5 of max |V| of cpu::attention_reference on the same stored K/V).
 // q [n_tokens, n_heads, head_dim_k], out [n_tokens, n_heads, head_dim_v], both 16-byte
 // aligned. max_q_len <= 1 runs the decode kernel (split-K over the context when p.workspace
 // is set), otherwise the tiled prefill kernel; either handles a mixed batch.
-void attention(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, int32_t max_q_len,
+bool attention(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, int32_t max_q_len,
                const float* q, float* out, const AttnParams& p, cudaStream_t s);
 // Reads token in_block of kv head kvh of `block` back as fp32 (host out), for tests.
 void kv_read(const KvLayer& kv, bool is_k, int64_t block, int32_t in_block, int32_t kvh,

@@ -487,18 +487,26 @@ void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64
 bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys, int n_w,
                    const float* x, int64_t n_tokens, cudaStream_t s, bool x_quantized) {
   bool quantized = x_quantized && n_tokens <= kMatvecMaxTokens;
+  // Decode-sized products the matvec kernels take are launched together after the loop: one
+  // launch per weight type for the weights sharing x.
+  const Weight* mq[8];
+  float* yq[8];
+  const Weight* mh[8];
+  float* yh[8];
+  int n_q = 0, n_h = 0;
   for (int i = 0; i < n_w; ++i) {
     const Weight& w = *ws[i];
     float* y = ys[i];
     if (n_tokens <= 0 || w.n_out <= 0 || !supports_type(w.type)) continue;
-    if (use_matvec(ctx, w, n_tokens)) {
-      if (!quantized) quantize_q8_32(x, n_tokens, w.n_in, ctx->xq, ctx->xds, s);
-      quantized = true;
-      matvec_q8(w, ctx->xq, ctx->xds, y, n_tokens, s);
+    if (use_matvec(ctx, w, n_tokens) && n_q < 8) {
+      mq[n_q] = &w;
+      yq[n_q++] = y;
       continue;
     }
-    if (n_tokens <= kMatvecMaxTokens && matvec_enabled() && matvec_half_supports(w, x)) {
-      matvec_half(w, x, y, n_tokens, s);
+    if (n_tokens <= kMatvecMaxTokens && matvec_enabled() && matvec_half_supports(w, x) &&
+        n_h < 8) {
+      mh[n_h] = &w;
+      yh[n_h++] = y;
       continue;
     }
     const bool direct_shape = w.n_in % 8 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 1) == 0;
@@ -512,6 +520,12 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
     if (w.n_in > ctx->max_n_in) continue;  // outside the context's bounds: scratch too small
     matmul_cublas(ctx, w, x, y, n_tokens, s);
   }
+  if (n_q > 0) {
+    if (!quantized) quantize_q8_32(x, n_tokens, mq[0]->n_in, ctx->xq, ctx->xds, s);
+    quantized = true;
+    matvec_q8(mq, yq, n_q, ctx->xq, ctx->xds, n_tokens, s);
+  }
+  if (n_h > 0) matvec_half(mh, yh, n_h, x, n_tokens, s);
   return quantized;
 }
 

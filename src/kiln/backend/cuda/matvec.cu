@@ -25,6 +25,9 @@
 // does not depend on n_tokens or the other tokens.
 #include <cuda_fp16.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/pdl.cuh"
 
@@ -38,15 +41,39 @@ constexpr int kThreads = 32 * kRowsPerCta;
 // overrun L2 with the rows of every resident warp: 16 KiB rows x 64 warps x 132 SMs).
 constexpr int64_t kPrefetchBytes = 1024;
 
-struct MatvecArgs {
+// Up to kMaxSegs weights of one type and width that share the input (q/k/v, gate/up) go in
+// one launch: their rows are numbered one after the other, and a warp finds its weight by the
+// running row ends (a launch and its ramp-up and tail saved per extra weight).
+constexpr int kMaxSegs = 3;
+struct Seg {
   const uint8_t* w;
+  float* y;
+  int64_t n_out;
+  int64_t row_end;  // rows of this and the earlier segments
+};
+__device__ __forceinline__ Seg find_seg(const Seg (&seg)[kMaxSegs], int n_segs, int64_t row,
+                                        int64_t& local) {
+  Seg g = seg[0];
+  local = row;
+#pragma unroll
+  for (int i = 1; i < kMaxSegs; ++i) {
+    if (i < n_segs && row >= seg[i - 1].row_end) {
+      local = row - seg[i - 1].row_end;
+      g = seg[i];
+    }
+  }
+  return g;
+}
+
+struct MatvecArgs {
+  Seg seg[kMaxSegs];
+  int n_segs;
   uint64_t row_bytes;
-  int64_t n_out, n_blocks;
+  int64_t n_blocks;
   const int8_t* xq;    // [n_tokens, n_in] levels
   const float2* xds;   // [n_tokens, n_in / 32] (d, sum of x)
   int64_t xq_stride;   // n_in
   int64_t xds_stride;  // n_in / 32
-  float* y;
   int n_tokens;
 };
 
@@ -241,9 +268,11 @@ struct VQ6_K {
 template <class V, int T>
 __global__ void __launch_bounds__(kThreads) matvec_kernel(const MatvecArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = int64_t{blockIdx.x} * kRowsPerCta + warp;
-  if (row >= a.n_out) return;
-  const uint8_t* w = a.w + static_cast<uint64_t>(row) * a.row_bytes;
+  const int64_t grow = int64_t{blockIdx.x} * kRowsPerCta + warp;
+  if (grow >= a.seg[a.n_segs - 1].row_end) return;
+  int64_t row = 0;
+  const Seg g = find_seg(a.seg, a.n_segs, grow, row);
+  const uint8_t* w = g.w + static_cast<uint64_t>(row) * a.row_bytes;
   // The row's bytes depend on no earlier kernel: start them towards L2 while it finishes.
   prefetch_l2(w,
               static_cast<int>(a.n_blocks * V::kBytes < kPrefetchBytes ? a.n_blocks * V::kBytes
@@ -267,18 +296,18 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const MatvecArgs a) {
     float v = acc[t];
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0 && t < a.n_tokens) a.y[t * a.n_out + row] = v;
+    if (lane == 0 && t < a.n_tokens) g.y[t * g.n_out + row] = v;
   }
 }
 
 // F16 / BF16 rows with fp32 activations: the same warp-per-row layout, 8 weights (16 bytes)
 // per lane per step, fp32 FMAs on the exact weights (within ~1e-5 of the reference).
 struct HalfArgs {
-  const uint8_t* w;
+  Seg seg[kMaxSegs];
+  int n_segs;
   uint64_t row_bytes;
-  int64_t n_out, n_in;
+  int64_t n_in;
   const float* x;  // [n_tokens, n_in], 16-byte aligned rows
-  float* y;
   int n_tokens;
 };
 
@@ -301,9 +330,11 @@ __device__ __forceinline__ void unpack_half8(uint4 q, float* f) {
 template <bool kBf16, int T>
 __global__ void __launch_bounds__(kThreads) matvec_half_kernel(const HalfArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = int64_t{blockIdx.x} * kRowsPerCta + warp;
-  if (row >= a.n_out) return;
-  const uint4* w = reinterpret_cast<const uint4*>(a.w + static_cast<uint64_t>(row) * a.row_bytes);
+  const int64_t grow = int64_t{blockIdx.x} * kRowsPerCta + warp;
+  if (grow >= a.seg[a.n_segs - 1].row_end) return;
+  int64_t row = 0;
+  const Seg g = find_seg(a.seg, a.n_segs, grow, row);
+  const uint4* w = reinterpret_cast<const uint4*>(g.w + static_cast<uint64_t>(row) * a.row_bytes);
   prefetch_l2(w, static_cast<int>(a.n_in * 2 < kPrefetchBytes ? a.n_in * 2 : kPrefetchBytes), lane);
   pdl_wait();
   pdl_trigger();
@@ -337,22 +368,30 @@ __global__ void __launch_bounds__(kThreads) matvec_half_kernel(const HalfArgs a)
     float v = acc[t];
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0 && t < a.n_tokens) a.y[t * a.n_out + row] = v;
+    if (lane == 0 && t < a.n_tokens) g.y[t * g.n_out + row] = v;
+  }
+}
+
+// Both launchers pick the kernel instance for the token count (1, 2, 4 or 8 accumulators).
+template <class Args, class K1, class K2, class K4, class K8>
+void launch_t(const Args& a, K1 k1, K2 k2, K4 k4, K8 k8, cudaStream_t s) {
+  const int64_t rows = a.seg[a.n_segs - 1].row_end;
+  const dim3 grid(static_cast<unsigned>((rows + kRowsPerCta - 1) / kRowsPerCta));
+  if (a.n_tokens <= 1) {
+    launch_pdl(k1, grid, dim3(kThreads), 0, s, a);
+  } else if (a.n_tokens <= 2) {
+    launch_pdl(k2, grid, dim3(kThreads), 0, s, a);
+  } else if (a.n_tokens <= 4) {
+    launch_pdl(k4, grid, dim3(kThreads), 0, s, a);
+  } else {
+    launch_pdl(k8, grid, dim3(kThreads), 0, s, a);
   }
 }
 
 template <bool kBf16>
 void launch_half(const HalfArgs& a, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((a.n_out + kRowsPerCta - 1) / kRowsPerCta));
-  if (a.n_tokens <= 1) {
-    launch_pdl(matvec_half_kernel<kBf16, 1>, grid, dim3(kThreads), 0, s, a);
-  } else if (a.n_tokens <= 2) {
-    launch_pdl(matvec_half_kernel<kBf16, 2>, grid, dim3(kThreads), 0, s, a);
-  } else if (a.n_tokens <= 4) {
-    launch_pdl(matvec_half_kernel<kBf16, 4>, grid, dim3(kThreads), 0, s, a);
-  } else {
-    launch_pdl(matvec_half_kernel<kBf16, kMatvecMaxTokens>, grid, dim3(kThreads), 0, s, a);
-  }
+  launch_t(a, matvec_half_kernel<kBf16, 1>, matvec_half_kernel<kBf16, 2>,
+           matvec_half_kernel<kBf16, 4>, matvec_half_kernel<kBf16, kMatvecMaxTokens>, s);
 }
 
 // One warp per group of 32 values: d = max|x| / 127, q = round(x / d), and d * (the sum of the
@@ -381,16 +420,50 @@ __global__ void quantize_q8_32_kernel(const float* x, int64_t n_groups, int8_t* 
 
 template <class V>
 void launch(const MatvecArgs& a, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((a.n_out + kRowsPerCta - 1) / kRowsPerCta));
-  if (a.n_tokens <= 1) {
-    launch_pdl(matvec_kernel<V, 1>, grid, dim3(kThreads), 0, s, a);
-  } else if (a.n_tokens <= 2) {
-    launch_pdl(matvec_kernel<V, 2>, grid, dim3(kThreads), 0, s, a);
-  } else if (a.n_tokens <= 4) {
-    launch_pdl(matvec_kernel<V, 4>, grid, dim3(kThreads), 0, s, a);
-  } else {
-    launch_pdl(matvec_kernel<V, kMatvecMaxTokens>, grid, dim3(kThreads), 0, s, a);
+  launch_t(a, matvec_kernel<V, 1>, matvec_kernel<V, 2>, matvec_kernel<V, 4>,
+           matvec_kernel<V, kMatvecMaxTokens>, s);
+}
+
+// Calls f(first, count) for runs of weights that can share a launch: the same type and row
+// bytes, at most kMaxSegs at a time, taken in order of first appearance.
+// KILN_CUDA_MATVEC_GROUP=0: one launch per weight (for comparisons).
+int max_group() {
+  static const int n = [] {
+    const char* e = std::getenv("KILN_CUDA_MATVEC_GROUP");
+    return e != nullptr && std::string_view(e) == "0" ? 1 : kMaxSegs;
+  }();
+  return n;
+}
+
+template <class F>
+void for_each_group(const Weight* const* ws, int n_w, F f) {
+  const int max_n = max_group();
+  uint32_t done = 0;
+  for (int i = 0; i < n_w; ++i) {
+    if (done & (1u << i)) continue;
+    int idx[kMaxSegs];
+    int n = 0;
+    for (int j = i; j < n_w && n < max_n; ++j) {
+      if ((done & (1u << j)) || ws[j]->type != ws[i]->type ||
+          ws[j]->row_bytes != ws[i]->row_bytes || ws[j]->n_in != ws[i]->n_in)
+        continue;
+      done |= 1u << j;
+      idx[n++] = j;
+    }
+    f(idx, n);
   }
+}
+
+template <class Args>
+void fill_segs(Args& a, const Weight* const* ws, float* const* ys, const int* idx, int n) {
+  int64_t end = 0;
+  for (int k = 0; k < n; ++k) {
+    const Weight& w = *ws[idx[k]];
+    end += w.n_out;
+    a.seg[k] = Seg{w.data, ys[idx[k]], w.n_out, end};
+  }
+  a.n_segs = n;
+  a.row_bytes = ws[idx[0]]->row_bytes;
 }
 
 }  // namespace
@@ -421,21 +494,22 @@ bool matvec_half_supports(const Weight& w, const float* x) {
          reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
-void matvec_half(const Weight& w, const float* x, float* y, int64_t n_tokens, cudaStream_t s) {
-  if (n_tokens <= 0 || n_tokens > kMatvecMaxTokens || w.n_out <= 0) return;
-  HalfArgs a{};
-  a.w = w.data;
-  a.row_bytes = w.row_bytes;
-  a.n_out = w.n_out;
-  a.n_in = w.n_in;
-  a.x = x;
-  a.y = y;
-  a.n_tokens = static_cast<int>(n_tokens);
-  if (w.type == quant::Type::BF16) {
-    launch_half<true>(a, s);
-  } else {
-    launch_half<false>(a, s);
-  }
+void matvec_half(const Weight* const* ws, float* const* ys, int n_w, const float* x,
+                 int64_t n_tokens, cudaStream_t s) {
+  if (n_tokens <= 0 || n_tokens > kMatvecMaxTokens || n_w <= 0 || n_w > 32) return;
+  for_each_group(ws, n_w, [&](const int* idx, int n) {
+    HalfArgs a{};
+    fill_segs(a, ws, ys, idx, n);
+    if (a.seg[n - 1].row_end <= 0) return;
+    a.n_in = ws[idx[0]]->n_in;
+    a.x = x;
+    a.n_tokens = static_cast<int>(n_tokens);
+    if (ws[idx[0]]->type == quant::Type::BF16) {
+      launch_half<true>(a, s);
+    } else {
+      launch_half<false>(a, s);
+    }
+  });
 }
 
 void quantize_q8_32(const float* x, int64_t n_tokens, int64_t n_in, int8_t* xq, float2* xds,
@@ -448,43 +522,44 @@ void quantize_q8_32(const float* x, int64_t n_tokens, int64_t n_in, int8_t* xq, 
              groups, xq, xds);
 }
 
-void matvec_q8(const Weight& w, const int8_t* xq, const float2* xds, float* y, int64_t n_tokens,
-               cudaStream_t s) {
-  if (n_tokens <= 0 || n_tokens > kMatvecMaxTokens || w.n_out <= 0) return;
-  MatvecArgs a{};
-  a.w = w.data;
-  a.row_bytes = w.row_bytes;
-  a.n_out = w.n_out;
-  a.xq = xq;
-  a.xds = xds;
-  a.xq_stride = w.n_in;
-  a.xds_stride = w.n_in / 32;
-  a.y = y;
-  a.n_tokens = static_cast<int>(n_tokens);
-  switch (w.type) {
-    case quant::Type::Q8_0:
-      a.n_blocks = w.n_in / 32;
-      launch<VQ8_0>(a, s);
-      break;
-    case quant::Type::Q4_0:
-      a.n_blocks = w.n_in / 32;
-      launch<VQ4_0>(a, s);
-      break;
-    case quant::Type::Q4_K:
-      a.n_blocks = w.n_in / 256;
-      launch<VK45<false>>(a, s);
-      break;
-    case quant::Type::Q5_K:
-      a.n_blocks = w.n_in / 256;
-      launch<VK45<true>>(a, s);
-      break;
-    case quant::Type::Q6_K:
-      a.n_blocks = w.n_in / 256;
-      launch<VQ6_K>(a, s);
-      break;
-    default:
-      break;
-  }
+void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t* xq,
+               const float2* xds, int64_t n_tokens, cudaStream_t s) {
+  if (n_tokens <= 0 || n_tokens > kMatvecMaxTokens || n_w <= 0 || n_w > 32) return;
+  for_each_group(ws, n_w, [&](const int* idx, int n) {
+    MatvecArgs a{};
+    fill_segs(a, ws, ys, idx, n);
+    if (a.seg[n - 1].row_end <= 0) return;
+    const Weight& w = *ws[idx[0]];
+    a.xq = xq;
+    a.xds = xds;
+    a.xq_stride = w.n_in;
+    a.xds_stride = w.n_in / 32;
+    a.n_tokens = static_cast<int>(n_tokens);
+    switch (w.type) {
+      case quant::Type::Q8_0:
+        a.n_blocks = w.n_in / 32;
+        launch<VQ8_0>(a, s);
+        break;
+      case quant::Type::Q4_0:
+        a.n_blocks = w.n_in / 32;
+        launch<VQ4_0>(a, s);
+        break;
+      case quant::Type::Q4_K:
+        a.n_blocks = w.n_in / 256;
+        launch<VK45<false>>(a, s);
+        break;
+      case quant::Type::Q5_K:
+        a.n_blocks = w.n_in / 256;
+        launch<VK45<true>>(a, s);
+        break;
+      case quant::Type::Q6_K:
+        a.n_blocks = w.n_in / 256;
+        launch<VQ6_K>(a, s);
+        break;
+      default:
+        break;
+    }
+  });
 }
 
 }  // namespace kiln::backend::cuda

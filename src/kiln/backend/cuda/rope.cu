@@ -9,6 +9,7 @@
 
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/pdl.cuh"
+#include "kiln/backend/cuda/rope.cuh"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -61,12 +62,7 @@ __global__ void rope_apply_kernel(float* x, int64_t n_tokens, int32_t n_heads, i
     const int32_t h = static_cast<int32_t>(th - t * all_heads);
     float* v = h < n_heads ? x + (t * n_heads + h) * head_dim
                            : x2 + (t * n_heads2 + h - n_heads) * head_dim;
-    const int32_t a = neox ? i : 2 * i;
-    const int32_t b = neox ? i + n_pairs : 2 * i + 1;
-    const float c = cos_in[t * n_pairs + i], s = sin_in[t * n_pairs + i];
-    const float x0 = v[a], x1 = v[b];
-    v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    rope_pair(v, i, n_pairs, neox, cos_in[t * n_pairs + i], sin_in[t * n_pairs + i]);
   }
 }
 
