@@ -361,6 +361,7 @@ struct AttnArgs {
   int32_t group;      // query heads per kv head
   int32_t n_hchunks;  // ceil(group / kHeadChunk): blockIdx.y = kv_head * n_hchunks + chunk
   int32_t n_splits;
+  int32_t min_split_blocks;  // KV blocks a split takes at least
   int32_t tile_tokens, tiles_per_seq;  // prefill
   int32_t window;
   float scale, softcap;
@@ -491,7 +492,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
   const int b_first = lo / bt, n_blocks = pos / bt - b_first + 1;
   // At least kMinSplitBlocks blocks per split: a short context uses the first few splits (the
   // rest see no key and are skipped by the merge).
-  const int per_split = max((n_blocks + a.n_splits - 1) / a.n_splits, kMinSplitBlocks);
+  const int per_split = max((n_blocks + a.n_splits - 1) / a.n_splits, a.min_split_blocks);
   const int kbeg = max(lo, (b_first + split * per_split) * bt);
   const int kend = min(pos + 1, (b_first + (split + 1) * per_split) * bt);
   // A context that one split covers: split 0 writes the final row (the merge skips the row),
@@ -1008,6 +1009,12 @@ bool attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
   const unsigned gy = static_cast<unsigned>(kv.n_kv_heads * a.n_hchunks);
   if (decode) {
     a.n_splits = attention_decode_splits(kv, n_tokens, p);
+    static const int min_split = [] {  // KILN_CUDA_ATTN_MIN_SPLIT=N (blocks) for comparisons
+      const char* e = std::getenv("KILN_CUDA_ATTN_MIN_SPLIT");
+      const int v = e == nullptr ? kMinSplitBlocks : std::atoi(e);
+      return v >= 1 && v <= 64 ? v : kMinSplitBlocks;
+    }();
+    a.min_split_blocks = min_split;
     if (a.n_splits > 1) {
       a.counters = reinterpret_cast<int*>(static_cast<char*>(p.workspace) + p.workspace_bytes -
                                           counter_bytes(p.n_heads));

@@ -155,6 +155,7 @@ class CudaBackend final : public Backend {
     max_n_in_ = std::max(max_n_in_, w.n_in);
     max_n_out_ = std::max(max_n_out_, w.n_out);
     max_experts_ = std::max(max_experts_, w.n_mats);
+    if (w.n_mats <= 1 && cuda::matvec_supports(w)) int8_matvec_weights_ = true;
     return w;
   }
   Expected<const float*> prepare_vector(const float* host, int64_t n) override {
@@ -457,6 +458,7 @@ class CudaBackend final : public Backend {
   };
   Q8Target q8_target(Mat y) {
     forget_q8();
+    if (!int8_matvec_weights_) return {};  // e.g. an all-F16 model: nobody reads them
     const cuda::MatmulQ8 q = cuda::matmul_q8(matmul_);
     if (y.rows > q.max_tokens || y.cols > q.max_cols) return {};
     return {q.xq, q.xds};
@@ -499,6 +501,7 @@ class CudaBackend final : public Backend {
   std::vector<cudaGraphExec_t> graphs_;
   uint64_t prepared_bytes_ = 0;
   int64_t max_n_in_ = 0, max_n_out_ = 0, max_experts_ = 1;
+  bool int8_matvec_weights_ = false;  // a prepared weight the int8 matvec reads
   MatmulContext* matmul_ = nullptr;
   const float* q8_src_ = nullptr;
   int64_t q8_rows_ = 0, q8_cols_ = 0;

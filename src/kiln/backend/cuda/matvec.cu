@@ -327,6 +327,29 @@ __device__ __forceinline__ void unpack_half8(uint4 q, float* f) {
   }
 }
 
+// acc[t] += the 8 weights at word i of the row (w8) . x[t][8 i, 8 i + 8), in order.
+template <bool kBf16, int T>
+__device__ __forceinline__ void half_step(uint4 w8, const HalfArgs& a, int64_t i, float* acc) {
+  float f[8];
+  unpack_half8<kBf16>(w8, f);
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    if (t < a.n_tokens) {
+      const float4* x = reinterpret_cast<const float4*>(a.x + t * a.n_in) + 2 * i;
+      const float4 x0 = __ldg(x), x1 = __ldg(x + 1);
+      float s = acc[t];
+      s = fmaf(f[0], x0.x, s);
+      s = fmaf(f[1], x0.y, s);
+      s = fmaf(f[2], x0.z, s);
+      s = fmaf(f[3], x0.w, s);
+      s = fmaf(f[4], x1.x, s);
+      s = fmaf(f[5], x1.y, s);
+      s = fmaf(f[6], x1.z, s);
+      acc[t] = fmaf(f[7], x1.w, s);
+    }
+  }
+}
+
 template <bool kBf16, int T>
 __global__ void __launch_bounds__(kThreads) matvec_half_kernel(const HalfArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -342,27 +365,10 @@ __global__ void __launch_bounds__(kThreads) matvec_half_kernel(const HalfArgs a)
 #pragma unroll
   for (int t = 0; t < T; ++t) acc[t] = 0.0f;
   const int64_t n8 = a.n_in / 8;
+  // (Loads batched explicitly, 2 or 4 per lane before their use, measured 6% slower on the 8B
+  // F16 file: 183.5-183.7 against 196.1 tok/s.)
 #pragma unroll 4
-  for (int64_t i = lane; i < n8; i += 32) {
-    float f[8];
-    unpack_half8<kBf16>(__ldg(w + i), f);
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      if (t < a.n_tokens) {
-        const float4* x = reinterpret_cast<const float4*>(a.x + t * a.n_in) + 2 * i;
-        const float4 x0 = __ldg(x), x1 = __ldg(x + 1);
-        float s = acc[t];
-        s = fmaf(f[0], x0.x, s);
-        s = fmaf(f[1], x0.y, s);
-        s = fmaf(f[2], x0.z, s);
-        s = fmaf(f[3], x0.w, s);
-        s = fmaf(f[4], x1.x, s);
-        s = fmaf(f[5], x1.y, s);
-        s = fmaf(f[6], x1.z, s);
-        acc[t] = fmaf(f[7], x1.w, s);
-      }
-    }
-  }
+  for (int64_t i = lane; i < n8; i += 32) half_step<kBf16, T>(__ldg(w + i), a, i, acc);
 #pragma unroll
   for (int t = 0; t < T; ++t) {
     float v = acc[t];
