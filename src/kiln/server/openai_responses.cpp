@@ -4,6 +4,7 @@
 //   POST /v1/responses: a whole response, or named SSE events each with an increasing
 //     sequence_number (response.created, response.in_progress, the items' events, then
 //     response.completed, response.incomplete or response.failed);
+//   GET /v1/responses with Upgrade: websocket: the WebSocket mode (responses_websocket.cpp);
 //   POST /v1/responses/compact: context compaction (the model summarises the conversation);
 //   GET and DELETE /v1/responses/{id}.
 // Responses with store (the default) are kept in a bounded in-memory store
@@ -128,6 +129,9 @@ void register_responses_routes(Router& router, ServerContext& ctx) {
                                                ctx.options.responses_store_max_bytes);
   router.add("POST", "/v1/responses", [&ctx, store](const HttpRequest& req, HttpExchange& ex) {
     return handle_create(ctx, *store, req, ex);
+  });
+  router.add("GET", "/v1/responses", [&ctx, store](const HttpRequest& req, HttpExchange& ex) {
+    return responses::handle_websocket(ctx, *store, req, ex);
   });
   router.add("POST", "/v1/responses/compact",
              [&ctx, store](const HttpRequest& req, HttpExchange& ex) {

@@ -257,4 +257,14 @@ RunEnd run_stream(Turn& turn, BudgetedGeneration& run, HttpExchange& ex, const E
   return run.abort_reason() == AbortReason::kClientGone ? RunEnd::kClientGone : RunEnd::kFinished;
 }
 
+void complete_without_generation(Turn& turn, const EventSink& sink) {
+  Streamer s(turn, sink);
+  s.lifecycle("response.created");
+  turn.state.status = "completed";
+  turn.state.completed_at = static_cast<int64_t>(std::time(nullptr));
+  turn.state.usage = usage(turn.num_prompt_tokens, 0, 0, 0);
+  turn.keep();
+  s.lifecycle("response.completed");
+}
+
 }  // namespace kiln::server::responses

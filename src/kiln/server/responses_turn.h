@@ -93,4 +93,14 @@ struct EventSink {
 // response.completed, response.incomplete or response.failed.
 RunEnd run_stream(Turn& turn, BudgetedGeneration& run, HttpExchange& ex, const EventSink& sink);
 
+// A warm-up (the WebSocket mode's generate: false): no generation; the response completes
+// with no output and the prompt's usage, and is stored (with store) so that a later turn
+// continues from its input. Sends response.created and response.completed.
+void complete_without_generation(Turn& turn, const EventSink& sink);
+
+// GET /v1/responses with Upgrade: websocket, the WebSocket mode (responses_websocket.cpp):
+// response.create events in, the stream's events out, one turn at a time.
+HandlerResult handle_websocket(ServerContext& ctx, ResponseStore& store, const HttpRequest& req,
+                               HttpExchange& ex);
+
 }  // namespace kiln::server::responses
