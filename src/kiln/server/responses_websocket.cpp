@@ -157,7 +157,10 @@ HandlerResult handle_websocket(ServerContext& ctx, ResponseStore& store, const H
   }
   WebSocketChannel* ws =
       ex.accept_websocket(websocket::accept_key(*req.header("sec-websocket-key")));
-  if (ws == nullptr) return Streamed{};
+  if (ws == nullptr) {
+    if (ex.client_gone()) return Streamed{};
+    return invalid_request("This request cannot switch to the WebSocket protocol (send a GET)");
+  }
   log::debug("[{}] /v1/responses: WebSocket open", req.request_id);
   Session(ctx, store, *ws, ex, req.request_id).serve();
   return Streamed{};

@@ -151,6 +151,17 @@ TEST_F(ResponsesWebSocketTest, GetWithoutUpgradeOrWithABadHandshakeIsA400) {
                                    {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}});
   EXPECT_EQ(v8.status, 400);
   EXPECT_EQ(v8.header("sec-websocket-version"), "13");
+  // HEAD is GET without a body: it cannot switch protocols (read raw: the 400 has no body).
+  {
+    Client raw(port_);
+    net::write(raw.socket(), net::buffer(std::string(
+                                 "HEAD /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                                 "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                                 "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")));
+    std::string head;
+    net::read_until(raw.socket(), net::dynamic_buffer(head), "\r\n\r\n");
+    EXPECT_EQ(head.rfind("HTTP/1.1 400 ", 0), 0u) << head;
+  }
   // Authentication applies to the handshake.
   server_->shutdown(std::chrono::milliseconds(0));
   ServerOptions o;
