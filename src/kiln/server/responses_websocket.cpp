@@ -55,12 +55,13 @@ class Session {
  private:
   // One event; true when the client left during its turn.
   bool on_event(const std::string& text) {
-    Json event = Json::parse(text, nullptr, false);
-    if (event.is_discarded() || !event.is_object()) {
-      send_error(event.is_discarded() ? invalid_json("the message is not valid JSON")
-                                      : invalid_request("An event must be a JSON object"));
+    // The body rules of HTTP: no NUL byte, bounded nesting, an object.
+    auto parsed = parse_body(text);
+    if (auto* e = std::get_if<ApiError>(&parsed)) {
+      send_error(*e);
       return false;
     }
+    Json event = std::get<Json>(std::move(parsed));
     const Json type = event.contains("type") ? event["type"] : Json(nullptr);
     if (type != "response.create") {
       send_error(

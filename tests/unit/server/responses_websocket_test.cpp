@@ -267,6 +267,13 @@ TEST_F(ResponsesWebSocketTest, BadEventsAreErrorEventsAndTheConnectionStays) {
   json e1 = c.read_json();
   EXPECT_EQ(e1["type"], "error");
   EXPECT_EQ(e1["status"], 400);
+  // As HTTP bodies: deep nesting is refused before parsing (no deep recursion), so is a NUL.
+  c.send(ws::Opcode::kText, std::string(200000, '['));
+  EXPECT_EQ(c.read_json()["status"], 400);
+  c.send(ws::Opcode::kText, std::string("{\"type\":\"response.create\"}\0", 27));
+  EXPECT_EQ(c.read_json()["status"], 400);
+  c.send(ws::Opcode::kText, "[1]");
+  EXPECT_EQ(c.read_json()["error"]["type"], "invalid_request_error");
   c.send_json(json{{"type", "response.cancel"}});
   json e2 = c.read_json();
   EXPECT_EQ(e2["error"]["param"], "type");
