@@ -4,7 +4,7 @@ RELEASE := build/release
 ASAN := build/asan
 CMAKE_FLAGS ?=
 
-.PHONY: test run setup build build-asan unit fuzz fuzz-requests format clean
+.PHONY: test run setup build build-asan unit fuzz fuzz-requests fuzz-websocket format clean
 
 setup:
 	@scripts/setup.sh
@@ -40,6 +40,13 @@ fuzz-requests: setup
 	@cmake --build build/fuzz -j $(JOBS) --target fuzz_request_parser
 	@mkdir -p fuzz/corpus-work-requests
 	build/fuzz/fuzz_request_parser fuzz/corpus-work-requests fuzz/corpus/requests -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048
+
+# The WebSocket frame reader: arbitrary client byte streams, fed in arbitrary pieces.
+fuzz-websocket: setup
+	@CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_TESTS=OFF >/dev/null
+	@cmake --build build/fuzz -j $(JOBS) --target fuzz_websocket_frames
+	@mkdir -p fuzz/corpus-work-websocket
+	build/fuzz/fuzz_websocket_frames fuzz/corpus-work-websocket -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048
 
 format:
 	@git ls-files '*.cpp' '*.h' | xargs clang-format -i

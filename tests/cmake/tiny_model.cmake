@@ -1,6 +1,7 @@
 # kiln-tiny, the bundled model (models/kiln-tiny.gguf): its held-out perplexity in kiln
 # against the training script's, and `kiln serve` with no -m answering definitions and
-# calling the dictionary tool through the openai client (chat and responses) and the Anthropic SDK.
+# calling the dictionary tool through the openai client (chat, responses and its WebSocket mode)
+# and the Anthropic SDK.
 if(EXISTS ${PROJECT_SOURCE_DIR}/models/kiln-tiny.gguf)
   find_program(KILN_TINY_PYTHON3 python3)
   if(KILN_TINY_PYTHON3)
@@ -27,6 +28,14 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/models/kiln-tiny.gguf)
              COMMAND ${KILN_TINY_NODE} --test ${PROJECT_SOURCE_DIR}/tests/e2e/responses_test.mjs
              WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
     set_tests_properties(e2e.responses PROPERTIES LABELS e2e TIMEOUT 300
+      ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>")
+    # The WebSocket mode of /v1/responses: the openai package's Responses WebSocket client
+    # over node's built-in WebSocket (experimental in node 20, hence the flag).
+    add_test(NAME e2e.responses_websocket
+             COMMAND ${KILN_TINY_NODE} --experimental-websocket --test
+                     ${PROJECT_SOURCE_DIR}/tests/e2e/responses_websocket_test.mjs
+             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(e2e.responses_websocket PROPERTIES LABELS e2e TIMEOUT 300
       ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>")
   endif()
 endif()

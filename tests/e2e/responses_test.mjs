@@ -3,7 +3,8 @@
 // stream helper accumulates every event; its final response equals the whole one), a
 // dictionary function-call round trip both by previous_response_id and by sending the items
 // back, the previous_response_not_found miss, retrieve and delete, max_output_tokens, hosted
-// and custom tools accepted, and the error envelope.
+// and custom tools accepted, the error envelope, and /v1/responses/compact (the SDK's
+// responses.compact, its output sent back as the next turn's input).
 //   node --test tests/e2e/responses_test.mjs   (KILN_BIN set by CTest)
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -214,5 +215,33 @@ test('errors come in OpenAI\'s envelope', async () => {
     return true;
   });
   await assert.rejects(client.responses.create({ model: 'kiln' }),
+                       (e) => e.status === 400 && e.param === 'input');
+});
+
+test('compact: the conversation becomes its user messages and a compaction item that continues', async () => {
+  const first = await client.responses.create(ask('river'));
+  const compacted = await client.responses.compact({
+    model: 'kiln', previous_response_id: first.id, max_output_tokens: 48,
+    input: [{ role: 'user', content: 'What does apple mean?' }],
+  });
+  assert.equal(compacted.object, 'response.compaction');
+  assert.match(compacted.id, /^resp_/);
+  assert.ok(Number.isInteger(compacted.created_at));
+  assert.deepEqual(compacted.output.map((o) => o.type), ['message', 'message', 'compaction']);
+  assert.deepEqual(compacted.output.slice(0, 2).map((o) => [o.role, o.content[0].text]),
+                   [['user', 'What does river mean?'], ['user', 'What does apple mean?']]);
+  const item = compacted.output[2];
+  assert.match(item.id, /^cmp_/);
+  assert.ok(item.encrypted_content.length > 0);
+  assert.ok(compacted.usage.input_tokens > first.usage.input_tokens);
+  assert.ok(compacted.usage.output_tokens > 0 && compacted.usage.output_tokens <= 48);
+  assert.equal(compacted.usage.total_tokens, compacted.usage.input_tokens + compacted.usage.output_tokens);
+  // The compacted output is the next turn's history (as Codex sends it back).
+  const next = await client.responses.create({
+    ...ask('water'), input: [...compacted.output, { role: 'user', content: 'What does water mean?' }],
+  });
+  assert.equal(next.status, 'completed', JSON.stringify(next));
+  assert.equal(next.warnings, undefined);
+  await assert.rejects(client.responses.compact({ model: 'kiln' }),
                        (e) => e.status === 400 && e.param === 'input');
 });

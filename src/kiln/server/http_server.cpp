@@ -18,6 +18,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "kiln/server/websocket.h"
 #include "kiln/util/log.h"
 
 namespace kiln::server {
@@ -109,15 +110,21 @@ class Connection final : public HttpExchange {
   bool responded() const override { return status_ != 0; }
   int status() const override { return status_; }
   bool client_gone() const override { return broken_; }
+  WebSocketChannel* accept_websocket(std::string_view accept_key) override;
 
  private:
+  class WebSocket;
+  bool write_raw(std::string_view bytes);
   // Runs one async operation on this thread's io_context to completion, under `timeout`
   // (the stream closes the socket when it expires and the operation fails with timeout).
   template <typename Start>
-  beast::error_code run(Start&& start, milliseconds timeout) {
+  beast::error_code run(Start&& start, milliseconds timeout, size_t* transferred = nullptr) {
     beast::error_code result = net::error::would_block;
     stream_.expires_after(timeout);
-    start([&result](beast::error_code ec, size_t) { result = ec; });
+    start([&result, transferred](beast::error_code ec, size_t n) {
+      result = ec;
+      if (transferred) *transferred = n;
+    });
     ioc_.restart();
     ioc_.run();
     stream_.expires_never();
@@ -127,6 +134,9 @@ class Connection final : public HttpExchange {
   }
   // Waits until the client sends a byte; false on idle timeout, hang-up or server drain.
   bool wait_for_request();
+  // Waits until the socket is readable (data or a hang-up); false at `deadline` or when the
+  // server drains.
+  bool wait_readable(Clock::time_point deadline);
   bool handle_one();  // false: close the connection
   void send_simple_error(int status, std::string_view message);
   template <typename Response>
@@ -147,13 +157,141 @@ class Connection final : public HttpExchange {
   bool first_ = true;                 // no request has been read yet on this connection
   Clock::time_point first_deadline_;  // the first request's header must be in by then
   std::vector<std::pair<std::string, std::string>> extra_headers_;
+  std::unique_ptr<WebSocket> websocket_;  // after an upgrade (the connection ends with it)
 };
+
+// The WebSocket of an upgraded connection: frames over the connection's socket, with the
+// same timeouts (a write to a client that does not read fails after write_timeout).
+class Connection::WebSocket final : public WebSocketChannel {
+ public:
+  explicit WebSocket(Connection& conn)
+      : conn_(conn), reader_(conn.server_.options.max_body_bytes) {}
+
+  void feed(std::string_view bytes) { reader_.feed(bytes); }
+
+  std::optional<Message> receive() override {
+    namespace ws = websocket;
+    for (;;) {
+      while (auto m = reader_.next()) {
+        switch (m->kind) {
+          case ws::Message::Kind::kPing:
+            if (!send(ws::Opcode::kPong, m->payload)) return std::nullopt;
+            break;
+          case ws::Message::Kind::kPong:
+            break;
+          case ws::Message::Kind::kClose:
+            // 5.5.1: answer with a close frame (echoing the code), then the connection ends.
+            if (!close_sent_) {
+              close_sent_ = true;
+              send_raw(
+                  ws::encode_frame(ws::Opcode::kClose, m->close_code == ws::kCloseNoStatus
+                                                           ? std::string()
+                                                           : ws::close_payload(m->close_code, "")));
+            }
+            done_ = true;
+            return std::nullopt;
+          case ws::Message::Kind::kText:
+          case ws::Message::Kind::kBinary:
+            return Message{m->kind == ws::Message::Kind::kBinary, std::move(m->payload)};
+        }
+      }
+      if (const auto& failure = reader_.failure()) {
+        log::debug("websocket {}: closing with {}: {}", conn_.remote_, failure->close_code,
+                   failure->reason);
+        close(failure->close_code, failure->reason);
+        done_ = true;
+      }
+      if (done_ || conn_.broken_) return std::nullopt;
+      const Clock::time_point deadline =
+          Clock::now() + conn_.server_.options.websocket_idle_timeout;
+      if (!conn_.wait_readable(deadline)) {
+        close(ws::kCloseGoingAway,
+              conn_.server_.draining.load() ? "the server is shutting down" : "idle timeout");
+        done_ = true;
+        return std::nullopt;
+      }
+      char chunk[16384];
+      size_t n = 0;
+      beast::error_code ec = conn_.run(
+          [&](auto handler) {
+            conn_.stream_.async_read_some(net::buffer(chunk, sizeof chunk), std::move(handler));
+          },
+          conn_.server_.options.body_timeout, &n);
+      if (ec) {
+        conn_.broken_ = true;  // a hang-up (eof), a reset, or a stalled read
+        done_ = true;
+        return std::nullopt;
+      }
+      reader_.feed(std::string_view(chunk, n));
+    }
+  }
+  bool send_text(std::string_view text) override { return send(websocket::Opcode::kText, text); }
+  bool send_ping(std::string_view data) override {
+    return send(websocket::Opcode::kPing, data.substr(0, 125));
+  }
+  void close(uint16_t code, std::string_view reason) override {
+    if (close_sent_) return;
+    close_sent_ = true;
+    send_raw(
+        websocket::encode_frame(websocket::Opcode::kClose, websocket::close_payload(code, reason)));
+  }
+
+ private:
+  bool send(websocket::Opcode op, std::string_view payload) {
+    if (close_sent_) return false;
+    return send_raw(websocket::encode_frame(op, payload));
+  }
+  bool send_raw(const std::string& frame) { return conn_.write_raw(frame); }
+
+  Connection& conn_;
+  websocket::FrameReader reader_;
+  bool close_sent_ = false;
+  bool done_ = false;  // the connection is over: receive() hands out nothing more
+};
+
+WebSocketChannel* Connection::accept_websocket(std::string_view accept_key) {
+  if (status_ != 0 || broken_ || head_) return nullptr;
+  status_ = 101;
+  std::string head =
+      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      "Sec-WebSocket-Accept: ";
+  head += accept_key;
+  head += "\r\nServer: kiln\r\n";
+  for (const auto& [k, v] : extra_headers_) head += k + ": " + v + "\r\n";
+  head += "\r\n";
+  keep_alive_ = false;  // the connection ends with the WebSocket
+  if (!write_raw(head)) return nullptr;
+  websocket_ = std::make_unique<WebSocket>(*this);
+  // Frames the client sent right after its handshake are already in the read buffer.
+  if (buffer_.size() > 0) {
+    const auto data = buffer_.data();
+    websocket_->feed(std::string_view(static_cast<const char*>(data.data()), data.size()));
+    buffer_.consume(buffer_.size());
+  }
+  return websocket_.get();
+}
+
+bool Connection::write_raw(std::string_view bytes) {
+  if (broken_) return false;
+  beast::error_code ec = run(
+      [&](auto handler) {
+        net::async_write(stream_, net::const_buffer(bytes.data(), bytes.size()),
+                         std::move(handler));
+      },
+      server_.options.write_timeout);
+  if (ec) broken_ = true;
+  return !broken_;
+}
 
 bool Connection::wait_for_request() {
   if (buffer_.size() > 0) return true;  // a pipelined request is already here
-  // Wait for readability with a ticker that checks the idle deadline and the server's drain.
   Clock::time_point deadline = Clock::now() + server_.options.idle_timeout;
   if (first_) deadline = std::min(deadline, first_deadline_);
+  return wait_readable(deadline);
+}
+
+bool Connection::wait_readable(Clock::time_point deadline) {
+  // Wait for readability with a ticker that checks the deadline and the server's drain.
   bool readable = false;
   bool finished = false;
   net::steady_timer ticker(ioc_);
@@ -366,6 +504,7 @@ bool Connection::handle_one() {
   server_.handler(req, *this);
   if (!responded()) send_simple_error(500, "The handler sent no response");
   if (streaming_) end_stream();
+  if (websocket_) return false;  // an upgraded connection ends with its handler
   return keep_alive_ && !broken_ && !server_.draining.load();
 }
 

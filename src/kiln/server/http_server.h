@@ -9,7 +9,8 @@
 // operation still runs with a Beast timeout (header, body, write) and the idle wait between
 // keep-alive requests can notice a shutdown.
 //
-// What it guarantees: keep-alive; a request body limit (413, then close); header and body
+// What it guarantees: keep-alive; the WebSocket upgrade (the handler accepts it, then owns
+// the connection until it returns); a request body limit (413, then close); header and body
 // read timeouts (the connection is closed); chunked streaming responses; hang-up detection
 // while a handler waits (HttpExchange::abort_reason); graceful shutdown (stop accepting,
 // close idle connections, let busy ones finish, cut them after the drain timeout).
@@ -44,6 +45,26 @@ struct HttpRequest {
 
 enum class AbortReason { kNone, kClientGone, kServerShutdown };
 
+// A connection switched to the WebSocket protocol (RFC 6455, server/websocket.h), used from
+// the handler's thread only. Pings are answered while receive() waits; a protocol violation
+// closes the connection with its status code (1002, 1007, 1009).
+class WebSocketChannel {
+ public:
+  virtual ~WebSocketChannel() = default;
+  struct Message {
+    bool binary = false;
+    std::string data;
+  };
+  // The next data message, or nullopt once the connection is over: the client closed it
+  // (its close frame answered), broke the protocol, went idle past the timeout, hung up, or
+  // the server drains (a close frame 1001 is sent).
+  virtual std::optional<Message> receive() = 0;
+  virtual bool send_text(std::string_view text) = 0;
+  virtual bool send_ping(std::string_view data) = 0;
+  // Sends a close frame (at most once); the connection ends when the handler returns.
+  virtual void close(uint16_t code, std::string_view reason) = 0;
+};
+
 // The response side of one request. A handler sends exactly one response: respond(), or
 // begin_stream() + write_chunk()* + end_stream(). Writes return false once the client is
 // gone (further writes are no-ops).
@@ -64,6 +85,15 @@ class HttpExchange {
   // The client hung up or a write to it failed (as last seen; does not poll the socket).
   virtual bool client_gone() const = 0;
   virtual int status() const = 0;  // of the response sent (0 before)
+  // Answers the request with 101 Switching Protocols (Sec-WebSocket-Accept: `accept_key`,
+  // server/websocket.h) and returns the connection's WebSocket, valid until the handler
+  // returns; null when this exchange cannot switch (a response was sent already, the client
+  // is gone, or the transport has no WebSocket support). The request must have been checked
+  // (websocket::upgrade_error).
+  virtual WebSocketChannel* accept_websocket(std::string_view accept_key) {
+    (void)accept_key;
+    return nullptr;
+  }
 };
 
 using HttpHandler = std::function<void(HttpRequest&, HttpExchange&)>;
@@ -80,6 +110,9 @@ struct HttpServerOptions {
   std::chrono::milliseconds body_timeout{60000};
   // One write (a response, or one chunk) to a client that does not read.
   std::chrono::milliseconds write_timeout{60000};
+  // A WebSocket connection may wait this long for its client's next message (an agent runs
+  // its tools between turns). Its messages are bounded by max_body_bytes.
+  std::chrono::milliseconds websocket_idle_timeout{std::chrono::minutes(15)};
   // A new connection must deliver its first request's header within this (a connection
   // that sends nothing holds a slot no longer than this).
   std::chrono::milliseconds first_request_timeout{5000};

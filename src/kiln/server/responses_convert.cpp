@@ -4,6 +4,7 @@
 
 #include "kiln/server/request_controls.h"
 #include "kiln/server/router.h"
+#include "kiln/util/base64.h"
 
 namespace kiln::server::responses {
 
@@ -33,8 +34,7 @@ constexpr const char kLocalShellName[] = "local_shell";
 // they are left out of the prompt with a warning rather than refused.
 bool is_hosted_item(std::string_view type) {
   return ends_with(type, "_call") || ends_with(type, "_call_output") ||
-         type.substr(0, 4) == "mcp_" || type == "compaction" || type == "additional_tools" ||
-         type == "tool_search_output";
+         type.substr(0, 4) == "mcp_" || type == "additional_tools" || type == "tool_search_output";
 }
 
 // A message's content (a string or parts) as text. Images and files are refused with the
@@ -147,6 +147,7 @@ class Converter {
         Json{{"role", "tool"}, {"tool_call_id", call_id}, {"content", std::move(text)}});
   }
   std::optional<ApiError> message(const Json& it, const std::string& where);
+  std::optional<ApiError> compaction(const Json& it, const std::string& where);
   std::optional<ApiError> item(const Json& it, const std::string& where);
 
   std::vector<std::string>* warnings_;
@@ -173,6 +174,31 @@ std::optional<ApiError> Converter::message(const Json& it, const std::string& wh
   }
   flush();
   messages_.push_back(Json{{"role", role == "developer" ? "system" : role}, {"content", t}});
+  return std::nullopt;
+}
+
+// A compaction item of this server becomes its summary, as a user message. One of another
+// server (encrypted with its key) is left out with a warning: the conversation goes on
+// without it, as it would with any item this server cannot read.
+std::optional<ApiError> Converter::compaction(const Json& it, const std::string& where) {
+  if (!is_string_field(it, "encrypted_content"))
+    return invalid_request(where + ".encrypted_content must be a string",
+                           where + ".encrypted_content");
+  bool is_kiln = false;
+  auto summary = decode_compaction(it["encrypted_content"].get<std::string>(), &is_kiln);
+  if (!summary && is_kiln)
+    return invalid_request(where + ".encrypted_content is corrupt (not as this server wrote it)",
+                           where + ".encrypted_content");
+  if (!summary) {
+    warnings_->push_back(
+        fmt::format("{}: a compaction item this server did not write (encrypted with another "
+                    "server's key); left out of the prompt",
+                    where));
+    return std::nullopt;
+  }
+  flush();
+  messages_.push_back(
+      Json{{"role", "user"}, {"content", std::string(kCompactionSummaryHeading) + *summary}});
   return std::nullopt;
 }
 
@@ -237,6 +263,7 @@ std::optional<ApiError> Converter::item(const Json& it, const std::string& where
     }
     return std::nullopt;
   }
+  if (type == "compaction") return compaction(it, where);
   if (type == "item_reference")
     return not_supported(where +
                              ": item_reference is not supported; send the item itself, or "
@@ -512,6 +539,54 @@ std::variant<ResponsesRequest, ApiError> parse_request(const Json& body, const J
   if (auto e = read_tools(body, &tools, &out.warnings)) return *e;
   if (auto e = read_tool_choice(body, tools, &out)) return *e;
   if (auto e = read_options(body, &out)) return *e;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Compaction
+
+const char* const kCompactionPrompt =
+    "Context compaction: the conversation above is about to be replaced by a summary that "
+    "you write now, for whoever continues the work (you, with no memory of the above). Write "
+    "a concise, complete hand-off: the goal and the user's requests and constraints, what "
+    "was done and decided (with file names, commands, identifiers and results that matter), "
+    "what failed and why, the current state, and the next steps. Write only the summary.";
+
+const char* const kCompactionSummaryHeading =
+    "A summary of the earlier conversation, written when its context was compacted:\n\n";
+
+namespace {
+constexpr std::string_view kCompactionPrefix = "kiln-compaction-v1:";
+}  // namespace
+
+std::string encode_compaction(std::string_view summary) {
+  return std::string(kCompactionPrefix) + base64::encode(summary);
+}
+
+std::optional<std::string> decode_compaction(std::string_view encrypted_content, bool* is_kiln) {
+  *is_kiln = encrypted_content.substr(0, kCompactionPrefix.size()) == kCompactionPrefix;
+  if (!*is_kiln) return std::nullopt;
+  return base64::decode(encrypted_content.substr(kCompactionPrefix.size()));
+}
+
+Json compacted_output(const Json& conversation, std::string_view summary) {
+  Json out = Json::array();
+  for (const Json& item : conversation) {
+    if (!item.is_object()) continue;
+    const std::string type = item.contains("type") ? str(item, "type") : "message";
+    if (type != "message" || str(item, "role") != "user" || !item.contains("content")) continue;
+    Json content = item["content"];
+    if (content.is_string())
+      content = Json::array({Json{{"type", "input_text"}, {"text", content}}});
+    out.push_back(Json{{"id", is_string_field(item, "id") ? item["id"] : Json(random_id("msg_"))},
+                       {"type", "message"},
+                       {"status", "completed"},
+                       {"role", "user"},
+                       {"content", std::move(content)}});
+  }
+  out.push_back(Json{{"id", random_id("cmp_")},
+                     {"type", "compaction"},
+                     {"encrypted_content", encode_compaction(summary)}});
   return out;
 }
 

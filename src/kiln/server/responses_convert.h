@@ -59,6 +59,29 @@ Json local_shell_function();
 // text parts as text, images and files as placeholders.
 std::string tool_output_text(const Json& output);
 
+// ---------------------------------------------------------------------------------------
+// Context compaction (POST /v1/responses/compact). The model writes a summary of the
+// conversation; the compacted output keeps the conversation's user messages and ends with
+// one `compaction` item whose encrypted_content carries the summary. kiln does not encrypt
+// it (the client owns the conversation and the server): the content is opaque by contract,
+// a versioned prefix and the summary in base64, and the only thing a client does with it is
+// send the item back in a later input, where it becomes the summary as a user message.
+
+// The instruction appended as the last user message of the conversation to compact.
+extern const char* const kCompactionPrompt;
+// The text a compaction item becomes in the prompt: a heading, then the summary.
+extern const char* const kCompactionSummaryHeading;
+
+std::string encode_compaction(std::string_view summary);
+// The summary, or nullopt when `encrypted_content` is not kiln's (another server's
+// compaction, encrypted with a key this server does not hold) or is corrupt (is_kiln true).
+std::optional<std::string> decode_compaction(std::string_view encrypted_content, bool* is_kiln);
+
+// The compacted output of `conversation` (input items as stored: earlier turns, then this
+// request's input, without the compaction prompt): its user messages as output message items
+// (earlier compaction items dropped: the new summary covers them), then the compaction item.
+Json compacted_output(const Json& conversation, std::string_view summary);
+
 // The usage object; input_tokens is the whole prompt, cached_tokens the part read from the
 // prefix cache.
 Json usage(int32_t num_prompt, int32_t num_cached, int32_t num_output, int32_t num_reasoning);

@@ -439,6 +439,7 @@ TEST_F(HardeningTest, RandomJsonBodiesNeverGive5xx) {
                                           "/detokenize",
                                           "/v1/messages",
                                           "/v1/responses",
+                                          "/v1/responses/compact",
                                           "/v1/messages/count_tokens"};
   const std::string valid_messages = R"("messages":[{"role":"user","content":"hi"}])";
   for (int i = 0; i < 1500; ++i) {

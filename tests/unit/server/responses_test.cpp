@@ -384,6 +384,63 @@ TEST(ResponsesStore, BoundedByCountAndBytes) {
   EXPECT_EQ(byBytes.get("huge"), nullptr);
 }
 
+TEST(ResponsesCompaction, OutputKeepsUserMessagesThenOneCompactionItem) {
+  const Ordered conversation = Ordered::parse(R"([
+    {"type":"message","role":"user","content":"Fix the build."},
+    {"type":"message","role":"assistant","id":"msg_a","status":"completed",
+     "content":[{"type":"output_text","text":"Done.","annotations":[]}]},
+    {"type":"function_call","call_id":"c1","name":"sh","arguments":"{}"},
+    {"type":"function_call_output","call_id":"c1","output":"ok"},
+    {"type":"compaction","id":"cmp_old","encrypted_content":"kiln-compaction-v1:b2xk"},
+    {"type":"message","role":"developer","content":"Be careful."},
+    {"role":"user","id":"msg_u2","content":[{"type":"input_text","text":"And the tests."}]}])");
+  const json out = json::parse(rs::compacted_output(conversation, "We fixed it.").dump());
+  ASSERT_EQ(out.size(), 3u) << out.dump();
+  EXPECT_EQ(out[0]["type"], "message");
+  EXPECT_EQ(out[0]["role"], "user");
+  EXPECT_EQ(out[0]["status"], "completed");
+  EXPECT_EQ(out[0]["id"].get<std::string>().rfind("msg_", 0), 0u);
+  EXPECT_EQ(out[0]["content"], json::parse(R"([{"type":"input_text","text":"Fix the build."}])"));
+  EXPECT_EQ(out[1]["id"], "msg_u2");  // a client's id is kept
+  EXPECT_EQ(out[1]["content"][0]["text"], "And the tests.");
+  EXPECT_EQ(out[2]["type"], "compaction");
+  EXPECT_EQ(out[2]["id"].get<std::string>().rfind("cmp_", 0), 0u);
+  bool is_kiln = false;
+  auto summary = rs::decode_compaction(out[2]["encrypted_content"].get<std::string>(), &is_kiln);
+  EXPECT_TRUE(is_kiln);
+  ASSERT_TRUE(summary.has_value());
+  EXPECT_EQ(*summary, "We fixed it.");
+}
+
+TEST(ResponsesCompaction, ACompactionItemInInputBecomesItsSummary) {
+  const std::string content = rs::encode_compaction("The user wants a landing page.");
+  json input = json::array();
+  input.push_back({{"type", "message"}, {"role", "user"}, {"content", "Build a page."}});
+  input.push_back({{"type", "compaction"}, {"id", "cmp_1"}, {"encrypted_content", content}});
+  input.push_back({{"type", "message"}, {"role", "user"}, {"content", "Now add a footer."}});
+  auto r = parse_ok(json{{"input", input}});
+  EXPECT_TRUE(r.warnings.empty());
+  const json m = msgs(r);
+  ASSERT_EQ(m.size(), 3u) << m.dump();
+  EXPECT_EQ(m[1]["role"], "user");
+  EXPECT_EQ(m[1]["content"],
+            std::string(rs::kCompactionSummaryHeading) + "The user wants a landing page.");
+  EXPECT_EQ(m[2]["content"], "Now add a footer.");
+
+  // Another server's compaction (encrypted with its key): left out with a warning.
+  input[1]["encrypted_content"] = "gAAAAABpM0Yj-opaque";
+  auto foreign = parse_ok(json{{"input", input}});
+  EXPECT_EQ(msgs(foreign).size(), 2u);
+  ASSERT_EQ(foreign.warnings.size(), 1u);
+  EXPECT_NE(foreign.warnings[0].find("input[1]"), std::string::npos) << foreign.warnings[0];
+
+  // Ours but corrupt, or no content at all: a 400 naming the field.
+  input[1]["encrypted_content"] = "kiln-compaction-v1:not base64!";
+  EXPECT_EQ(parse_error(json{{"input", input}}).param, "input[1].encrypted_content");
+  input[1].erase("encrypted_content");
+  EXPECT_EQ(parse_error(json{{"input", input}}).param, "input[1].encrypted_content");
+}
+
 // --- the endpoints over a FakeEngine ---------------------------------------------------
 
 class ResponsesTest : public ServerTest {
@@ -782,6 +839,87 @@ TEST_F(ResponsesTest, RequiredToolChoiceForcesACallGrammar) {
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_NE(engine_.requests()[0].grammar, nullptr);
   EXPECT_EQ(r.js()["tool_choice"], "required");
+}
+
+TEST_F(ResponsesTest, CompactSummarisesTheConversationIntoACompactionItem) {
+  engine_.set_default_script(Script{{"The user", " asked about rivers."}, FinishReason::kStop});
+  start();
+  json b = body();
+  b["instructions"] = "Be brief.";
+  b["tools"] = {{{"type", "function"},
+                 {"name", "dictionary"},
+                 {"parameters", {{"type", "object"}, {"properties", json::object()}}}}};
+  b["input"] = json::parse(R"([
+    {"role":"user","content":"What is a river?"},
+    {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Water."}]},
+    {"role":"user","content":"And a creek?"}])");
+  Reply r = post("/v1/responses/compact", b);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json c = r.js();
+  // The Open Responses CompactResource: id, object, output, created_at, usage.
+  EXPECT_EQ(c["id"].get<std::string>().rfind("resp_", 0), 0u);
+  EXPECT_EQ(c["object"], "response.compaction");
+  EXPECT_TRUE(c["created_at"].is_number_integer());
+  const size_t n = engine_.requests()[0].prompt_tokens.size();
+  EXPECT_EQ(c["usage"]["input_tokens"], n);
+  EXPECT_EQ(c["usage"]["output_tokens"], 2);
+  EXPECT_EQ(c["usage"]["total_tokens"], n + 2);
+  ASSERT_EQ(c["output"].size(), 3u) << c.dump();
+  EXPECT_EQ(c["output"][0]["content"][0]["text"], "What is a river?");
+  EXPECT_EQ(c["output"][1]["content"][0]["text"], "And a creek?");
+  EXPECT_EQ(c["output"][2]["type"], "compaction");
+  // The prompt: instructions and tools as a turn renders them, the conversation, then the
+  // compaction instruction as the last user message.
+  const std::string p = prompt(0);
+  EXPECT_NE(p.find("<|im_start|>system\nBe brief."), std::string::npos) << p;
+  EXPECT_NE(p.find("\"dictionary\""), std::string::npos) << p;
+  EXPECT_NE(p.find(std::string("<|im_start|>user\n") + rs::kCompactionPrompt + "<|im_end|>"),
+            std::string::npos)
+      << p;
+  EXPECT_LT(p.find("And a creek?"), p.find(rs::kCompactionPrompt));
+  // Nothing is stored.
+  EXPECT_EQ(get("/v1/responses/" + c["id"].get<std::string>()).status, 404);
+
+  // The next turn sends the compacted output back: the summary reaches the prompt.
+  json next = body();
+  next["input"] = c["output"];
+  next["input"].push_back({{"role", "user"}, {"content", "Thanks."}});
+  Reply t = post("/v1/responses", next);
+  ASSERT_EQ(t.status, 200) << t.body;
+  const std::string p2 = prompt(1);
+  EXPECT_NE(p2.find(std::string(rs::kCompactionSummaryHeading) + "The user asked about rivers."),
+            std::string::npos)
+      << p2;
+  EXPECT_EQ(p2.find("Water."), std::string::npos) << p2;  // the assistant turn is gone
+  EXPECT_NE(p2.find("Thanks."), std::string::npos);
+}
+
+TEST_F(ResponsesTest, CompactAPreviousResponseAndItsErrors) {
+  start();
+  Reply first = post("/v1/responses", body("Remember the word heron."));
+  ASSERT_EQ(first.status, 200) << first.body;
+  json b = json{{"model", "test-model"}, {"previous_response_id", first.js()["id"]}};
+  Reply r = post("/v1/responses/compact", b);
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.js()["output"].size(), 2u) << r.body;
+  EXPECT_EQ(r.js()["output"][0]["content"][0]["text"], "Remember the word heron.");
+  EXPECT_NE(prompt(1).find("Hello world"), std::string::npos);  // the stored reply
+
+  // Neither input nor previous_response_id; an unknown id; a bad input.
+  Reply none = post("/v1/responses/compact", json{{"model", "test-model"}});
+  EXPECT_EQ(none.status, 400);
+  EXPECT_EQ(none.js()["error"]["param"], "input");
+  Reply miss = post("/v1/responses/compact",
+                    json{{"model", "test-model"}, {"previous_response_id", "resp_gone"}});
+  EXPECT_EQ(miss.status, 404);
+  EXPECT_EQ(miss.js()["error"]["code"], "previous_response_not_found");
+  EXPECT_EQ(post("/v1/responses/compact", json{{"input", 3}}).status, 400);
+  EXPECT_EQ(post("/v1/responses/compact", json{{"input", "x"}, {"model", "other"}}).status, 404);
+
+  // A reply with no text (only reasoning, cut) is no summary: a 500, not an empty item.
+  engine_.push_script(Script{{"<think>", "hmm"}, FinishReason::kLength});
+  Reply empty = post("/v1/responses/compact", json{{"input", "Hi"}});
+  EXPECT_EQ(empty.status, 500) << empty.body;
 }
 
 }  // namespace
