@@ -8,11 +8,10 @@
 //   node --test tests/e2e/anthropic_test.mjs   (KILN_BIN set by CTest)
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import Anthropic from '@anthropic-ai/sdk';
+import { startKiln, stopKiln } from './lib/kiln_server.mjs';
 
-const KILN = process.env.KILN_BIN;
 const API_KEY = 'kiln-anthropic-key';
 const REPLAY = JSON.parse(
   fs.readFileSync(new URL('../fixtures/anthropic/claude_code_request.json', import.meta.url)));
@@ -32,36 +31,15 @@ let client;  // x-api-key
 let bearer;  // Authorization: Bearer
 
 before(async () => {
-  const env = { ...process.env };
-  delete env.KILN_MODEL;
-  server = spawn(KILN, ['serve', '--port', '0', '-t', '2', '--ctx', '4096', '--max-seqs', '4',
-                        '--api-key', API_KEY],
-                 { stdio: ['ignore', 'ignore', 'pipe'], env });
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    server.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    server.on('exit', (code) => reject(new Error(`kiln serve exited ${code}: ${log}`)));
-  });
-  base = `http://127.0.0.1:${port}`;
-  const end = Date.now() + 30000;
-  for (;;) {
-    try {
-      if ((await fetch(`${base}/health`)).status === 200) break;
-    } catch {}
-    if (Date.now() > end) throw new Error('server did not become healthy');
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  const started = await startKiln(['-t', '2', '--ctx', '4096', '--max-seqs', '4', '--api-key', API_KEY]);
+  server = started.server;
+  base = started.base;
   client = new Anthropic({ baseURL: base, apiKey: API_KEY, maxRetries: 0 });
   bearer = new Anthropic({ baseURL: base, apiKey: null, authToken: API_KEY, maxRetries: 0 });
 });
 
 after(async () => {
-  server.kill('SIGTERM');
-  await new Promise((r) => server.on('exit', r));
+  await stopKiln(server);
 });
 
 const ask = (word, extra = {}) => ({

