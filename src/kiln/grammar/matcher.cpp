@@ -156,6 +156,64 @@ const Automaton::MainStep& Automaton::main_step(int32_t state) {
   return sets_[state].main;
 }
 
+namespace {
+// The UTF-8 encodings of every multi-byte character, as byte ranges per position (RFC 3629).
+struct ByteRange {
+  uint8_t lo, hi;
+};
+constexpr ByteRange kUtf8Forms[][4] = {
+    {{0xC2, 0xDF}, {0x80, 0xBF}, {0, 0}, {0, 0}},
+    {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}, {0, 0}},
+    {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
+    {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}, {0, 0}},
+    {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
+    {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+};
+}  // namespace
+
+const Automaton::TextStep& Automaton::text_step(int32_t state) {
+  if (sets_[state].text_known) return sets_[state].text;
+  TextStep t;
+  // Multi-byte characters: each byte of a form must lead every state on the way to one
+  // successor, and every form to the same final state.
+  int32_t mb_next = -1;
+  bool mb = true;
+  for (const auto& form : kUtf8Forms) {
+    int32_t cur = state;
+    for (const ByteRange& r : form) {
+      if (r.lo == 0) break;
+      const int32_t to = step(cur, r.lo);
+      for (int b = r.lo + 1; b <= r.hi && to != kDead; ++b) {
+        if (step(cur, static_cast<uint8_t>(b)) != to) mb = false;
+      }
+      if (to == kDead) mb = false;
+      if (!mb) break;
+      cur = to;
+    }
+    if (!mb) break;
+    if (mb_next != -1 && mb_next != cur) {
+      mb = false;
+      break;
+    }
+    mb_next = cur;
+  }
+  t.multibyte = mb;
+  t.next = mb ? mb_next : main_step(state).next;
+  if (t.next != kDead) {
+    for (int b = 0; b < 0x80; ++b) {
+      if (first_bytes(state).has(static_cast<uint8_t>(b)) &&
+          step(state, static_cast<uint8_t>(b)) == t.next) {
+        t.ascii.add(static_cast<uint8_t>(b));
+      }
+    }
+  }
+  sets_[state].text = t;
+  sets_[state].text_known = true;
+  return sets_[state].text;
+}
+
 // --- CompiledGrammar ------------------------------------------------------------------------
 
 namespace {
@@ -165,19 +223,38 @@ constexpr int64_t kRememberAfterNodes = 512;
 constexpr int64_t kMaskBudgetBytes = int64_t{64} << 20;
 }  // namespace
 
+namespace {
+// Does every terminal of `g` hold either all or none of the bytes of each UTF-8 class? Then
+// every state treats the bytes of a class alike, and walking the class trie is exact.
+bool respects_utf8_classes(const Grammar& g) {
+  for (const ByteSet& t : g.terminals) {
+    for (int b = 0x80; b < 256; ++b) {
+      const uint8_t c = TokenIndex::utf8_class(static_cast<uint8_t>(b));
+      if (t.has(static_cast<uint8_t>(b)) != t.has(c)) return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
 CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenIndex> vocab)
     : automaton_(std::move(g)), vocab_(std::move(vocab)) {
-  walk_states_.resize(vocab_->max_depth() + 1);
+  trie_ =
+      respects_utf8_classes(automaton_.grammar()) ? &vocab_->class_trie() : &vocab_->byte_trie();
+  walk_states_.resize(trie_->max_depth + 1);
 }
 
-void CompiledGrammar::walk(int32_t state, std::span<uint64_t> mask, int64_t* num_visited) {
-  const auto nodes = vocab_->nodes();
-  const auto toks = vocab_->trie_tokens();
-  auto set_range = [&](int32_t b, int32_t e) {
-    for (int32_t k = b; k < e; ++k) {
-      const int32_t t = toks[k];
-      mask[t >> 6] |= uint64_t{1} << (t & 63);
-    }
+void CompiledGrammar::walk(int32_t state, WalkResult* out) {
+  const auto& nodes = trie_->nodes;
+  auto accept = [&](int32_t b, int32_t e) {
+    if (b == e) return;
+    out->allowed.emplace_back(b, e);
+    out->num_allowed += e - b;
+  };
+  auto reject = [&](int32_t b, int32_t e) {
+    if (b == e) return;
+    out->rejected.emplace_back(b, e);
+    out->num_rejected += e - b;
   };
   int32_t* st = walk_states_.data();
   st[0] = state;
@@ -188,18 +265,24 @@ void CompiledGrammar::walk(int32_t state, std::span<uint64_t> mask, int64_t* num
     ++visited;
     const int32_t s = automaton_.step(st[nd.depth - 1], nd.byte);
     if (s == Automaton::kDead) {
+      reject(nd.tok_begin, nd.tok_end);
       i = nd.end;
       continue;
     }
-    set_range(nd.tok_begin, nd.own_end);
+    accept(nd.tok_begin, nd.own_end);
     if (nd.own_end == nd.tok_end) {  // a leaf
       i = nd.end;
       continue;
     }
     // Cheap tests first: most subtrees hold a byte that kills or forks the state.
-    const ByteSet& below = vocab_->desc_set(nd.desc_bytes);
+    const ByteSet& below = trie_->desc_set(nd);
     bool all = false;
-    if (automaton_.first_bytes(s).covers(below)) {
+    if (nd.text_chars != TokenIndex::kNotText) {
+      // Valid UTF-8 text below: every path survives when each character reaches the next
+      // state of a chain (inside a JSON string: the state itself) that reads them all.
+      all = text_survives(s, below, nd.text_chars);
+    }
+    if (!all && automaton_.first_bytes(s).covers(below)) {
       const Automaton::MainStep& m = automaton_.main_step(s);
       if (m.bytes.covers(below)) {
         // A self-loop on every byte below (inside a JSON string), or a chain of states that
@@ -210,14 +293,27 @@ void CompiledGrammar::walk(int32_t state, std::span<uint64_t> mask, int64_t* num
       }
     }
     if (all) {
-      set_range(nd.own_end, nd.tok_end);  // every string below survives
+      accept(nd.own_end, nd.tok_end);  // every string below survives
       i = nd.end;
       continue;
     }
     st[nd.depth] = s;
     ++i;
   }
-  *num_visited = visited;
+  out->num_visited = visited;
+}
+
+bool CompiledGrammar::text_survives(int32_t state, const ByteSet& below, int32_t num_chars) {
+  ByteSet ascii = below;
+  ascii.bits[2] = ascii.bits[3] = 0;
+  const bool multibyte = (below.bits[2] | below.bits[3]) != 0;
+  for (int32_t k = 0; k < num_chars; ++k) {
+    const Automaton::TextStep& t = automaton_.text_step(state);
+    if ((multibyte && !t.multibyte) || !t.ascii.covers(ascii)) return false;
+    if (t.next == state) return true;  // a self-loop: survives any length
+    state = t.next;
+  }
+  return true;
 }
 
 bool CompiledGrammar::survives(int32_t state, const ByteSet& bytes, int32_t need) {
@@ -239,14 +335,27 @@ void CompiledGrammar::fill_mask(int32_t state, std::span<uint64_t> mask) {
     std::memcpy(mask.data(), it->second.data(), words * sizeof(uint64_t));
     return;
   }
-  std::fill(mask.begin(), mask.begin() + words, 0);
-  int64_t visited = 0;
-  if (state != Automaton::kDead) walk(state, mask, &visited);
+  WalkResult& r = walk_result_;
+  r.clear();
+  if (state != Automaton::kDead) walk(state, &r);
+  // Write the smaller side: most states of free text allow nearly every token.
+  const std::vector<int32_t>& toks = trie_->tokens;
+  if (state != Automaton::kDead && r.num_allowed > r.num_rejected) {
+    std::memcpy(mask.data(), vocab_->trie_mask().data(), words * sizeof(uint64_t));
+    for (const auto& [b, e] : r.rejected) {
+      for (int32_t k = b; k < e; ++k) mask[toks[k] >> 6] &= ~(uint64_t{1} << (toks[k] & 63));
+    }
+  } else {
+    std::fill(mask.begin(), mask.begin() + words, 0);
+    for (const auto& [b, e] : r.allowed) {
+      for (int32_t k = b; k < e; ++k) mask[toks[k] >> 6] |= uint64_t{1} << (toks[k] & 63);
+    }
+  }
   if (automaton_.accepting(state)) {
     for (int32_t e : vocab_->end_tokens()) mask[e >> 6] |= uint64_t{1} << (e & 63);
   }
   const int64_t bytes = static_cast<int64_t>(words * sizeof(uint64_t));
-  if (visited > kRememberAfterNodes && mask_bytes_ + bytes <= kMaskBudgetBytes) {
+  if (r.num_visited > kRememberAfterNodes && mask_bytes_ + bytes <= kMaskBudgetBytes) {
     masks_.emplace(state, std::vector<uint64_t>(mask.begin(), mask.begin() + words));
     mask_bytes_ += bytes;
   }

@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -60,7 +61,19 @@ class Automaton {
     ByteSet bytes;
   };
   const MainStep& main_step(int32_t state);
+  // How `state` reads text: `next` is the state after one character, for the ASCII characters
+  // in `ascii` and, when `multibyte`, for every valid multi-byte UTF-8 character (each of whose
+  // prefixes the automaton survives). Inside a JSON string: next == state (or the next count of
+  // a bounded string), ascii = printable ASCII but '"' and '\\', multibyte = true.
+  struct TextStep {
+    int32_t next = kDead;
+    bool multibyte = false;
+    ByteSet ascii;
+  };
+  const TextStep& text_step(int32_t state);
   int32_t num_states() const { return static_cast<int32_t>(sets_.size()); }
+  const std::vector<int32_t>& nodes_of(int32_t s) const { return sets_[s].nodes; }
+  std::string describe_stack(int32_t n) const;
   int32_t num_stacks() const { return static_cast<int32_t>(nodes_.size()); }
 
  private:
@@ -72,8 +85,10 @@ class Automaton {
     std::vector<int32_t> nodes;  // sorted; node 0 means "may end here"
     bool accepting = false;
     bool main_known = false;
+    bool text_known = false;
     ByteSet first;
     MainStep main;
+    TextStep text;
     std::unique_ptr<int32_t[]> next;  // [256], -1 unknown; allocated on the first step
   };
   struct VecHash {
@@ -103,21 +118,38 @@ class CompiledGrammar {
   CompiledGrammar(Grammar g, std::shared_ptr<const TokenIndex> vocab);
   const TokenIndex& vocab() const { return *vocab_; }
   const Grammar& grammar() const { return automaton_.grammar(); }
+  // Whether masks walk the UTF-8 class trie (no terminal splits a class) or the byte trie.
+  bool walks_class_trie() const { return trie_ == &vocab_->class_trie(); }
 
  private:
   friend class Matcher;
+  // Token ranges of the trie's token list (trie_->tokens), allowed and not allowed.
+  struct WalkResult {
+    std::vector<std::pair<int32_t, int32_t>> allowed, rejected;
+    int64_t num_allowed = 0, num_rejected = 0, num_visited = 0;
+    void clear() {
+      allowed.clear();
+      rejected.clear();
+      num_allowed = num_rejected = num_visited = 0;
+    }
+  };
   // Fills `mask` (vocab().mask_words() words) with the tokens allowed in `state`.
   void fill_mask(int32_t state, std::span<uint64_t> mask);
-  void walk(int32_t state, std::span<uint64_t> mask, int64_t* num_visited);
+  void walk(int32_t state, WalkResult* out);
   // Does `state` survive every string of `need` bytes, each byte from `bytes`? True when each
   // state on the way sends all of `bytes` to one successor that accepts them again.
   bool survives(int32_t state, const ByteSet& bytes, int32_t need);
+  // Does `state` survive every valid UTF-8 path of at most `num_chars` characters whose bytes
+  // are in `below`? (Automaton::text_step along the chain.)
+  bool text_survives(int32_t state, const ByteSet& below, int32_t num_chars);
 
   std::mutex mu_;
   Automaton automaton_;
   std::shared_ptr<const TokenIndex> vocab_;
+  const TokenIndex::Trie* trie_;
   std::unordered_map<int32_t, std::vector<uint64_t>> masks_;
   std::vector<int32_t> walk_states_;  // per trie depth, scratch for walk()
+  WalkResult walk_result_;            // scratch for fill_mask()
   int64_t mask_bytes_ = 0;
 };
 

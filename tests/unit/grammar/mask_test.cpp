@@ -183,6 +183,84 @@ TEST_P(Vocabs, SoundnessRandomWalksValidate) {
   if (!dir_env) std::filesystem::remove_all(dir);
 }
 
+// The mask against its definition, token by token: a token is allowed exactly when the
+// automaton survives its bytes, an end token exactly where the grammar may end. Checked at every
+// step of random walks (cold: the first visit of each state; then warm: the same steps again on
+// the same compiled grammar), for the suite's schemas and for grammars whose terminals split
+// the UTF-8 byte classes (a code-point range inside a block, a non-ASCII literal).
+void expect_exact_masks(const std::shared_ptr<CompiledGrammar>& cg, uint32_t seed, int num_walks,
+                        int num_steps, const std::string& what) {
+  const TokenIndex& v = cg->vocab();
+  std::mt19937 rng(seed);
+  std::vector<uint64_t> mask(v.mask_words());
+  std::vector<std::vector<int32_t>> runs;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int w = 0; w < num_walks; ++w) {
+      Matcher m(cg);
+      if (pass == 0) runs.emplace_back();
+      for (int step = 0; step < num_steps; ++step) {
+        if (pass == 1 && step >= static_cast<int>(runs[w].size())) break;
+        m.fill_mask(mask);
+        std::vector<int32_t> allowed;
+        int num_wrong = 0;
+        for (int32_t id = 0; id < v.num_tokens(); ++id) {
+          bool ok = false;
+          if (v.is_end_token(id)) {
+            ok = m.can_end();
+          } else if (m.accept_token(id)) {
+            ok = true;
+            m.rollback(1);
+          }
+          if (ok) allowed.push_back(id);
+          if (ok != has(mask, id) && num_wrong++ < 3) {
+            ADD_FAILURE() << what << " walk " << w << " step " << step << " pass " << pass
+                          << ": token " << id << " [" << v.token_bytes(id) << "] "
+                          << (ok ? "valid but masked" : "allowed but invalid");
+          }
+        }
+        if (num_wrong > 0) return;
+        if (pass == 1) {
+          m.accept_token(runs[w][step]);
+          continue;
+        }
+        if (allowed.empty() || m.finished()) break;
+        // Prefer tokens with a quote or a bracket half of the time, to reach many states.
+        std::vector<int32_t> closing;
+        for (int32_t id : allowed) {
+          if (v.token_bytes(id).find_first_of("\"}],") != std::string_view::npos) {
+            closing.push_back(id);
+          }
+        }
+        const auto& pool = (!closing.empty() && rng() % 2 == 0) ? closing : allowed;
+        const int32_t t = pool[rng() % pool.size()];
+        ASSERT_TRUE(m.accept_token(t));
+        runs[w].push_back(t);
+        if (m.finished()) break;
+      }
+    }
+  }
+}
+
+TEST_P(Vocabs, MasksEqualTheTokenByTokenDefinition) {
+  const std::string vocab = GetParam();
+  auto index = testing::npm_index(vocab);
+  uint32_t seed = vocab == "llama3" ? 31 : 32;
+  for (const Json& entry : suite()) {
+    expect_exact_masks(compile(entry["schema"].dump(), index), seed++, 2, 40,
+                       vocab + "/" + entry["name"].get<std::string>());
+  }
+  // Terminals that split the UTF-8 classes: Greek letters (inside one lead byte's block), a
+  // literal with an accent, and free text before a bounded run of hiragana.
+  for (const char* gbnf :
+       {"root ::= [α-ω]+ (\" \" [α-ω]+)*\n", "root ::= (\"café\" | \"naïve\" | [a-z]+) \"!\"\n",
+        "root ::= [^\"]* \"\\\"\" [ぁ-ゖ]{1,5}\n"}) {
+    auto g = parse_gbnf(gbnf);
+    ASSERT_TRUE(g.ok()) << gbnf << ": " << g.error().message;
+    expect_exact_masks(std::make_shared<CompiledGrammar>(std::move(g).value(), index), seed++, 2,
+                       30, vocab + "/" + gbnf);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Grammar, Vocabs, ::testing::Values("llama3", "qwen3"));
 
 TEST(Masks, GbnfAndRegexOverTokens) {
