@@ -182,8 +182,15 @@ const Automaton::TextStep& Automaton::text_step(int32_t state) {
   bool mb = true;
   for (const auto& form : kUtf8Forms) {
     int32_t cur = state;
-    for (const ByteRange& r : form) {
-      if (r.lo == 0) break;
+    for (int k = 0; k < 4 && form[k].lo != 0; ++k) {
+      const ByteRange& r = form[k];
+      if (k > 0) {
+        // Inside the character: exactly the valid continuation bytes.
+        ByteSet cont;
+        cont.add_range(r.lo, r.hi);
+        if (!(first_bytes(cur) == cont)) mb = false;
+      }
+      if (!mb) break;
       const int32_t to = step(cur, r.lo);
       for (int b = r.lo + 1; b <= r.hi && to != kDead; ++b) {
         if (step(cur, static_cast<uint8_t>(b)) != to) mb = false;
@@ -212,6 +219,51 @@ const Automaton::TextStep& Automaton::text_step(int32_t state) {
   sets_[state].text = t;
   sets_[state].text_known = true;
   return sets_[state].text;
+}
+
+ByteSet Automaton::TextStep::starts() const {
+  ByteSet s = ascii;
+  if (multibyte) s.add_range(0xC2, 0xF4);
+  return s;
+}
+
+int32_t Automaton::text_run(int32_t state) {
+  if (sets_[state].text_run >= 0) return sets_[state].text_run;
+  // Follow the chain (at most kRunCap states) until a loop, a known run or a change of the
+  // text step, then fill the runs backwards: exact where the chain ended, lower bounds where
+  // the cap stopped it (a bounded string's chain is as long as its maxLength).
+  constexpr int32_t kOnChain = -2;
+  auto plus_one = [](int32_t run) { return run == kLongText ? kLongText : run + 1; };
+  std::vector<int32_t> chain{state};
+  sets_[state].text_run = kOnChain;
+  int32_t run = 0;  // of chain.back()
+  for (;;) {
+    const int32_t s = chain.back();
+    const TextStep t = text_step(s);  // a copy: sets_ may grow below
+    if (t.next == kDead) {
+      run = 0;
+      break;
+    }
+    if (t.next == s || sets_[t.next].text_run == kOnChain) {
+      run = kLongText;  // every state of the loop reads the same characters
+      break;
+    }
+    if (!same_text(t, text_step(t.next)) || static_cast<int32_t>(chain.size()) >= kRunCap) {
+      run = 1;  // one character for sure
+      break;
+    }
+    if (sets_[t.next].text_run >= 0) {
+      run = plus_one(sets_[t.next].text_run);
+      break;
+    }
+    sets_[t.next].text_run = kOnChain;
+    chain.push_back(t.next);
+  }
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    sets_[*it].text_run = run;
+    run = plus_one(run);
+  }
+  return sets_[state].text_run;
 }
 
 // --- CompiledGrammar ------------------------------------------------------------------------
@@ -307,6 +359,11 @@ bool CompiledGrammar::text_survives(int32_t state, const ByteSet& below, int32_t
   ByteSet ascii = below;
   ascii.bits[2] = ascii.bits[3] = 0;
   const bool multibyte = (below.bits[2] | below.bits[3]) != 0;
+  {
+    const Automaton::TextStep& t = automaton_.text_step(state);
+    if ((multibyte && !t.multibyte) || !t.ascii.covers(ascii)) return false;
+    if (automaton_.text_run(state) >= num_chars) return true;
+  }
   for (int32_t k = 0; k < num_chars; ++k) {
     const Automaton::TextStep& t = automaton_.text_step(state);
     if ((multibyte && !t.multibyte) || !t.ascii.covers(ascii)) return false;
@@ -328,11 +385,106 @@ bool CompiledGrammar::survives(int32_t state, const ByteSet& bytes, int32_t need
   return true;
 }
 
+const std::shared_ptr<const TokenIndex::TextTokens>& CompiledGrammar::text_tokens(
+    const Automaton::TextStep& t) {
+  for (const auto& tt : text_tokens_) {
+    if (tt->ascii == t.ascii && tt->multibyte == t.multibyte) return tt;
+  }
+  text_tokens_.push_back(vocab_->text_tokens(t.ascii, t.multibyte));
+  return text_tokens_.back();
+}
+
+bool CompiledGrammar::fill_text_mask(int32_t state, std::span<uint64_t> mask,
+                                     int64_t* num_checked) {
+  const Automaton::TextStep t = automaton_.text_step(state);
+  // Worth it for free text (a JSON string, a format's body), not for a digit or two.
+  const int num_ascii = std::popcount(t.ascii.bits[0]) + std::popcount(t.ascii.bits[1]);
+  if (t.next == Automaton::kDead || (!t.multibyte && num_ascii < 8)) return false;
+  // The chain of states that read text as `state` does, up to kUpTo characters: the bytes its
+  // states accept besides text (exits), and how many characters it reads (run).
+  constexpr int32_t kUpTo = TokenIndex::kTextUpTo;
+  const ByteSet starts = t.starts();
+  ByteSet exits;
+  auto add_others = [&](int32_t s) {
+    const ByteSet& f = automaton_.first_bytes(s);
+    for (int w = 0; w < 4; ++w) exits.bits[w] |= f.bits[w] & ~starts.bits[w];
+  };
+  std::vector<int32_t>& chain = chain_;
+  chain.assign(1, state);
+  int32_t run = -1;  // -1: more than kUpTo characters, not known how many
+  for (;;) {
+    const int32_t s = chain.back();
+    add_others(s);
+    const int32_t next = automaton_.text_step(s).next;
+    if (std::find(chain.begin(), chain.end(), next) != chain.end()) {
+      run = Automaton::kLongText;  // a loop: any number of characters
+      break;
+    }
+    if (!Automaton::same_text(t, automaton_.text_step(next))) {
+      // The chain ends. Every byte `next` accepts is an exit, so longer text is checked one
+      // token at a time; when `next` begins characters of the chain (a pattern's bounded run
+      // followed by more text), that is most tokens: walk the trie instead.
+      const ByteSet& f = automaton_.first_bytes(next);
+      for (int w = 0; w < 4; ++w) {
+        if (f.bits[w] & starts.bits[w]) return false;
+      }
+      exits |= f;
+      run = static_cast<int32_t>(chain.size());
+      break;
+    }
+    if (static_cast<int32_t>(chain.size()) > kUpTo) break;  // t_0..t_kUpTo read alike
+    chain.push_back(next);
+  }
+  const std::shared_ptr<const TokenIndex::TextTokens>& tt = text_tokens(t);
+  const size_t words = static_cast<size_t>(vocab_->mask_words());
+  checked_.assign(words, 0);
+  int64_t n = 0;
+  auto check = [&](int32_t id) {
+    uint64_t& seen = checked_[id >> 6];
+    const uint64_t bit = uint64_t{1} << (id & 63);
+    if (seen & bit) return;
+    seen |= bit;
+    ++n;
+    if (automaton_.step(state, vocab_->token_bytes(id)) != Automaton::kDead) {
+      mask[id >> 6] |= bit;
+    } else {
+      mask[id >> 6] &= ~bit;
+    }
+  };
+  // Text tokens of at most `run` characters are allowed; past the chain they die (above).
+  if (run == Automaton::kLongText) {
+    std::memcpy(mask.data(), tt->all.data(), words * sizeof(uint64_t));
+  } else if (run >= 0 && run <= kUpTo) {
+    std::memcpy(mask.data(), tt->up_to[run].data(), words * sizeof(uint64_t));
+  } else {
+    // At least kUpTo + 1 characters: the tokens of more than kUpTo are checked one by one.
+    std::memcpy(mask.data(), tt->up_to[kUpTo].data(), words * sizeof(uint64_t));
+    for (int32_t id : vocab_->long_tokens()) check(id);
+  }
+  // Any other token that survives holds an exit byte: check those one by one.
+  for (int w = 0; w < 4; ++w) {
+    for (uint64_t bits = exits.bits[w]; bits != 0; bits &= bits - 1) {
+      const uint8_t b = static_cast<uint8_t>(w * 64 + std::countr_zero(bits));
+      for (int32_t id : vocab_->tokens_with_byte(b)) check(id);
+    }
+  }
+  *num_checked = n;
+  return true;
+}
+
 void CompiledGrammar::fill_mask(int32_t state, std::span<uint64_t> mask) {
   const size_t words = static_cast<size_t>(vocab_->mask_words());
   auto it = masks_.find(state);
   if (it != masks_.end()) {
     std::memcpy(mask.data(), it->second.data(), words * sizeof(uint64_t));
+    return;
+  }
+  int64_t num_checked = 0;
+  if (state != Automaton::kDead && fill_text_mask(state, mask, &num_checked)) {
+    if (automaton_.accepting(state)) {
+      for (int32_t e : vocab_->end_tokens()) mask[e >> 6] |= uint64_t{1} << (e & 63);
+    }
+    remember(state, mask, num_checked);
     return;
   }
   WalkResult& r = walk_result_;
@@ -354,8 +506,13 @@ void CompiledGrammar::fill_mask(int32_t state, std::span<uint64_t> mask) {
   if (automaton_.accepting(state)) {
     for (int32_t e : vocab_->end_tokens()) mask[e >> 6] |= uint64_t{1} << (e & 63);
   }
+  remember(state, mask, r.num_visited);
+}
+
+void CompiledGrammar::remember(int32_t state, std::span<const uint64_t> mask, int64_t work) {
+  const size_t words = static_cast<size_t>(vocab_->mask_words());
   const int64_t bytes = static_cast<int64_t>(words * sizeof(uint64_t));
-  if (r.num_visited > kRememberAfterNodes && mask_bytes_ + bytes <= kMaskBudgetBytes) {
+  if (work > kRememberAfterNodes && mask_bytes_ + bytes <= kMaskBudgetBytes) {
     masks_.emplace(state, std::vector<uint64_t>(mask.begin(), mask.begin() + words));
     mask_bytes_ += bytes;
   }

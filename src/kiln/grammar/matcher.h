@@ -24,11 +24,11 @@
 // are guarded by a mutex.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <span>
-#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -62,18 +62,28 @@ class Automaton {
   };
   const MainStep& main_step(int32_t state);
   // How `state` reads text: `next` is the state after one character, for the ASCII characters
-  // in `ascii` and, when `multibyte`, for every valid multi-byte UTF-8 character (each of whose
-  // prefixes the automaton survives). Inside a JSON string: next == state (or the next count of
-  // a bounded string), ascii = printable ASCII but '"' and '\\', multibyte = true.
+  // in `ascii` and, when `multibyte`, for every valid multi-byte UTF-8 character (the states
+  // inside a character accept exactly its valid continuation bytes). Inside a JSON string:
+  // next == state (or the next count of a bounded string), ascii = printable ASCII but '"' and
+  // '\\', multibyte = true.
   struct TextStep {
     int32_t next = kDead;
     bool multibyte = false;
     ByteSet ascii;
+    // The bytes that begin a character: ascii, and the lead bytes C2-F4 when multibyte.
+    ByteSet starts() const;
   };
   const TextStep& text_step(int32_t state);
+  // Does `other` read characters as `t` does (same ascii and multibyte, not dead)?
+  static bool same_text(const TextStep& t, const TextStep& other) {
+    return other.next != kDead && other.multibyte == t.multibyte && other.ascii == t.ascii;
+  }
+  // A lower bound on how many characters `state` reads along its chain of text steps that keep
+  // its ascii and multibyte (exact below kRunCap; kLongText: the chain loops).
+  static constexpr int32_t kLongText = INT32_MAX;
+  static constexpr int32_t kRunCap = 32;
+  int32_t text_run(int32_t state);
   int32_t num_states() const { return static_cast<int32_t>(sets_.size()); }
-  const std::vector<int32_t>& nodes_of(int32_t s) const { return sets_[s].nodes; }
-  std::string describe_stack(int32_t n) const;
   int32_t num_stacks() const { return static_cast<int32_t>(nodes_.size()); }
 
  private:
@@ -89,6 +99,7 @@ class Automaton {
     ByteSet first;
     MainStep main;
     TextStep text;
+    int32_t text_run = -1;            // unknown
     std::unique_ptr<int32_t[]> next;  // [256], -1 unknown; allocated on the first step
   };
   struct VecHash {
@@ -133,8 +144,17 @@ class CompiledGrammar {
       num_allowed = num_rejected = num_visited = 0;
     }
   };
+  // The vocabulary's tokens that are text as `t` reads it (kept per grammar as well).
+  const std::shared_ptr<const TokenIndex::TextTokens>& text_tokens(const Automaton::TextStep& t);
   // Fills `mask` (vocab().mask_words() words) with the tokens allowed in `state`.
   void fill_mask(int32_t state, std::span<uint64_t> mask);
+  // The mask of a state inside text (Automaton::text_step): the text tokens of at most the
+  // chain's run of characters, and every token that holds an exit byte, each checked on the
+  // automaton. False (mask untouched) where this does not apply; *num_checked: tokens checked.
+  bool fill_text_mask(int32_t state, std::span<uint64_t> mask, int64_t* num_checked);
+  // Keeps the mask of `state` when computing it cost more than kRememberAfterNodes (trie nodes
+  // visited or tokens checked), within the memory budget.
+  void remember(int32_t state, std::span<const uint64_t> mask, int64_t work);
   void walk(int32_t state, WalkResult* out);
   // Does `state` survive every string of `need` bytes, each byte from `bytes`? True when each
   // state on the way sends all of `bytes` to one successor that accepts them again.
@@ -150,6 +170,9 @@ class CompiledGrammar {
   std::unordered_map<int32_t, std::vector<uint64_t>> masks_;
   std::vector<int32_t> walk_states_;  // per trie depth, scratch for walk()
   WalkResult walk_result_;            // scratch for fill_mask()
+  std::vector<std::shared_ptr<const TokenIndex::TextTokens>> text_tokens_;
+  std::vector<int32_t> chain_;     // scratch for fill_text_mask()
+  std::vector<uint64_t> checked_;  // scratch for fill_text_mask(): tokens already checked
   int64_t mask_bytes_ = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "kiln/grammar/token_index.h"
 
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <numeric>
 
@@ -147,6 +148,40 @@ void TokenIndex::text_chars(Trie& trie, const std::vector<int32_t>& parent) {
   }
 }
 
+std::shared_ptr<const TokenIndex::TextTokens> TokenIndex::text_tokens(const ByteSet& ascii,
+                                                                      bool multibyte) const {
+  {
+    std::lock_guard<std::mutex> lock(text_mu_);
+    for (const auto& k : text_kinds_) {
+      if (k->ascii == ascii && k->multibyte == multibyte) return k;
+    }
+  }
+  auto tt = std::make_shared<TextTokens>();
+  tt->ascii = ascii;
+  tt->multibyte = multibyte;
+  const size_t words = static_cast<size_t>(mask_words());
+  tt->up_to.assign(kTextUpTo + 1, std::vector<uint64_t>(words, 0));
+  tt->all.assign(words, 0);
+  for (size_t w = 0; w < words; ++w) {
+    for (uint64_t bits = trie_mask_[w]; bits != 0; bits &= bits - 1) {
+      const int32_t id = static_cast<int32_t>(w * 64) + std::countr_zero(bits);
+      const TokenText& x = token_text_[id];
+      if ((x.ascii[0] & ~ascii.bits[0]) != 0 || (x.ascii[1] & ~ascii.bits[1]) != 0) continue;
+      if (x.non_ascii && !(multibyte && x.valid_utf8)) continue;
+      const uint64_t bit = uint64_t{1} << (id & 63);
+      tt->all[w] |= bit;
+      if (x.num_chars <= kTextUpTo) tt->up_to[x.num_chars][w] |= bit;
+    }
+  }
+  for (int32_t n = 1; n <= kTextUpTo; ++n) {
+    for (size_t w = 0; w < words; ++w) tt->up_to[n][w] |= tt->up_to[n - 1][w];
+  }
+  std::lock_guard<std::mutex> lock(text_mu_);
+  if (text_kinds_.size() >= kMaxTextKinds) text_kinds_.erase(text_kinds_.begin() + 1);
+  text_kinds_.push_back(tt);
+  return tt;
+}
+
 uint8_t TokenIndex::utf8_class(uint8_t b) {
   if (b < 0x80) return b;
   if (b <= 0x8F) return 0x80;
@@ -188,6 +223,40 @@ void TokenIndex::build(std::vector<std::string> token_bytes, std::vector<int32_t
       in_trie_[i] = false;
     }
   }
+  // Tokens as text, and the tokens that hold each byte.
+  token_text_.assign(num_tokens_, TokenText{});
+  std::vector<std::vector<int32_t>> with_byte(256);
+  for (int32_t id : order) {
+    TokenText& t = token_text_[id];
+    Utf8State st = kBoundary;
+    std::array<uint64_t, 4> seen{};
+    for (char ch : token_bytes[id]) {
+      const uint8_t b = static_cast<uint8_t>(ch);
+      if (b < 0x80) {
+        t.ascii[b >> 6] |= uint64_t{1} << (b & 63);
+      } else {
+        t.non_ascii = true;
+      }
+      if (st == kBoundary) ++t.num_chars;
+      if (st != kInvalid) st = utf8_next(st, b);
+      if (!((seen[b >> 6] >> (b & 63)) & 1)) {
+        seen[b >> 6] |= uint64_t{1} << (b & 63);
+        with_byte[b].push_back(id);
+      }
+    }
+    t.valid_utf8 = st != kInvalid;
+  }
+  for (int32_t id : order) {
+    if (token_text_[id].num_chars > kTextUpTo) long_tokens_.push_back(id);
+  }
+  std::sort(long_tokens_.begin(), long_tokens_.end());
+  byte_token_offsets_.assign(257, 0);
+  for (int b = 0; b < 256; ++b) {
+    byte_token_offsets_[b + 1] =
+        byte_token_offsets_[b] + static_cast<uint32_t>(with_byte[b].size());
+    byte_tokens_.insert(byte_tokens_.end(), with_byte[b].begin(), with_byte[b].end());
+  }
+
   auto by_string = [](const std::vector<std::string>& strs) {
     return [&strs](int32_t a, int32_t b) { return strs[a] != strs[b] ? strs[a] < strs[b] : a < b; };
   };
@@ -199,6 +268,14 @@ void TokenIndex::build(std::vector<std::string> token_bytes, std::vector<int32_t
   }
   std::sort(order.begin(), order.end(), by_string(token_bytes));
   build_trie(token_bytes, order, &class_trie_);
+
+  // The characters of a JSON string (printable ASCII but '"' and '\\', any code point): the
+  // text kind every JSON Schema meets first (kept first, never evicted).
+  ByteSet json_chars;
+  json_chars.add_range(0x20, 0x7E);
+  json_chars.bits['"' >> 6] &= ~(uint64_t{1} << ('"' & 63));
+  json_chars.bits['\\' >> 6] &= ~(uint64_t{1} << ('\\' & 63));
+  text_tokens(json_chars, true);
 }
 
 void TokenIndex::build_trie(const std::vector<std::string>& strings,

@@ -11,8 +11,10 @@
 // Built once per tokenizer (about 200 ms for a 150k vocabulary) and shared by every grammar.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -73,6 +75,36 @@ class TokenIndex {
   // Every token of the tries (the allowed non-end tokens), as a mask of mask_words() words.
   std::span<const uint64_t> trie_mask() const { return trie_mask_; }
 
+  // A token as text: its ASCII bytes, whether its bytes are valid UTF-8 (the last character
+  // may be cut short) and how many characters they begin.
+  struct TokenText {
+    std::array<uint64_t, 2> ascii{};
+    uint16_t num_chars = 0;
+    bool valid_utf8 = false;
+    bool non_ascii = false;
+  };
+  const TokenText& token_text(int32_t id) const { return token_text_[id]; }
+  // The trie's tokens that hold byte b (each token once per distinct byte).
+  std::span<const int32_t> tokens_with_byte(uint8_t b) const {
+    return std::span<const int32_t>(byte_tokens_)
+        .subspan(byte_token_offsets_[b], byte_token_offsets_[b + 1] - byte_token_offsets_[b]);
+  }
+
+  // The tokens that are text of one kind: their ASCII bytes in `ascii`, and either ASCII only
+  // or (multibyte) valid UTF-8; as masks by the number of characters they begin. Built on first
+  // use per kind and kept (the kinds a server meets are few: JSON string characters, the
+  // characters of a format or a pattern); the JSON string kind is built with the index.
+  static constexpr int32_t kTextUpTo = 16;
+  struct TextTokens {
+    ByteSet ascii;
+    bool multibyte = false;
+    std::vector<std::vector<uint64_t>> up_to;  // [kTextUpTo + 1]: tokens of at most n chars
+    std::vector<uint64_t> all;
+  };
+  std::shared_ptr<const TextTokens> text_tokens(const ByteSet& ascii, bool multibyte) const;
+  // The trie's tokens that begin more than kTextUpTo characters.
+  std::span<const int32_t> long_tokens() const { return long_tokens_; }
+
   // The UTF-8 class of a byte, named by its first byte: ASCII bytes are their own class; then
   // continuation bytes 80-8F, 90-9F, A0-BF (split where E0, ED, F0 and F4 restrict the second
   // byte), C0-C1 (never valid), C2-DF, E0, E1-EC, ED, EE-EF, F0, F1-F3, F4, F5-FF (never valid).
@@ -97,6 +129,13 @@ class TokenIndex {
   Trie byte_trie_;
   Trie class_trie_;
   std::vector<uint64_t> trie_mask_;
+  std::vector<TokenText> token_text_;
+  std::vector<int32_t> long_tokens_;
+  static constexpr size_t kMaxTextKinds = 64;
+  mutable std::mutex text_mu_;
+  mutable std::vector<std::shared_ptr<const TextTokens>> text_kinds_;  // oldest first
+  std::vector<uint32_t> byte_token_offsets_;                           // [257]
+  std::vector<int32_t> byte_tokens_;
 };
 
 }  // namespace kiln::grammar

@@ -189,7 +189,7 @@ TEST_P(Vocabs, SoundnessRandomWalksValidate) {
 // the same compiled grammar), for the suite's schemas and for grammars whose terminals split
 // the UTF-8 byte classes (a code-point range inside a block, a non-ASCII literal).
 void expect_exact_masks(const std::shared_ptr<CompiledGrammar>& cg, uint32_t seed, int num_walks,
-                        int num_steps, const std::string& what) {
+                        int num_steps, const std::string& what, uint32_t closing_one_in = 2) {
   const TokenIndex& v = cg->vocab();
   std::mt19937 rng(seed);
   std::vector<uint64_t> mask(v.mask_words());
@@ -231,7 +231,7 @@ void expect_exact_masks(const std::shared_ptr<CompiledGrammar>& cg, uint32_t see
             closing.push_back(id);
           }
         }
-        const auto& pool = (!closing.empty() && rng() % 2 == 0) ? closing : allowed;
+        const auto& pool = (!closing.empty() && rng() % closing_one_in == 0) ? closing : allowed;
         const int32_t t = pool[rng() % pool.size()];
         ASSERT_TRUE(m.accept_token(t));
         runs[w].push_back(t);
@@ -249,11 +249,24 @@ TEST_P(Vocabs, MasksEqualTheTokenByTokenDefinition) {
     expect_exact_masks(compile(entry["schema"].dump(), index), seed++, 2, 40,
                        vocab + "/" + entry["name"].get<std::string>());
   }
+  // Text states deep inside strings (walks that seldom close them): bounded strings whose
+  // chain ends within a token, or past the 16 characters of the text masks, or loops after a
+  // minimum; formats whose characters exit on '@' or '.'; a pattern whose bounded run is
+  // followed by characters of its own kind (the masks fall back to the trie walk).
+  for (const char* schema :
+       {R"({"type":"string","maxLength":5})", R"({"type":"string","minLength":3,"maxLength":30})",
+        R"({"type":"string","minLength":20})", R"({"type":"string","format":"email"})",
+        R"({"type":"string","format":"uri"})",
+        R"({"type":"string","pattern":"^[a-z ]{0,12}[a-z0-9]+$"})",
+        R"({"type":"array","items":{"type":"string","maxLength":3}})"}) {
+    expect_exact_masks(compile(schema, index), seed++, 2, 40, vocab + "/" + schema, 6);
+  }
   // Terminals that split the UTF-8 classes: Greek letters (inside one lead byte's block), a
   // literal with an accent, and free text before a bounded run of hiragana.
   for (const char* gbnf :
        {"root ::= [α-ω]+ (\" \" [α-ω]+)*\n", "root ::= (\"café\" | \"naïve\" | [a-z]+) \"!\"\n",
-        "root ::= [^\"]* \"\\\"\" [ぁ-ゖ]{1,5}\n"}) {
+        "root ::= [^\"]* \"\\\"\" [ぁ-ゖ]{1,5}\n", "root ::= ([a-z] [a-z])* \"!\"\n",
+        "root ::= [a-z]{3} [a-z0-9 ]* \".\"\n"}) {
     auto g = parse_gbnf(gbnf);
     ASSERT_TRUE(g.ok()) << gbnf << ": " << g.error().message;
     expect_exact_masks(std::make_shared<CompiledGrammar>(std::move(g).value(), index), seed++, 2,
