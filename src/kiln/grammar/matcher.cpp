@@ -83,10 +83,8 @@ int32_t Automaton::intern(std::vector<int32_t> nodes) {
   return id;
 }
 
-int32_t Automaton::step(int32_t state, uint8_t byte) {
-  Set& s = sets_[state];
-  if (s.next && s.next[byte] >= 0) return s.next[byte];
-  if (!s.first.has(byte)) return kDead;
+int32_t Automaton::step_new(int32_t state, uint8_t byte) {
+  if (!sets_[state].first.has(byte)) return kDead;
   std::vector<int32_t> out;
   ++cur_stamp_;
   // Bytes that every stack of the set treats like `byte` lead to the same successor: fill the
@@ -273,6 +271,8 @@ namespace {
 // are cheaper to redo than to store), up to a memory budget per compiled grammar.
 constexpr int64_t kRememberAfterNodes = 512;
 constexpr int64_t kMaskBudgetBytes = int64_t{64} << 20;
+// A text state's mask checks at most this many tokens one by one (else the trie is walked).
+constexpr size_t kMaxTextChecks = 8192;
 }  // namespace
 
 namespace {
@@ -435,6 +435,15 @@ bool CompiledGrammar::fill_text_mask(int32_t state, std::span<uint64_t> mask,
     if (static_cast<int32_t>(chain.size()) > kUpTo) break;  // t_0..t_kUpTo read alike
     chain.push_back(next);
   }
+  // Exits that many tokens hold (a space after a bounded run of letters): the trie walk is
+  // cheaper than checking them one by one.
+  size_t num_candidates = run >= 0 && run <= kUpTo ? 0 : vocab_->long_tokens().size();
+  for (int w = 0; w < 4; ++w) {
+    for (uint64_t bits = exits.bits[w]; bits != 0; bits &= bits - 1) {
+      num_candidates += vocab_->tokens_with_byte(w * 64 + std::countr_zero(bits)).size();
+    }
+  }
+  if (num_candidates > kMaxTextChecks) return false;
   const std::shared_ptr<const TokenIndex::TextTokens>& tt = text_tokens(t);
   const size_t words = static_cast<size_t>(vocab_->mask_words());
   checked_.assign(words, 0);

@@ -48,7 +48,10 @@ class Automaton {
 
   int32_t initial() const { return initial_; }
   // The state after `byte` (kDead when no stack accepts it).
-  int32_t step(int32_t state, uint8_t byte);
+  int32_t step(int32_t state, uint8_t byte) {
+    const int32_t* next = sets_[state].next.get();
+    return next != nullptr && next[byte] >= 0 ? next[byte] : step_new(state, byte);
+  }
   int32_t step(int32_t state, std::string_view bytes);
   // May the grammar end here (some stack is empty)?
   bool accepting(int32_t state) const { return sets_[state].accepting; }
@@ -106,6 +109,8 @@ class Automaton {
     size_t operator()(const std::vector<int32_t>& v) const;
   };
 
+  // step() where the transition is not known yet: computes and remembers it.
+  int32_t step_new(int32_t state, uint8_t byte);
   int32_t node(int32_t pos, int32_t parent);
   // Adds the terminal-topped stacks reachable from `n` without consuming a byte.
   void expand(int32_t n, std::vector<int32_t>* out);

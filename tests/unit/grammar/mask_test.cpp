@@ -193,50 +193,56 @@ void expect_exact_masks(const std::shared_ptr<CompiledGrammar>& cg, uint32_t see
   const TokenIndex& v = cg->vocab();
   std::mt19937 rng(seed);
   std::vector<uint64_t> mask(v.mask_words());
-  std::vector<std::vector<int32_t>> runs;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int w = 0; w < num_walks; ++w) {
-      Matcher m(cg);
-      if (pass == 0) runs.emplace_back();
-      for (int step = 0; step < num_steps; ++step) {
-        if (pass == 1 && step >= static_cast<int>(runs[w].size())) break;
-        m.fill_mask(mask);
-        std::vector<int32_t> allowed;
-        int num_wrong = 0;
-        for (int32_t id = 0; id < v.num_tokens(); ++id) {
-          bool ok = false;
-          if (v.is_end_token(id)) {
-            ok = m.can_end();
-          } else if (m.accept_token(id)) {
-            ok = true;
-            m.rollback(1);
-          }
-          if (ok) allowed.push_back(id);
-          if (ok != has(mask, id) && num_wrong++ < 3) {
-            ADD_FAILURE() << what << " walk " << w << " step " << step << " pass " << pass
-                          << ": token " << id << " [" << v.token_bytes(id) << "] "
-                          << (ok ? "valid but masked" : "allowed but invalid");
-          }
-        }
-        if (num_wrong > 0) return;
-        if (pass == 1) {
-          m.accept_token(runs[w][step]);
-          continue;
-        }
-        if (allowed.empty() || m.finished()) break;
-        // Prefer tokens with a quote or a bracket half of the time, to reach many states.
-        std::vector<int32_t> closing;
-        for (int32_t id : allowed) {
+  // Per walk: the tokens taken, and the definition's mask before each (for the warm pass).
+  std::vector<std::vector<int32_t>> runs(num_walks);
+  std::vector<std::vector<std::vector<uint64_t>>> expected(num_walks);
+  auto compare = [&](const std::vector<uint64_t>& want, int pass, int w, int step) {
+    int num_wrong = 0;
+    for (int32_t id = 0; id < v.num_tokens() && num_wrong < 3; ++id) {
+      if (has(want, id) == has(mask, id)) continue;
+      ++num_wrong;
+      ADD_FAILURE() << what << " walk " << w << " step " << step << " pass " << pass << ": token "
+                    << id << " [" << v.token_bytes(id) << "] "
+                    << (has(want, id) ? "valid but masked" : "allowed but invalid");
+    }
+    return num_wrong == 0;
+  };
+  for (int w = 0; w < num_walks; ++w) {  // cold: the first visit of each state
+    Matcher m(cg);
+    for (int step = 0; step < num_steps && !m.finished(); ++step) {
+      m.fill_mask(mask);
+      std::vector<uint64_t> want(v.mask_words(), 0);
+      std::vector<int32_t> allowed, closing;
+      for (int32_t id = 0; id < v.num_tokens(); ++id) {
+        bool ok = false;
+        if (v.is_end_token(id)) {
+          ok = m.can_end();
+        } else if (m.accept_token(id)) {
+          ok = true;
+          m.rollback(1);
+          allowed.push_back(id);
+          // Tokens that close a string or a bracket, to reach many states.
           if (v.token_bytes(id).find_first_of("\"}],") != std::string_view::npos) {
             closing.push_back(id);
           }
         }
-        const auto& pool = (!closing.empty() && rng() % closing_one_in == 0) ? closing : allowed;
-        const int32_t t = pool[rng() % pool.size()];
-        ASSERT_TRUE(m.accept_token(t));
-        runs[w].push_back(t);
-        if (m.finished()) break;
+        if (ok) want[id >> 6] |= uint64_t{1} << (id & 63);
       }
+      if (!compare(want, 0, w, step)) return;
+      expected[w].push_back(std::move(want));
+      if (allowed.empty()) break;
+      const auto& pool = (!closing.empty() && rng() % closing_one_in == 0) ? closing : allowed;
+      const int32_t t = pool[rng() % pool.size()];
+      ASSERT_TRUE(m.accept_token(t));
+      runs[w].push_back(t);
+    }
+  }
+  for (int w = 0; w < num_walks; ++w) {  // warm: the same steps on the same compiled grammar
+    Matcher m(cg);
+    for (size_t step = 0; step < expected[w].size(); ++step) {
+      m.fill_mask(mask);
+      if (!compare(expected[w][step], 1, w, static_cast<int>(step))) return;
+      if (step < runs[w].size()) ASSERT_TRUE(m.accept_token(runs[w][step]));
     }
   }
 }
