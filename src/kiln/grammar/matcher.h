@@ -14,11 +14,17 @@
 // easy to intern. Left recursion, which a top-down automaton cannot run, is rejected at build
 // time (GBNF in llama.cpp makes the same choice).
 //
-// Token masks (fill_mask): walk the vocabulary's byte trie (token_index.h) from the state,
-// skipping every subtree whose prefix is rejected. Where a state loops to itself on every byte
-// that occurs below a trie node (inside a JSON string, almost everything), the whole subtree
-// is accepted without walking it. Masks of states that cost a long walk are remembered per
-// compiled grammar, so a grammar reused (the LRU in cache.h) pays each walk once.
+// Token masks (fill_mask), exact either way (docs/grammar.md):
+//  - a state inside text (text_step: a JSON string, a format's body) takes the vocabulary's
+//    text tokens of at most as many characters as its chain of text steps reads (masks kept per
+//    kind of text in TokenIndex), and checks one by one the tokens that hold a byte the chain
+//    accepts besides text ('"' and '\\' in a JSON string);
+//  - any other state walks the vocabulary's trie (token_index.h) from the state, skipping every
+//    subtree whose prefix is rejected and accepting whole every subtree whose paths all survive
+//    (a self-loop on its bytes, a chain of states as deep as the subtree, valid UTF-8 text
+//    along a chain of text steps).
+// Masks that cost a long walk or many checks are remembered per compiled grammar, so a grammar
+// reused (the LRU in cache.h) pays each once.
 //
 // Thread safety: a CompiledGrammar may be shared by matchers on several threads; its caches
 // are guarded by a mutex.
