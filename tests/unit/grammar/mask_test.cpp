@@ -242,7 +242,9 @@ void expect_exact_masks(const std::shared_ptr<CompiledGrammar>& cg, uint32_t see
     for (size_t step = 0; step < expected[w].size(); ++step) {
       m.fill_mask(mask);
       if (!compare(expected[w][step], 1, w, static_cast<int>(step))) return;
-      if (step < runs[w].size()) ASSERT_TRUE(m.accept_token(runs[w][step]));
+      if (step < runs[w].size()) {
+        ASSERT_TRUE(m.accept_token(runs[w][step]));
+      }
     }
   }
 }
