@@ -83,10 +83,8 @@ int32_t Automaton::intern(std::vector<int32_t> nodes) {
   return id;
 }
 
-int32_t Automaton::step(int32_t state, uint8_t byte) {
-  Set& s = sets_[state];
-  if (s.next && s.next[byte] >= 0) return s.next[byte];
-  if (!s.first.has(byte)) return kDead;
+int32_t Automaton::step_new(int32_t state, uint8_t byte) {
+  if (!sets_[state].first.has(byte)) return kDead;
   std::vector<int32_t> out;
   ++cur_stamp_;
   // Bytes that every stack of the set treats like `byte` lead to the same successor: fill the
@@ -156,6 +154,116 @@ const Automaton::MainStep& Automaton::main_step(int32_t state) {
   return sets_[state].main;
 }
 
+namespace {
+// The UTF-8 encodings of every multi-byte character, as byte ranges per position (RFC 3629).
+struct ByteRange {
+  uint8_t lo, hi;
+};
+constexpr ByteRange kUtf8Forms[][4] = {
+    {{0xC2, 0xDF}, {0x80, 0xBF}, {0, 0}, {0, 0}},
+    {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}, {0, 0}},
+    {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
+    {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}, {0, 0}},
+    {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}, {0, 0}},
+    {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+};
+}  // namespace
+
+const Automaton::TextStep& Automaton::text_step(int32_t state) {
+  if (sets_[state].text_known) return sets_[state].text;
+  TextStep t;
+  // Multi-byte characters: each byte of a form must lead every state on the way to one
+  // successor, and every form to the same final state.
+  int32_t mb_next = -1;
+  bool mb = true;
+  for (const auto& form : kUtf8Forms) {
+    int32_t cur = state;
+    for (int k = 0; k < 4 && form[k].lo != 0; ++k) {
+      const ByteRange& r = form[k];
+      if (k > 0) {
+        // Inside the character: exactly the valid continuation bytes.
+        ByteSet cont;
+        cont.add_range(r.lo, r.hi);
+        if (!(first_bytes(cur) == cont)) mb = false;
+      }
+      if (!mb) break;
+      const int32_t to = step(cur, r.lo);
+      for (int b = r.lo + 1; b <= r.hi && to != kDead; ++b) {
+        if (step(cur, static_cast<uint8_t>(b)) != to) mb = false;
+      }
+      if (to == kDead) mb = false;
+      if (!mb) break;
+      cur = to;
+    }
+    if (!mb) break;
+    if (mb_next != -1 && mb_next != cur) {
+      mb = false;
+      break;
+    }
+    mb_next = cur;
+  }
+  t.multibyte = mb;
+  t.next = mb ? mb_next : main_step(state).next;
+  if (t.next != kDead) {
+    for (int b = 0; b < 0x80; ++b) {
+      if (first_bytes(state).has(static_cast<uint8_t>(b)) &&
+          step(state, static_cast<uint8_t>(b)) == t.next) {
+        t.ascii.add(static_cast<uint8_t>(b));
+      }
+    }
+  }
+  sets_[state].text = t;
+  sets_[state].text_known = true;
+  return sets_[state].text;
+}
+
+ByteSet Automaton::TextStep::starts() const {
+  ByteSet s = ascii;
+  if (multibyte) s.add_range(0xC2, 0xF4);
+  return s;
+}
+
+int32_t Automaton::text_run(int32_t state) {
+  if (sets_[state].text_run >= 0) return sets_[state].text_run;
+  // Follow the chain (at most kRunCap states) until a loop, a known run or a change of the
+  // text step, then fill the runs backwards: exact where the chain ended, lower bounds where
+  // the cap stopped it (a bounded string's chain is as long as its maxLength).
+  constexpr int32_t kOnChain = -2;
+  auto plus_one = [](int32_t run) { return run == kLongText ? kLongText : run + 1; };
+  std::vector<int32_t> chain{state};
+  sets_[state].text_run = kOnChain;
+  int32_t run = 0;  // of chain.back()
+  for (;;) {
+    const int32_t s = chain.back();
+    const TextStep t = text_step(s);  // a copy: sets_ may grow below
+    if (t.next == kDead) {
+      run = 0;
+      break;
+    }
+    if (t.next == s || sets_[t.next].text_run == kOnChain) {
+      run = kLongText;  // every state of the loop reads the same characters
+      break;
+    }
+    if (!same_text(t, text_step(t.next)) || static_cast<int32_t>(chain.size()) >= kRunCap) {
+      run = 1;  // one character for sure
+      break;
+    }
+    if (sets_[t.next].text_run >= 0) {
+      run = plus_one(sets_[t.next].text_run);
+      break;
+    }
+    sets_[t.next].text_run = kOnChain;
+    chain.push_back(t.next);
+  }
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    sets_[*it].text_run = run;
+    run = plus_one(run);
+  }
+  return sets_[state].text_run;
+}
+
 // --- CompiledGrammar ------------------------------------------------------------------------
 
 namespace {
@@ -163,21 +271,42 @@ namespace {
 // are cheaper to redo than to store), up to a memory budget per compiled grammar.
 constexpr int64_t kRememberAfterNodes = 512;
 constexpr int64_t kMaskBudgetBytes = int64_t{64} << 20;
+// A text state's mask checks at most this many tokens one by one (else the trie is walked).
+constexpr size_t kMaxTextChecks = 8192;
+}  // namespace
+
+namespace {
+// Does every terminal of `g` hold either all or none of the bytes of each UTF-8 class? Then
+// every state treats the bytes of a class alike, and walking the class trie is exact.
+bool respects_utf8_classes(const Grammar& g) {
+  for (const ByteSet& t : g.terminals) {
+    for (int b = 0x80; b < 256; ++b) {
+      const uint8_t c = TokenIndex::utf8_class(static_cast<uint8_t>(b));
+      if (t.has(static_cast<uint8_t>(b)) != t.has(c)) return false;
+    }
+  }
+  return true;
+}
 }  // namespace
 
 CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenIndex> vocab)
     : automaton_(std::move(g)), vocab_(std::move(vocab)) {
-  walk_states_.resize(vocab_->max_depth() + 1);
+  trie_ =
+      respects_utf8_classes(automaton_.grammar()) ? &vocab_->class_trie() : &vocab_->byte_trie();
+  walk_states_.resize(trie_->max_depth + 1);
 }
 
-void CompiledGrammar::walk(int32_t state, std::span<uint64_t> mask, int64_t* num_visited) {
-  const auto nodes = vocab_->nodes();
-  const auto toks = vocab_->trie_tokens();
-  auto set_range = [&](int32_t b, int32_t e) {
-    for (int32_t k = b; k < e; ++k) {
-      const int32_t t = toks[k];
-      mask[t >> 6] |= uint64_t{1} << (t & 63);
-    }
+void CompiledGrammar::walk(int32_t state, WalkResult* out) {
+  const auto& nodes = trie_->nodes;
+  auto accept = [&](int32_t b, int32_t e) {
+    if (b == e) return;
+    out->allowed.emplace_back(b, e);
+    out->num_allowed += e - b;
+  };
+  auto reject = [&](int32_t b, int32_t e) {
+    if (b == e) return;
+    out->rejected.emplace_back(b, e);
+    out->num_rejected += e - b;
   };
   int32_t* st = walk_states_.data();
   st[0] = state;
@@ -188,18 +317,24 @@ void CompiledGrammar::walk(int32_t state, std::span<uint64_t> mask, int64_t* num
     ++visited;
     const int32_t s = automaton_.step(st[nd.depth - 1], nd.byte);
     if (s == Automaton::kDead) {
+      reject(nd.tok_begin, nd.tok_end);
       i = nd.end;
       continue;
     }
-    set_range(nd.tok_begin, nd.own_end);
+    accept(nd.tok_begin, nd.own_end);
     if (nd.own_end == nd.tok_end) {  // a leaf
       i = nd.end;
       continue;
     }
     // Cheap tests first: most subtrees hold a byte that kills or forks the state.
-    const ByteSet& below = vocab_->desc_set(nd.desc_bytes);
+    const ByteSet& below = trie_->desc_set(nd);
     bool all = false;
-    if (automaton_.first_bytes(s).covers(below)) {
+    if (nd.text_chars != TokenIndex::kNotText) {
+      // Valid UTF-8 text below: every path survives when each character reaches the next
+      // state of a chain (inside a JSON string: the state itself) that reads them all.
+      all = text_survives(s, below, nd.text_chars);
+    }
+    if (!all && automaton_.first_bytes(s).covers(below)) {
       const Automaton::MainStep& m = automaton_.main_step(s);
       if (m.bytes.covers(below)) {
         // A self-loop on every byte below (inside a JSON string), or a chain of states that
@@ -210,14 +345,32 @@ void CompiledGrammar::walk(int32_t state, std::span<uint64_t> mask, int64_t* num
       }
     }
     if (all) {
-      set_range(nd.own_end, nd.tok_end);  // every string below survives
+      accept(nd.own_end, nd.tok_end);  // every string below survives
       i = nd.end;
       continue;
     }
     st[nd.depth] = s;
     ++i;
   }
-  *num_visited = visited;
+  out->num_visited = visited;
+}
+
+bool CompiledGrammar::text_survives(int32_t state, const ByteSet& below, int32_t num_chars) {
+  ByteSet ascii = below;
+  ascii.bits[2] = ascii.bits[3] = 0;
+  const bool multibyte = (below.bits[2] | below.bits[3]) != 0;
+  {
+    const Automaton::TextStep& t = automaton_.text_step(state);
+    if ((multibyte && !t.multibyte) || !t.ascii.covers(ascii)) return false;
+    if (automaton_.text_run(state) >= num_chars) return true;
+  }
+  for (int32_t k = 0; k < num_chars; ++k) {
+    const Automaton::TextStep& t = automaton_.text_step(state);
+    if ((multibyte && !t.multibyte) || !t.ascii.covers(ascii)) return false;
+    if (t.next == state) return true;  // a self-loop: survives any length
+    state = t.next;
+  }
+  return true;
 }
 
 bool CompiledGrammar::survives(int32_t state, const ByteSet& bytes, int32_t need) {
@@ -232,6 +385,102 @@ bool CompiledGrammar::survives(int32_t state, const ByteSet& bytes, int32_t need
   return true;
 }
 
+const std::shared_ptr<const TokenIndex::TextTokens>& CompiledGrammar::text_tokens(
+    const Automaton::TextStep& t) {
+  for (const auto& tt : text_tokens_) {
+    if (tt->ascii == t.ascii && tt->multibyte == t.multibyte) return tt;
+  }
+  text_tokens_.push_back(vocab_->text_tokens(t.ascii, t.multibyte));
+  return text_tokens_.back();
+}
+
+bool CompiledGrammar::fill_text_mask(int32_t state, std::span<uint64_t> mask,
+                                     int64_t* num_checked) {
+  const Automaton::TextStep t = automaton_.text_step(state);
+  // Worth it for free text (a JSON string, a format's body), not for a digit or two.
+  const int num_ascii = std::popcount(t.ascii.bits[0]) + std::popcount(t.ascii.bits[1]);
+  if (t.next == Automaton::kDead || (!t.multibyte && num_ascii < 8)) return false;
+  // The chain of states that read text as `state` does, up to kUpTo characters: the bytes its
+  // states accept besides text (exits), and how many characters it reads (run).
+  constexpr int32_t kUpTo = TokenIndex::kTextUpTo;
+  const ByteSet starts = t.starts();
+  ByteSet exits;
+  auto add_others = [&](int32_t s) {
+    const ByteSet& f = automaton_.first_bytes(s);
+    for (int w = 0; w < 4; ++w) exits.bits[w] |= f.bits[w] & ~starts.bits[w];
+  };
+  std::vector<int32_t>& chain = chain_;
+  chain.assign(1, state);
+  int32_t run = -1;  // -1: more than kUpTo characters, not known how many
+  for (;;) {
+    const int32_t s = chain.back();
+    add_others(s);
+    const int32_t next = automaton_.text_step(s).next;
+    if (std::find(chain.begin(), chain.end(), next) != chain.end()) {
+      run = Automaton::kLongText;  // a loop: any number of characters
+      break;
+    }
+    if (!Automaton::same_text(t, automaton_.text_step(next))) {
+      // The chain ends. Every byte `next` accepts is an exit, so longer text is checked one
+      // token at a time; when `next` begins characters of the chain (a pattern's bounded run
+      // followed by more text), that is most tokens: walk the trie instead.
+      const ByteSet& f = automaton_.first_bytes(next);
+      for (int w = 0; w < 4; ++w) {
+        if (f.bits[w] & starts.bits[w]) return false;
+      }
+      exits |= f;
+      run = static_cast<int32_t>(chain.size());
+      break;
+    }
+    if (static_cast<int32_t>(chain.size()) > kUpTo) break;  // t_0..t_kUpTo read alike
+    chain.push_back(next);
+  }
+  // Exits that many tokens hold (a space after a bounded run of letters): the trie walk is
+  // cheaper than checking them one by one.
+  size_t num_candidates = run >= 0 && run <= kUpTo ? 0 : vocab_->long_tokens().size();
+  for (int w = 0; w < 4; ++w) {
+    for (uint64_t bits = exits.bits[w]; bits != 0; bits &= bits - 1) {
+      num_candidates += vocab_->tokens_with_byte(w * 64 + std::countr_zero(bits)).size();
+    }
+  }
+  if (num_candidates > kMaxTextChecks) return false;
+  const std::shared_ptr<const TokenIndex::TextTokens>& tt = text_tokens(t);
+  const size_t words = static_cast<size_t>(vocab_->mask_words());
+  checked_.assign(words, 0);
+  int64_t n = 0;
+  auto check = [&](int32_t id) {
+    uint64_t& seen = checked_[id >> 6];
+    const uint64_t bit = uint64_t{1} << (id & 63);
+    if (seen & bit) return;
+    seen |= bit;
+    ++n;
+    if (automaton_.step(state, vocab_->token_bytes(id)) != Automaton::kDead) {
+      mask[id >> 6] |= bit;
+    } else {
+      mask[id >> 6] &= ~bit;
+    }
+  };
+  // Text tokens of at most `run` characters are allowed; past the chain they die (above).
+  if (run == Automaton::kLongText) {
+    std::memcpy(mask.data(), tt->all.data(), words * sizeof(uint64_t));
+  } else if (run >= 0 && run <= kUpTo) {
+    std::memcpy(mask.data(), tt->up_to[run].data(), words * sizeof(uint64_t));
+  } else {
+    // At least kUpTo + 1 characters: the tokens of more than kUpTo are checked one by one.
+    std::memcpy(mask.data(), tt->up_to[kUpTo].data(), words * sizeof(uint64_t));
+    for (int32_t id : vocab_->long_tokens()) check(id);
+  }
+  // Any other token that survives holds an exit byte: check those one by one.
+  for (int w = 0; w < 4; ++w) {
+    for (uint64_t bits = exits.bits[w]; bits != 0; bits &= bits - 1) {
+      const uint8_t b = static_cast<uint8_t>(w * 64 + std::countr_zero(bits));
+      for (int32_t id : vocab_->tokens_with_byte(b)) check(id);
+    }
+  }
+  *num_checked = n;
+  return true;
+}
+
 void CompiledGrammar::fill_mask(int32_t state, std::span<uint64_t> mask) {
   const size_t words = static_cast<size_t>(vocab_->mask_words());
   auto it = masks_.find(state);
@@ -239,14 +488,40 @@ void CompiledGrammar::fill_mask(int32_t state, std::span<uint64_t> mask) {
     std::memcpy(mask.data(), it->second.data(), words * sizeof(uint64_t));
     return;
   }
-  std::fill(mask.begin(), mask.begin() + words, 0);
-  int64_t visited = 0;
-  if (state != Automaton::kDead) walk(state, mask, &visited);
+  int64_t num_checked = 0;
+  if (state != Automaton::kDead && fill_text_mask(state, mask, &num_checked)) {
+    if (automaton_.accepting(state)) {
+      for (int32_t e : vocab_->end_tokens()) mask[e >> 6] |= uint64_t{1} << (e & 63);
+    }
+    remember(state, mask, num_checked);
+    return;
+  }
+  WalkResult& r = walk_result_;
+  r.clear();
+  if (state != Automaton::kDead) walk(state, &r);
+  // Write the smaller side: most states of free text allow nearly every token.
+  const std::vector<int32_t>& toks = trie_->tokens;
+  if (state != Automaton::kDead && r.num_allowed > r.num_rejected) {
+    std::memcpy(mask.data(), vocab_->trie_mask().data(), words * sizeof(uint64_t));
+    for (const auto& [b, e] : r.rejected) {
+      for (int32_t k = b; k < e; ++k) mask[toks[k] >> 6] &= ~(uint64_t{1} << (toks[k] & 63));
+    }
+  } else {
+    std::fill(mask.begin(), mask.begin() + words, 0);
+    for (const auto& [b, e] : r.allowed) {
+      for (int32_t k = b; k < e; ++k) mask[toks[k] >> 6] |= uint64_t{1} << (toks[k] & 63);
+    }
+  }
   if (automaton_.accepting(state)) {
     for (int32_t e : vocab_->end_tokens()) mask[e >> 6] |= uint64_t{1} << (e & 63);
   }
+  remember(state, mask, r.num_visited);
+}
+
+void CompiledGrammar::remember(int32_t state, std::span<const uint64_t> mask, int64_t work) {
+  const size_t words = static_cast<size_t>(vocab_->mask_words());
   const int64_t bytes = static_cast<int64_t>(words * sizeof(uint64_t));
-  if (visited > kRememberAfterNodes && mask_bytes_ + bytes <= kMaskBudgetBytes) {
+  if (work > kRememberAfterNodes && mask_bytes_ + bytes <= kMaskBudgetBytes) {
     masks_.emplace(state, std::vector<uint64_t>(mask.begin(), mask.begin() + words));
     mask_bytes_ += bytes;
   }

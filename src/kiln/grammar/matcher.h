@@ -14,16 +14,23 @@
 // easy to intern. Left recursion, which a top-down automaton cannot run, is rejected at build
 // time (GBNF in llama.cpp makes the same choice).
 //
-// Token masks (fill_mask): walk the vocabulary's byte trie (token_index.h) from the state,
-// skipping every subtree whose prefix is rejected. Where a state loops to itself on every byte
-// that occurs below a trie node (inside a JSON string, almost everything), the whole subtree
-// is accepted without walking it. Masks of states that cost a long walk are remembered per
-// compiled grammar, so a grammar reused (the LRU in cache.h) pays each walk once.
+// Token masks (fill_mask), exact either way (docs/grammar.md):
+//  - a state inside text (text_step: a JSON string, a format's body) takes the vocabulary's
+//    text tokens of at most as many characters as its chain of text steps reads (masks kept per
+//    kind of text in TokenIndex), and checks one by one the tokens that hold a byte the chain
+//    accepts besides text ('"' and '\\' in a JSON string);
+//  - any other state walks the vocabulary's trie (token_index.h) from the state, skipping every
+//    subtree whose prefix is rejected and accepting whole every subtree whose paths all survive
+//    (a self-loop on its bytes, a chain of states as deep as the subtree, valid UTF-8 text
+//    along a chain of text steps).
+// Masks that cost a long walk or many checks are remembered per compiled grammar, so a grammar
+// reused (the LRU in cache.h) pays each once.
 //
 // Thread safety: a CompiledGrammar may be shared by matchers on several threads; its caches
 // are guarded by a mutex.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -47,7 +54,10 @@ class Automaton {
 
   int32_t initial() const { return initial_; }
   // The state after `byte` (kDead when no stack accepts it).
-  int32_t step(int32_t state, uint8_t byte);
+  int32_t step(int32_t state, uint8_t byte) {
+    const int32_t* next = sets_[state].next.get();
+    return next != nullptr && next[byte] >= 0 ? next[byte] : step_new(state, byte);
+  }
   int32_t step(int32_t state, std::string_view bytes);
   // May the grammar end here (some stack is empty)?
   bool accepting(int32_t state) const { return sets_[state].accepting; }
@@ -60,6 +70,28 @@ class Automaton {
     ByteSet bytes;
   };
   const MainStep& main_step(int32_t state);
+  // How `state` reads text: `next` is the state after one character, for the ASCII characters
+  // in `ascii` and, when `multibyte`, for every valid multi-byte UTF-8 character (the states
+  // inside a character accept exactly its valid continuation bytes). Inside a JSON string:
+  // next == state (or the next count of a bounded string), ascii = printable ASCII but '"' and
+  // '\\', multibyte = true.
+  struct TextStep {
+    int32_t next = kDead;
+    bool multibyte = false;
+    ByteSet ascii;
+    // The bytes that begin a character: ascii, and the lead bytes C2-F4 when multibyte.
+    ByteSet starts() const;
+  };
+  const TextStep& text_step(int32_t state);
+  // Does `other` read characters as `t` does (same ascii and multibyte, not dead)?
+  static bool same_text(const TextStep& t, const TextStep& other) {
+    return other.next != kDead && other.multibyte == t.multibyte && other.ascii == t.ascii;
+  }
+  // A lower bound on how many characters `state` reads along its chain of text steps that keep
+  // its ascii and multibyte (exact below kRunCap; kLongText: the chain loops).
+  static constexpr int32_t kLongText = INT32_MAX;
+  static constexpr int32_t kRunCap = 32;
+  int32_t text_run(int32_t state);
   int32_t num_states() const { return static_cast<int32_t>(sets_.size()); }
   int32_t num_stacks() const { return static_cast<int32_t>(nodes_.size()); }
 
@@ -72,14 +104,19 @@ class Automaton {
     std::vector<int32_t> nodes;  // sorted; node 0 means "may end here"
     bool accepting = false;
     bool main_known = false;
+    bool text_known = false;
     ByteSet first;
     MainStep main;
+    TextStep text;
+    int32_t text_run = -1;            // unknown
     std::unique_ptr<int32_t[]> next;  // [256], -1 unknown; allocated on the first step
   };
   struct VecHash {
     size_t operator()(const std::vector<int32_t>& v) const;
   };
 
+  // step() where the transition is not known yet: computes and remembers it.
+  int32_t step_new(int32_t state, uint8_t byte);
   int32_t node(int32_t pos, int32_t parent);
   // Adds the terminal-topped stacks reachable from `n` without consuming a byte.
   void expand(int32_t n, std::vector<int32_t>* out);
@@ -103,21 +140,50 @@ class CompiledGrammar {
   CompiledGrammar(Grammar g, std::shared_ptr<const TokenIndex> vocab);
   const TokenIndex& vocab() const { return *vocab_; }
   const Grammar& grammar() const { return automaton_.grammar(); }
+  // Whether masks walk the UTF-8 class trie (no terminal splits a class) or the byte trie.
+  bool walks_class_trie() const { return trie_ == &vocab_->class_trie(); }
 
  private:
   friend class Matcher;
+  // Token ranges of the trie's token list (trie_->tokens), allowed and not allowed.
+  struct WalkResult {
+    std::vector<std::pair<int32_t, int32_t>> allowed, rejected;
+    int64_t num_allowed = 0, num_rejected = 0, num_visited = 0;
+    void clear() {
+      allowed.clear();
+      rejected.clear();
+      num_allowed = num_rejected = num_visited = 0;
+    }
+  };
+  // The vocabulary's tokens that are text as `t` reads it (kept per grammar as well).
+  const std::shared_ptr<const TokenIndex::TextTokens>& text_tokens(const Automaton::TextStep& t);
   // Fills `mask` (vocab().mask_words() words) with the tokens allowed in `state`.
   void fill_mask(int32_t state, std::span<uint64_t> mask);
-  void walk(int32_t state, std::span<uint64_t> mask, int64_t* num_visited);
+  // The mask of a state inside text (Automaton::text_step): the text tokens of at most the
+  // chain's run of characters, and every token that holds an exit byte, each checked on the
+  // automaton. False (mask untouched) where this does not apply; *num_checked: tokens checked.
+  bool fill_text_mask(int32_t state, std::span<uint64_t> mask, int64_t* num_checked);
+  // Keeps the mask of `state` when computing it cost more than kRememberAfterNodes (trie nodes
+  // visited or tokens checked), within the memory budget.
+  void remember(int32_t state, std::span<const uint64_t> mask, int64_t work);
+  void walk(int32_t state, WalkResult* out);
   // Does `state` survive every string of `need` bytes, each byte from `bytes`? True when each
   // state on the way sends all of `bytes` to one successor that accepts them again.
   bool survives(int32_t state, const ByteSet& bytes, int32_t need);
+  // Does `state` survive every valid UTF-8 path of at most `num_chars` characters whose bytes
+  // are in `below`? (Automaton::text_step along the chain.)
+  bool text_survives(int32_t state, const ByteSet& below, int32_t num_chars);
 
   std::mutex mu_;
   Automaton automaton_;
   std::shared_ptr<const TokenIndex> vocab_;
+  const TokenIndex::Trie* trie_;
   std::unordered_map<int32_t, std::vector<uint64_t>> masks_;
   std::vector<int32_t> walk_states_;  // per trie depth, scratch for walk()
+  WalkResult walk_result_;            // scratch for fill_mask()
+  std::vector<std::shared_ptr<const TokenIndex::TextTokens>> text_tokens_;
+  std::vector<int32_t> chain_;     // scratch for fill_text_mask()
+  std::vector<uint64_t> checked_;  // scratch for fill_text_mask(): tokens already checked
   int64_t mask_bytes_ = 0;
 };
 

@@ -183,6 +183,105 @@ TEST_P(Vocabs, SoundnessRandomWalksValidate) {
   if (!dir_env) std::filesystem::remove_all(dir);
 }
 
+// The mask against its definition, token by token: a token is allowed exactly when the
+// automaton survives its bytes, an end token exactly where the grammar may end. Checked at every
+// step of random walks (cold: the first visit of each state; then warm: the same steps again on
+// the same compiled grammar), for the suite's schemas and for grammars whose terminals split
+// the UTF-8 byte classes (a code-point range inside a block, a non-ASCII literal).
+void expect_exact_masks(const std::shared_ptr<CompiledGrammar>& cg, uint32_t seed, int num_walks,
+                        int num_steps, const std::string& what, uint32_t closing_one_in = 2) {
+  const TokenIndex& v = cg->vocab();
+  std::mt19937 rng(seed);
+  std::vector<uint64_t> mask(v.mask_words());
+  // Per walk: the tokens taken, and the definition's mask before each (for the warm pass).
+  std::vector<std::vector<int32_t>> runs(num_walks);
+  std::vector<std::vector<std::vector<uint64_t>>> expected(num_walks);
+  auto compare = [&](const std::vector<uint64_t>& want, int pass, int w, int step) {
+    int num_wrong = 0;
+    for (int32_t id = 0; id < v.num_tokens() && num_wrong < 3; ++id) {
+      if (has(want, id) == has(mask, id)) continue;
+      ++num_wrong;
+      ADD_FAILURE() << what << " walk " << w << " step " << step << " pass " << pass << ": token "
+                    << id << " [" << v.token_bytes(id) << "] "
+                    << (has(want, id) ? "valid but masked" : "allowed but invalid");
+    }
+    return num_wrong == 0;
+  };
+  for (int w = 0; w < num_walks; ++w) {  // cold: the first visit of each state
+    Matcher m(cg);
+    for (int step = 0; step < num_steps && !m.finished(); ++step) {
+      m.fill_mask(mask);
+      std::vector<uint64_t> want(v.mask_words(), 0);
+      std::vector<int32_t> allowed, closing;
+      for (int32_t id = 0; id < v.num_tokens(); ++id) {
+        bool ok = false;
+        if (v.is_end_token(id)) {
+          ok = m.can_end();
+        } else if (m.accept_token(id)) {
+          ok = true;
+          m.rollback(1);
+          allowed.push_back(id);
+          // Tokens that close a string or a bracket, to reach many states.
+          if (v.token_bytes(id).find_first_of("\"}],") != std::string_view::npos) {
+            closing.push_back(id);
+          }
+        }
+        if (ok) want[id >> 6] |= uint64_t{1} << (id & 63);
+      }
+      if (!compare(want, 0, w, step)) return;
+      expected[w].push_back(std::move(want));
+      if (allowed.empty()) break;
+      const auto& pool = (!closing.empty() && rng() % closing_one_in == 0) ? closing : allowed;
+      const int32_t t = pool[rng() % pool.size()];
+      ASSERT_TRUE(m.accept_token(t));
+      runs[w].push_back(t);
+    }
+  }
+  for (int w = 0; w < num_walks; ++w) {  // warm: the same steps on the same compiled grammar
+    Matcher m(cg);
+    for (size_t step = 0; step < expected[w].size(); ++step) {
+      m.fill_mask(mask);
+      if (!compare(expected[w][step], 1, w, static_cast<int>(step))) return;
+      if (step < runs[w].size()) {
+        ASSERT_TRUE(m.accept_token(runs[w][step]));
+      }
+    }
+  }
+}
+
+TEST_P(Vocabs, MasksEqualTheTokenByTokenDefinition) {
+  const std::string vocab = GetParam();
+  auto index = testing::npm_index(vocab);
+  uint32_t seed = vocab == "llama3" ? 31 : 32;
+  for (const Json& entry : suite()) {
+    expect_exact_masks(compile(entry["schema"].dump(), index), seed++, 2, 40,
+                       vocab + "/" + entry["name"].get<std::string>());
+  }
+  // Text states deep inside strings (walks that seldom close them): bounded strings whose
+  // chain ends within a token, or past the 16 characters of the text masks, or loops after a
+  // minimum; formats whose characters exit on '@' or '.'; a pattern whose bounded run is
+  // followed by characters of its own kind (the masks fall back to the trie walk).
+  for (const char* schema :
+       {R"({"type":"string","maxLength":5})", R"({"type":"string","minLength":3,"maxLength":30})",
+        R"({"type":"string","minLength":20})", R"({"type":"string","format":"email"})",
+        R"({"type":"string","format":"uri"})",
+        R"({"type":"string","pattern":"^[a-z ]{0,12}[a-z0-9]+$"})",
+        R"({"type":"array","items":{"type":"string","maxLength":3}})"}) {
+    expect_exact_masks(compile(schema, index), seed++, 2, 40, vocab + "/" + schema, 6);
+  }
+  // Terminals that split the UTF-8 classes: Greek letters (inside one lead byte's block), a
+  // literal with an accent, and free text before a bounded run of hiragana.
+  for (const char* gbnf :
+       {"root ::= [α-ω]+ (\" \" [α-ω]+)*\n", "root ::= (\"café\" | \"naïve\" | [a-z]+) \"!\"\n",
+        "root ::= [^\"]* \"\\\"\" [ぁ-ゖ]{1,5}\n", "root ::= ([a-z] [a-z])* \"!\"\n",
+        "root ::= [a-z]{3} [a-z0-9 ]* \".\"\n"}) {
+    auto g = parse_gbnf(gbnf);
+    ASSERT_TRUE(g.ok()) << gbnf << ": " << g.error().message;
+    expect_exact_masks(std::make_shared<CompiledGrammar>(std::move(g).value(), index), seed++, 2,
+                       30, vocab + "/" + gbnf);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Grammar, Vocabs, ::testing::Values("llama3", "qwen3"));
 
 TEST(Masks, GbnfAndRegexOverTokens) {
