@@ -289,7 +289,8 @@ std::optional<ApiError> read_tools(const Json& body, MessagesRequest* out) {
       for (const Json& t : tools)
         if (t["function"]["name"] == name) named.push_back(t);
       if (named.empty())
-        return invalid_request(fmt::format("'tool_choice' names '{}', which is not in 'tools'",
+        // Anthropic's envelope has no param: the message names the field.
+        return invalid_request(fmt::format("tool_choice.name: '{}' is not one of the 'tools'",
                                            name.get<std::string>()),
                                "tool_choice.name");
       tools = std::move(named);  // only the named tool is offered to the model
@@ -298,6 +299,9 @@ std::optional<ApiError> read_tools(const Json& body, MessagesRequest* out) {
   if (choice != "none" && !tools.empty()) {
     out->turn.tools = std::move(tools);
     out->turn.parse_tools = true;
+    // any and tool force a call through a grammar (server/constraint.h), as OpenAI's
+    // required and named do.
+    out->turn.force_tool_call = choice == "any" || choice == "tool";
   }
   return std::nullopt;
 }
@@ -412,6 +416,11 @@ std::variant<MessagesRequest, ApiError> parse_request(const Json& body,
     if (auto e = read_message((*it)[i], i, &out.turn)) return *e;
   if (auto e = read_tools(body, &out)) return *e;
   if (auto e = read_thinking(body, &out)) return *e;
+  // Anthropic's API refuses this pair too: the grammar of a forced call would leave no room
+  // for the thinking block.
+  if (out.thinking && out.turn.force_tool_call)
+    return invalid_request("Thinking may not be enabled when tool_choice forces tool use.",
+                           "tool_choice");
   if (auto e = read_stop_sequences(body, &out)) return *e;
   if (auto m = body.find("metadata"); m != body.end() && !m->is_null() && !m->is_object())
     return invalid_request("'metadata' must be an object", "metadata");

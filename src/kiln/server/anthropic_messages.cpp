@@ -10,6 +10,7 @@
 #include "kiln/engine/stop.h"
 #include "kiln/server/anthropic_convert.h"
 #include "kiln/server/chat_pipeline.h"
+#include "kiln/server/constraint.h"
 #include "kiln/server/generation.h"
 #include "kiln/server/request_controls.h"
 #include "kiln/server/thinking_budget.h"
@@ -208,6 +209,11 @@ HandlerResult handle_messages(ServerContext& ctx, const HttpRequest& req, HttpEx
   if (auto* e = std::get_if<ApiError>(&prepared)) return *e;
   Prepared& p = std::get<Prepared>(prepared);
   params.request.stop = p.request.stop_sequences;
+  // tool_choice any / tool: the reply is a call (one when disable_parallel_tool_use).
+  if (p.request.turn.force_tool_call)
+    if (auto e = force_tool_call(p.request.turn.tools, !p.request.disable_parallel_tool_use, ctx,
+                                 &params.request))
+      return *e;
   if (Status st = engine::validate_stops(params.request.stop); !st.ok())
     return invalid_request(st.error().message, "stop_sequences");
   if (auto e = check_ready(ctx)) return *e;

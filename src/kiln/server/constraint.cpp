@@ -104,6 +104,14 @@ std::optional<ApiError> read_constraint(const Json& body, ServerContext& ctx,
 
 std::optional<ApiError> force_tool_call(const Json& body, const Json& tools, ServerContext& ctx,
                                         engine::GenerationRequest* request) {
+  bool parallel = true;
+  if (auto it = body.find("parallel_tool_calls"); it != body.end() && it->is_boolean())
+    parallel = it->get<bool>();
+  return force_tool_call(tools, parallel, ctx, request);
+}
+
+std::optional<ApiError> force_tool_call(const Json& tools, bool parallel, ServerContext& ctx,
+                                        engine::GenerationRequest* request) {
   ConstraintSpec spec;
   spec.kind = ConstraintSpec::Kind::kToolCalls;
   switch (ctx.parser_config.format) {
@@ -124,9 +132,6 @@ std::optional<ApiError> force_tool_call(const Json& body, const Json& tools, Ser
         "'tool_choice' required or named forces a tool call; it cannot be combined with "
         "response_format or guided_* constraints",
         "tool_choice");
-  bool parallel = true;
-  if (auto it = body.find("parallel_tool_calls"); it != body.end() && it->is_boolean())
-    parallel = it->get<bool>();
   spec.json.max_repeats = parallel ? 8 : 1;
   spec.text = tools.dump();
   auto compiled = grammar_cache(ctx).get(spec);

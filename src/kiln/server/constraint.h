@@ -26,5 +26,9 @@ std::optional<ApiError> read_constraint(const nlohmann::ordered_json& body, Serv
 std::optional<ApiError> force_tool_call(const nlohmann::ordered_json& body,
                                         const nlohmann::ordered_json& tools, ServerContext& ctx,
                                         engine::GenerationRequest* request);
+// The same with the parallel switch given by the caller (Anthropic's tool_choice any / tool,
+// whose disable_parallel_tool_use turns `parallel` off): at most one call when false.
+std::optional<ApiError> force_tool_call(const nlohmann::ordered_json& tools, bool parallel,
+                                        ServerContext& ctx, engine::GenerationRequest* request);
 
 }  // namespace kiln::server

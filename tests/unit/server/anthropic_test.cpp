@@ -1,6 +1,7 @@
 // Anthropic Messages: the request conversion and output blocks (anthropic_convert.h) as
 // pure functions, and /v1/messages + /v1/messages/count_tokens over a FakeEngine: message
 // shape, the named SSE events, stop reasons, tool_use, thinking, usage, errors and auth.
+#include "kiln/grammar/matcher.h"
 #include "kiln/server/anthropic_convert.h"
 #include "unit/server/test_util.h"
 
@@ -166,6 +167,26 @@ TEST(AnthropicConvert, ServerToolsGetSchemasAndToolChoiceCanNameThem) {
                     {"tools", tools},
                     {"tool_choice", {{"type", "any"}, {"disable_parallel_tool_use", true}}}});
   EXPECT_TRUE(single.disable_parallel_tool_use);
+  // any and tool force a call; auto and none do not.
+  EXPECT_TRUE(single.turn.force_tool_call);
+  EXPECT_TRUE(named.turn.force_tool_call);
+  EXPECT_FALSE(r.turn.force_tool_call);
+  EXPECT_FALSE(none.turn.force_tool_call);
+  auto with_auto = parse_ok(
+      json{{"messages", {user("hi")}}, {"tools", tools}, {"tool_choice", {{"type", "auto"}}}});
+  EXPECT_FALSE(with_auto.turn.force_tool_call);
+  // A forced call leaves no room for thinking: refused, as Anthropic's API does.
+  EXPECT_EQ(parse_error(json{{"messages", {user("hi")}},
+                             {"tools", tools},
+                             {"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}},
+                             {"tool_choice", {{"type", "any"}}}})
+                .param,
+            "tool_choice");
+  EXPECT_TRUE(parse_ok(json{{"messages", {user("hi")}},
+                            {"tools", tools},
+                            {"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}},
+                            {"tool_choice", {{"type", "auto"}}}})
+                  .thinking);
   EXPECT_EQ(parse_error(json{{"messages", {user("hi")}},
                              {"tools", tools},
                              {"tool_choice", {{"type", "tool"}, {"name", "nope"}}}})
@@ -402,6 +423,95 @@ TEST_F(AnthropicTest, ToolUseBlockWithParsedInput) {
       partial += e.data["delta"]["partial_json"].get<std::string>();
   }
   EXPECT_EQ(json::parse(partial), (json{{"city", "Paris"}}));
+}
+
+// Does the request's grammar accept `text` in full (and may end there)?
+bool grammar_accepts(const engine::GenerationRequest& req, const std::string& text) {
+  if (!req.grammar) return false;
+  grammar::Matcher m(req.grammar);
+  return m.accept_bytes(text) && m.can_end();
+}
+
+TEST_F(AnthropicTest, ToolChoiceAnyAndToolForceACallThroughTheGrammar) {
+  engine_.set_default_script(
+      Script{{"<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}",
+              "\n</tool_call>"}});
+  start();
+  json b = body("What time is it?");
+  b["tools"] = json::parse(R"([
+    {"name": "get_weather",
+     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                      "required": ["city"]}},
+    {"name": "get_time",
+     "input_schema": {"type": "object", "properties": {"zone": {"type": "string"}},
+                      "required": ["zone"]}}])");
+  const std::string weather =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call>";
+  const std::string clock =
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>";
+
+  // auto: no grammar, the model chooses.
+  ASSERT_EQ(post("/v1/messages", b).status, 200);
+  EXPECT_EQ(engine_.requests().back().grammar, nullptr);
+
+  // any: a call of either tool, with arguments valid against its schema; no plain text.
+  b["tool_choice"] = {{"type", "any"}};
+  Reply r = post("/v1/messages", b);
+  ASSERT_EQ(r.status, 200) << r.body;
+  {
+    const auto req = engine_.requests().back();
+    ASSERT_NE(req.grammar, nullptr);
+    EXPECT_TRUE(grammar_accepts(req, weather));
+    EXPECT_TRUE(grammar_accepts(req, clock));
+    EXPECT_TRUE(grammar_accepts(req, clock + "\n" + weather));  // parallel calls allowed
+    EXPECT_FALSE(grammar_accepts(req, "It is noon."));
+    EXPECT_FALSE(grammar_accepts(
+        req, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
+    EXPECT_FALSE(grammar_accepts(
+        req, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+  }
+  json m = r.js();
+  EXPECT_EQ(m["stop_reason"], "tool_use");
+  ASSERT_EQ(m["content"].size(), 1u) << m;
+  EXPECT_EQ(m["content"][0]["type"], "tool_use");
+  EXPECT_EQ(m["content"][0]["name"], "get_time");
+  EXPECT_EQ(m["content"][0]["input"], (json{{"zone", "UTC"}}));
+
+  // disable_parallel_tool_use: exactly one call.
+  b["tool_choice"] = {{"type", "any"}, {"disable_parallel_tool_use", true}};
+  ASSERT_EQ(post("/v1/messages", b).status, 200);
+  {
+    const auto req = engine_.requests().back();
+    EXPECT_TRUE(grammar_accepts(req, weather));
+    EXPECT_FALSE(grammar_accepts(req, clock + "\n" + weather));
+  }
+
+  // tool: a call of that tool only.
+  b["tool_choice"] = {{"type", "tool"}, {"name", "get_weather"}};
+  ASSERT_EQ(post("/v1/messages", b).status, 200);
+  {
+    const auto req = engine_.requests().back();
+    EXPECT_TRUE(grammar_accepts(req, weather));
+    EXPECT_FALSE(grammar_accepts(req, clock));
+  }
+
+  // none: no grammar.
+  b["tool_choice"] = {{"type", "none"}};
+  ASSERT_EQ(post("/v1/messages", b).status, 200);
+  EXPECT_EQ(engine_.requests().back().grammar, nullptr);
+
+  // An unknown tool is a 400 naming tool_choice.name, before anything is generated.
+  const size_t num_requests = engine_.requests().size();
+  b["tool_choice"] = {{"type", "tool"}, {"name", "get_stock"}};
+  Reply bad = post("/v1/messages", b);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.js()["type"], "error");
+  EXPECT_EQ(bad.js()["error"]["type"], "invalid_request_error");
+  const std::string message = bad.js()["error"]["message"].get<std::string>();
+  EXPECT_NE(message.find("tool_choice.name"), std::string::npos) << bad.body;
+  EXPECT_NE(message.find("get_stock"), std::string::npos) << bad.body;
+  EXPECT_EQ(engine_.requests().size(), num_requests);
 }
 
 TEST_F(AnthropicTest, ErrorsUseAnthropicsEnvelope) {
