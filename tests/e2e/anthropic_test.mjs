@@ -122,6 +122,54 @@ test('tool round trip with the dictionary tool: tool_use -> tool_result -> answe
   assert.deepEqual(streamed.content.find((b) => b.type === 'tool_use').input, { word: 'river' });
 });
 
+const GET_WEATHER = {
+  name: 'get_weather',
+  description: 'Get the current weather in a city.',
+  input_schema: {
+    type: 'object',
+    properties: { city: { type: 'string', maxLength: 20 }, unit: { enum: ['celsius', 'fahrenheit'] } },
+    required: ['city'],
+    additionalProperties: false,
+  },
+};
+
+// kiln-tiny, trained to call `dictionary`, is forced by tool_choice through the grammar:
+// `tool` names the call, `any` allows only an offered tool, and the block always parses.
+test('tool_choice tool and any force a parsable tool_use of an offered tool', async () => {
+  const check = (m, name) => {
+    assert.equal(m.stop_reason, 'tool_use', JSON.stringify(m));
+    const uses = m.content.filter((b) => b.type === 'tool_use');
+    assert.equal(uses.length, 1, JSON.stringify(m));
+    assert.equal(uses[0].name, name);
+    return uses[0].input;
+  };
+  for (let i = 0; i < 2; ++i) {  // sampled (Messages has no seed): any sample must conform
+    const m = await client.messages.create({
+      model: 'kiln', max_tokens: 120, temperature: 1,
+      messages: [{ role: 'user', content: 'What does river mean?' }],
+      tools: [DICTIONARY, GET_WEATHER],
+      tool_choice: { type: 'tool', name: 'get_weather', disable_parallel_tool_use: true },
+    });
+    const input = check(m, 'get_weather');
+    assert.equal(typeof input.city, 'string');
+    assert.ok([...input.city].length <= 20);
+    if ('unit' in input) assert.ok(['celsius', 'fahrenheit'].includes(input.unit));
+    assert.deepEqual(Object.keys(input).filter((k) => !['city', 'unit'].includes(k)), []);
+  }
+  // any with only get_weather offered: the trained dictionary call cannot happen.
+  const streamed = await client.messages.stream({
+    model: 'kiln', max_tokens: 120, temperature: 0,
+    messages: [{ role: 'user', content: 'What does dog mean?' }],
+    tools: [GET_WEATHER], tool_choice: { type: 'any', disable_parallel_tool_use: true },
+  }).finalMessage();
+  assert.equal(typeof check(streamed, 'get_weather').city, 'string');
+  await assert.rejects(client.messages.create({
+    model: 'kiln', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }],
+    tools: [GET_WEATHER], tool_choice: { type: 'tool', name: 'get_stock' },
+  }), (e) => e.status === 400 && e.error?.error?.type === 'invalid_request_error' &&
+    /tool_choice\.name/.test(e.message));
+});
+
 test('auth: x-api-key and Bearer both work, a wrong key is authentication_error', async () => {
   assert.equal((await bearer.messages.create(ask('winter', { max_tokens: 4 }))).type, 'message');
   const wrong = new Anthropic({ baseURL: base, apiKey: 'nope', maxRetries: 0 });
