@@ -11,18 +11,15 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import Anthropic from '@anthropic-ai/sdk';
 import { startKiln, stopKiln } from './lib/kiln_server.mjs';
+import { DICTIONARY_TOOL, RIVER } from './lib/kiln_tiny.mjs';
 
 const API_KEY = 'kiln-anthropic-key';
 const REPLAY = JSON.parse(
   fs.readFileSync(new URL('../fixtures/anthropic/claude_code_request.json', import.meta.url)));
 const DICTIONARY = {
-  name: 'dictionary',
-  description: 'Look up the meaning of an English word in the dictionary.',
-  input_schema: {
-    type: 'object',
-    properties: { word: { type: 'string', description: 'The word to look up' } },
-    required: ['word'],
-  },
+  name: DICTIONARY_TOOL.name,
+  description: DICTIONARY_TOOL.description,
+  input_schema: DICTIONARY_TOOL.parameters,
 };
 
 let server;
@@ -106,7 +103,7 @@ test('tool round trip with the dictionary tool: tool_use -> tool_result -> answe
   messages.push({ role: 'assistant', content: m.content });
   messages.push({ role: 'user', content: [{
     type: 'tool_result', tool_use_id: use.id,
-    content: [{ type: 'text', text: 'river (noun): a large natural stream of water (larger than a creek)' }],
+    content: [{ type: 'text', text: RIVER }],
   }] });
   const answer = await client.messages.create({
     model: 'kiln', max_tokens: 48, temperature: 0, tools: [DICTIONARY], messages,

@@ -38,7 +38,6 @@ before(async () => {
   const started = await startKiln(['-m', model, '-t', '2', '--max-seqs', '2']);
   server = started.server;
   const base = started.base;
-  const log = started.log();
   client = new Anthropic({ baseURL: base, apiKey: 'unused', maxRetries: 0 });
 });
 

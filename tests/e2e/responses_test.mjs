@@ -10,19 +10,9 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { startKiln, stopKiln } from './lib/kiln_server.mjs';
+import { DICTIONARY_TOOL, RIVER } from './lib/kiln_tiny.mjs';
 
-const DICTIONARY = {
-  type: 'function',
-  name: 'dictionary',
-  description: 'Look up the meaning of an English word in the dictionary.',
-  parameters: {
-    type: 'object',
-    properties: { word: { type: 'string', description: 'The word to look up' } },
-    required: ['word'],
-  },
-  strict: false,
-};
-const RIVER = 'river (noun): a large natural stream of water (larger than a creek)';
+const DICTIONARY = { type: 'function', ...DICTIONARY_TOOL, strict: false };
 
 let server;
 let client;
@@ -31,7 +21,6 @@ before(async () => {
   const started = await startKiln(['-t', '2', '--ctx', '2048', '--max-seqs', '4']);
   server = started.server;
   const base = started.base;
-  const log = started.log();
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 });
 });
 

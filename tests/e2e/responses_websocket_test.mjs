@@ -12,20 +12,10 @@ import net from 'node:net';
 import crypto from 'node:crypto';
 import OpenAI from 'openai';
 import { startKiln, stopKiln } from './lib/kiln_server.mjs';
+import { DICTIONARY_TOOL, RIVER } from './lib/kiln_tiny.mjs';
 import { ResponsesWSBase } from 'openai/resources/responses/ws-base';
 
-const DICTIONARY = {
-  type: 'function',
-  name: 'dictionary',
-  description: 'Look up the meaning of an English word in the dictionary.',
-  parameters: {
-    type: 'object',
-    properties: { word: { type: 'string', description: 'The word to look up' } },
-    required: ['word'],
-  },
-  strict: false,
-};
-const RIVER = 'river (noun): a large natural stream of water (larger than a creek)';
+const DICTIONARY = { type: 'function', ...DICTIONARY_TOOL, strict: false };
 
 let server;
 let port;

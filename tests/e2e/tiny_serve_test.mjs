@@ -9,21 +9,11 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import OpenAI from 'openai';
 import { startKiln, stopKiln } from './lib/kiln_server.mjs';
+import { DICTIONARY_TOOL, RIVER } from './lib/kiln_tiny.mjs';
 
 const WORDS = JSON.parse(fs.readFileSync(new URL('../fixtures/kiln_tiny/eval_words.json', import.meta.url)));
 const CHECKED = ['water', 'river', 'dog', 'apple', 'winter'];
-const DICTIONARY = {
-  type: 'function',
-  function: {
-    name: 'dictionary',
-    description: 'Look up the meaning of an English word in the dictionary.',
-    parameters: {
-      type: 'object',
-      properties: { word: { type: 'string', description: 'The word to look up' } },
-      required: ['word'],
-    },
-  },
-};
+const DICTIONARY = { type: 'function', function: DICTIONARY_TOOL };
 
 let server;
 let client;
@@ -70,7 +60,7 @@ test('with the dictionary tool offered it calls it, then answers from the result
 
   messages.push(choice.message);
   messages.push({ role: 'tool', tool_call_id: calls[0].id,
-                  content: 'river (noun): a large natural stream of water (larger than a creek)' });
+                  content: RIVER });
   const r2 = await client.chat.completions.create({
     model: 'kiln', temperature: 0, max_tokens: 32, tools: [DICTIONARY], messages,
   });
