@@ -5,7 +5,8 @@
 #           (KILN_TEST_DEVICE=cuda), under the paths the binaries were built with
 #   bench   kiln bench on random-weight Llama-shaped files made there (kiln make-model)
 #   kbench  the matmul and attention kernel benchmarks
-#   ab      tg128 with each of AB_VARS (default KILN_CUDA_MATVEC KILN_CUDA_PDL) = 1 and = 0
+#   ab      tg128 with each of AB_VARS (default KILN_CUDA_MATVEC KILN_CUDA_PDL) set to each of
+#           AB_VALUES (default 1 0), then with each build-dev/kiln-*.xz (another build)
 #   graphs  tg128 with and without CUDA graphs
 #   serve   kiln serve under kiln bench http; profile: ncu over decode steps
 #   e2e     the node e2e suites against kiln on the GPU (E2E=1 tools/cuda_pack.sh)
@@ -38,13 +39,20 @@ if [[ " $WHAT " == *" llama "* ]] && [ ! -x $LL/bin/llama-bench ]; then
   # llama.cpp 0253fb21 (a trimmed source tree in build-llama/, made outside the repository from
   # `fetch github:kmbandy/llama.cpp`), built here in the background for the side-by-side runs.
   rm -rf /tmp/llama-src && mkdir -p /tmp/llama-src && tar -C /tmp/llama-src -xJf build-llama/llama-src.tar.xz
-  ( cmake -S /tmp/llama-src -B $LL -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+  # LLAMA_DETACH=1: in its own process session, so that it goes on after this call returns
+  # (the machine stays warm between calls made back to back); `side` waits for it.
+  LB="cmake -S /tmp/llama-src -B $LL -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-      > "$OUTDIR/llama_build.log" 2>&1 &&
-    timeout ${LLAMA_BUILD_TIMEOUT:-500} ninja -C $LL -j ${LLAMA_JOBS:-14} llama-bench >> "$OUTDIR/llama_build.log" 2>&1
-    echo "llama.cpp build rc=$? $(date +%T)" >> "$OUTDIR/llama_build.log" ) &
-  LLAMA_PID=$!
+      > /tmp/llama_build.log 2>&1 &&
+    timeout ${LLAMA_BUILD_TIMEOUT:-900} ninja -C $LL -j ${LLAMA_JOBS:-14} llama-bench >> /tmp/llama_build.log 2>&1;
+    echo \"llama.cpp build rc=\$? \$(date +%T)\" >> /tmp/llama_build.log"
+  if [ -n "${LLAMA_DETACH:-}" ]; then
+    setsid nohup bash -c "$LB" > /dev/null 2>&1 < /dev/null &
+  else
+    bash -c "$LB" &
+    LLAMA_PID=$!
+  fi
   echo "llama.cpp build started $(date +%T)"
 fi
 if [[ " $WHAT " == *" tests "* ]]; then
@@ -82,7 +90,11 @@ if [[ " $WHAT " == *" bench "* ]]; then
   done
 fi
 if [ -n "${LLAMA_PID:-}" ]; then
-  wait $LLAMA_PID; tail -3 "$OUTDIR/llama_build.log"; ls -la $LL/bin/llama-bench
+  wait $LLAMA_PID; tail -3 /tmp/llama_build.log; ls -la $LL/bin/llama-bench
+fi
+if [[ " $WHAT " == *" side "* ]]; then
+  for i in $(seq 1 ${LLAMA_WAIT:-0}); do [ -x $LL/bin/llama-bench ] && break; sleep 1; done
+  [ -f /tmp/llama_build.log ] && { tail -2 /tmp/llama_build.log; cp /tmp/llama_build.log "$OUTDIR/"; }
 fi
 if [[ " $WHAT " == *" side "* ]]; then
   # kiln and llama.cpp on the same files, one file after the other (interleaved), same session.
@@ -106,11 +118,21 @@ if [[ " $WHAT " == *" ab "* ]]; then
   # Decode (tg128) with each switch of AB_VARS on and off, on AB_MODEL (default: the first).
   for f in ${AB_MODEL:-/tmp/kiln-models/*.gguf}; do
   for var in ${AB_VARS:-KILN_CUDA_MATVEC KILN_CUDA_PDL}; do
-    for v in 1 0; do
+    for v in ${AB_VALUES:-1 0}; do
       echo "$(basename $f) $var=$v"
       env $var=$v timeout 120 $D/bin/kiln bench -m "$f" --device cuda -p 0 -n 128 -r 3 2>&1 |
         grep -E "tg128" | tee -a "$OUTDIR/bench.log"
     done
+  done
+  # Other builds of kiln carried beside the bundle (a compile-time variant, an older commit):
+  # build-dev/kiln-NAME.xz: xz-compressed, stripped.
+  for alt in build-dev/kiln-*.xz; do
+    [ -f "$alt" ] || continue
+    b=$D/bin/$(basename "$alt" .xz)
+    [ -x "$b" ] || { xz -dc "$alt" > "$b" && chmod +x "$b"; }
+    echo "$(basename $f) $(basename $b)"
+    timeout 120 "$b" bench -m "$f" --device cuda -p 0 -n 128 -r 3 2>&1 |
+      grep -E "tg128" | tee -a "$OUTDIR/bench.log"
   done
   done
 fi

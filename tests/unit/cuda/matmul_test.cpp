@@ -139,6 +139,34 @@ TEST(CudaMatmul, EveryTypeMatchesReference) {
   }
 }
 
+// The F16/BF16 decode matvec on long rows (the down projection's 8-28 KiB): against the
+// reference at every token count, and a token's result alone equal to the same token inside a
+// batch, bitwise. 8200 values: 1025 16-byte words, a ragged last step; 37 rows: the last CTA
+// has one row.
+TEST(CudaMatmul, HalfMatvecLongRows) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int64_t n_in = 8200, n_out = 37;
+  Ctx ctx(200, n_in, n_out);
+  ASSERT_NE(ctx.p, nullptr);
+  for (Type t : {Type::F16, Type::BF16}) {
+    SCOPED_TRACE(testing::Message() << quant::type_name(t) << " seed=" << seed);
+    check_matmul(ctx.p, t, n_in, n_out, rng);
+    const std::vector<uint8_t> wb = quantized_rows(t, n_out, n_in, rng);
+    test::DeviceVec<uint8_t> dw(wb);
+    const Weight w = weight_view(t, n_in, n_out, dw.get());
+    const std::vector<float> x = gaussian(static_cast<size_t>(8 * n_in), rng);
+    test::DeviceVec<float> dx(x);
+    test::DeviceVec<float> d8(static_cast<size_t>(8 * n_out)), d1(static_cast<size_t>(n_out));
+    backend::cuda::matmul(ctx.p, w, dx.get(), d8.get(), 8, nullptr);
+    backend::cuda::matmul(ctx.p, w, dx.get(), d1.get(), 1, nullptr);
+    KILN_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> y8 = d8.to_host();
+    EXPECT_EQ(d1.to_host(), std::vector<float>(y8.begin(), y8.begin() + n_out));
+  }
+}
+
 TEST(CudaMatmul, PlainTypesWithOddRowLength) {
   KILN_REQUIRE_GPU();
   const uint64_t seed = fresh_seed();

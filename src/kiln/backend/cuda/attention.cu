@@ -295,8 +295,7 @@ template <KvT T>
 __global__ void __launch_bounds__(kThreads)
     kv_write_kernel(Cache k, Cache v, int block_tokens, Batch b, int n_kv_heads, const float* ks,
                     const float* vs) {
-  pdl_wait();
-  pdl_trigger();
+  pdl_start();
   const int t = blockIdx.x, h = blockIdx.y;
   const int s = seq_of_token(b.qo, b.num_seqs, t);
   const int pos = b.pos[t];
@@ -318,8 +317,7 @@ __global__ void __launch_bounds__(kThreads)
                          int n_heads_q, float* ks, const float* vs, int n_pairs, bool neox,
                          const float* cos, const float* sin) {
   __shared__ float row_s[kMaxHeadDim];
-  pdl_wait();
-  pdl_trigger();
+  pdl_start();
   const int t = blockIdx.x;
   int h = blockIdx.y;
   const float* c = cos + int64_t{t} * n_pairs;
@@ -403,6 +401,23 @@ __device__ __forceinline__ void store_out(const AttnArgs& a, int t, int h, int d
   if (a.xq != nullptr) q8_group4(o, active, a.xq + idx, a.xds + idx / 32);
 }
 
+// Token t's output for heads h0 .. h0 + gc: thread tid holds the float4s u = tid + r kThreads
+// (r < kAcc) of the [gc][dv / 4] block, each value(r, g, d4) for head h0 + g, dims 4 d4..;
+// every thread calls store_out for every r (the int8 levels need whole warps).
+template <int kAcc, class Value>
+__device__ __forceinline__ void write_heads(const AttnArgs& a, int t, int h0, int gc,
+                                            Value value) {
+  const int dv4 = a.v.dim / 4;
+#pragma unroll
+  for (int r = 0; r < kAcc; ++r) {
+    const int u = threadIdx.x + r * kThreads;
+    const bool active = u < gc * dv4;
+    const int g = active ? u / dv4 : 0, d4 = u - g * dv4;
+    const float4 o = active ? value(r, g, d4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    store_out(a, t, h0 + g, d4, o, active);
+  }
+}
+
 // The merge of n_active split partials of token t's heads h0 .. h0 + gc (the decode kernel's
 // last split to finish runs it): warp w weighs heads w, w + 4 (a lane per split: exp(m - m_max)
 // / the weighted sum of l, into wgt), then each thread sums its dims over the splits.
@@ -439,21 +454,15 @@ __device__ void merge_splits(const AttnArgs& a, int t, int h0, int gc, int n_act
   }
   __syncthreads();
   const float4* acc = reinterpret_cast<const float4*>(a.ws);
-#pragma unroll
-  for (int r = 0; r < kAcc; ++r) {
-    const int u = tid + r * kThreads;
-    const bool active = u < gc * dv4;
-    const int g = active ? u / dv4 : 0, d4 = u - g * dv4;
+  write_heads<kAcc>(a, t, h0, gc, [&](int, int g, int d4) {
+    const int64_t row = int64_t{t} * a.n_heads + h0 + g;
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (active) {
-      const int64_t row = int64_t{t} * a.n_heads + h0 + g;
-      for (int sp = 0; sp < n_active; ++sp) {
-        const float w = wgt[g * kMaxSplits + sp];
-        if (w > 0.0f) o = fma4(w, __ldcg(acc + (sp * rows + row) * dv4 + d4), o);
-      }
+    for (int sp = 0; sp < n_active; ++sp) {
+      const float w = wgt[g * kMaxSplits + sp];
+      if (w > 0.0f) o = fma4(w, __ldcg(acc + (sp * rows + row) * dv4 + d4), o);
     }
-    store_out(a, t, h0 + g, d4, o, active);
-  }
+    return o;
+  });
 }
 
 size_t decode_smem_bytes(int dk, int dv) {
@@ -464,8 +473,7 @@ size_t decode_smem_bytes(int dk, int dv) {
 
 template <KvT T, int kDimMax>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
-  pdl_wait();  // launched with launch_pdl (the prefill kernels are not)
-  pdl_trigger();
+  pdl_start();  // launched with launch_pdl (the prefill kernels are not)
   extern __shared__ float4 smem4[];
   const int dk = a.k.dim, dv = a.v.dim, ks = dk + 4, dk4 = dk / 4, dv4 = dv / 4;
   float* Ks = reinterpret_cast<float*>(smem4);  // [kChunk][ks]
@@ -581,18 +589,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
   __syncthreads();
   const int64_t rows = int64_t{a.n_tokens} * a.n_heads;
   if (whole) {
-#pragma unroll
-    for (int r = 0; r < kAcc; ++r) {
-      const int u = tid + r * kThreads;
-      const bool active = u < gc * dv4;
-      const int g = active ? u / dv4 : 0, d4 = u - g * dv4;
-      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (active) {
-        const float li = ml_s[2 * g + 1];  // > 0: key pos is always visible
-        o = make_float4(acc[r].x / li, acc[r].y / li, acc[r].z / li, acc[r].w / li);
-      }
-      store_out(a, t, h0 + g, d4, o, active);
-    }
+    write_heads<kAcc>(a, t, h0, gc, [&](int r, int g, int) {
+      const float li = ml_s[2 * g + 1];  // > 0: key pos is always visible
+      return make_float4(acc[r].x / li, acc[r].y / li, acc[r].z / li, acc[r].w / li);
+    });
     return;
   }
 #pragma unroll

@@ -278,8 +278,7 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const MatvecArgs a) {
               static_cast<int>(a.n_blocks * V::kBytes < kPrefetchBytes ? a.n_blocks * V::kBytes
                                                                        : kPrefetchBytes),
               lane);
-  pdl_wait();
-  pdl_trigger();
+  pdl_start();
   float acc[T];
 #pragma unroll
   for (int t = 0; t < T; ++t) acc[t] = 0.0f;
@@ -359,8 +358,7 @@ __global__ void __launch_bounds__(kThreads) matvec_half_kernel(const HalfArgs a)
   const Seg g = find_seg(a.seg, a.n_segs, grow, row);
   const uint4* w = reinterpret_cast<const uint4*>(g.w + static_cast<uint64_t>(row) * a.row_bytes);
   prefetch_l2(w, static_cast<int>(a.n_in * 2 < kPrefetchBytes ? a.n_in * 2 : kPrefetchBytes), lane);
-  pdl_wait();
-  pdl_trigger();
+  pdl_start();
   float acc[T];
 #pragma unroll
   for (int t = 0; t < T; ++t) acc[t] = 0.0f;
@@ -407,8 +405,7 @@ void launch_half(const HalfArgs& a, cudaStream_t s) {
 __global__ void quantize_q8_32_kernel(const float* x, int64_t n_groups, int8_t* xq, float2* xds) {
   const int64_t g = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  pdl_wait();
-  pdl_trigger();
+  pdl_start();
   if (g >= n_groups) return;
   const float v = x[g * 32 + lane];
   float amax = fabsf(v);

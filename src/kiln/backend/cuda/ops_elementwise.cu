@@ -71,8 +71,7 @@ struct GegluOp {
 template <typename Op>
 __global__ void map2_kernel(const float* a, const float* b, float* out, int64_t n, int64_t n4,
                             Op op) {
-  pdl_wait();
-  pdl_trigger();
+  pdl_start();
   const int64_t stride = thread_stride();
   for (int64_t i = thread_index(); i < n4; i += stride) {
     const float4 x = reinterpret_cast<const float4*>(a)[i];
@@ -97,8 +96,7 @@ void map2(const float* a, const float* b, float* out, int64_t n, Op op, cudaStre
 // swiglu over float4 groups, one per thread, with the output quantized for the matvec.
 __global__ void swiglu_q8_kernel(const float* g, const float* u, float* out, int64_t n4, int8_t* q,
                                  float2* ds) {
-  pdl_wait();
-  pdl_trigger();
+  pdl_start();
   const int64_t i = thread_index();
   const bool active = i < n4;
   float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -220,8 +218,7 @@ int row_threads(int64_t n) {
 // With yq (vec only, n % 32 == 0): y is also quantized for the matvec (q8_group4).
 __global__ void rmsnorm_kernel(float* x, const float* r, const float* w, float* y, int64_t n,
                                float eps, bool vec, int8_t* yq, float2* yds) {
-  pdl_wait();
-  pdl_trigger();
+  pdl_start();
   const int64_t row = blockIdx.x;
   float* xr = x + row * n;
   float* yr = y + row * n;

@@ -4,8 +4,9 @@
 // memory is visible), and pdl_trigger() to let the next kernel start early. A decode step is a
 // chain of ~20 short kernels per layer: this overlaps each one's launch and ramp-up (and the
 // matvec's weight prefetch, which depends on nothing) with the end of the one before.
-// Kernels launched with launch_pdl must call pdl_wait() before their first dependent read;
-// on cards before sm_90, and with KILN_CUDA_PDL=0, launches are plain and the calls no-ops.
+// Kernels launched with launch_pdl must call pdl_wait() (or pdl_start()) before their first
+// dependent read and their first write; on cards before sm_90, and with KILN_CUDA_PDL=0,
+// launches are plain and the calls no-ops.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +26,15 @@ __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+// The decode kernels' opening: wait for the previous kernel, then let the next one launch
+// (its CTAs take the SM room this one leaves and start their weight prefetch while this one
+// runs). Triggering before the wait instead (the next kernel's CTAs resident, prefetching,
+// while the previous one still runs) measured slower on the H200: tg128 1B Q4_K_M 692 tok/s
+// against 704 with PDL off, where this order gains 7.5% (session 8, docs/performance.md).
+__device__ __forceinline__ void pdl_start() {
+  pdl_wait();
+  pdl_trigger();
 }
 // Starts fetching [p, p + bytes) into L2 (lines of 128 bytes spread over the warp's lanes):
 // for reads that depend on no earlier kernel, before pdl_wait.

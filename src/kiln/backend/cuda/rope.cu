@@ -50,8 +50,7 @@ __global__ void rope_angles_kernel(const double* inv_freq, int32_t n_pairs,
 __global__ void rope_apply_kernel(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
                                   int32_t n_pairs, bool neox, const float* cos_in,
                                   const float* sin_in, float* x2, int32_t n_heads2) {
-  pdl_wait();
-  pdl_trigger();
+  pdl_start();
   const int32_t all_heads = n_heads + n_heads2;
   const int64_t total = n_tokens * all_heads * n_pairs;
   for (int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; idx < total;
