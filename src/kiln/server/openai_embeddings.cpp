@@ -1,6 +1,7 @@
 // POST /v1/embeddings (OpenAI). See embeddings.h.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <iterator>
@@ -146,7 +147,12 @@ HandlerResult handle_embeddings(ServerContext& ctx, const HttpRequest& req, Http
   auto read = parse_embeddings_request(body, ctx.tokenizer, ctx.engine.embedding_width());
   if (auto* e = std::get_if<ApiError>(&read)) return *e;
   EmbeddingsRequest& er = std::get<EmbeddingsRequest>(read);
-  if (auto e = check_num_choices(ctx, er.inputs.size(), 1)) return *e;
+  const size_t max_inputs = static_cast<size_t>(std::max(ctx.options.max_choices, 1));
+  if (er.inputs.size() > max_inputs)
+    return invalid_request(fmt::format("'input' has {} inputs; this server takes at most {} per "
+                                       "request (kiln serve --max-waiting)",
+                                       er.inputs.size(), max_inputs),
+                           "input");
   const int64_t n_ctx = ctx.engine.context_length();
   int64_t num_prompt_tokens = 0;
   std::vector<engine::GenerationRequest> requests;

@@ -208,6 +208,17 @@ TEST_F(EmbeddingsServerTest, Errors) {
   EXPECT_TRUE(engine_.requests().size() == 1u);  // the refused batch reached no engine
 }
 
+TEST_F(EmbeddingsServerTest, MoreInputsThanTheQueueTakesIs400) {
+  ServerOptions o;
+  o.max_choices = 2;
+  start(o);
+  Reply r = post("/v1/embeddings", json::parse(R"({"input":["a","b","c"]})"));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.js()["error"]["param"], "input");
+  EXPECT_TRUE(engine_.requests().empty());
+  EXPECT_EQ(post("/v1/embeddings", json::parse(R"({"input":["a","b"]})")).status, 200);
+}
+
 TEST_F(EmbeddingsServerTest, GenerationModelAnswers400) {
   engine_.pooling_ = model::Pooling::kNone;
   start();
