@@ -104,5 +104,59 @@ TEST(EmbeddingGoldens, Qwen3LastTokenAndMeanMatchSentenceTransformers) {
   }
 }
 
+// One step of two sequences: A asks for the logits of its last row, B for the hidden states
+// of all its rows. A's logits are those of a step without hidden rows, B's hidden states those
+// of B alone (the hidden rows ride beside the logit rows through the same final norm).
+TEST(ForwardHiddenRows, BesideLogitRowsInOneStep) {
+  ConvertOptions co;
+  co.hf_dir = kFixture;
+  co.type = "f32";
+  auto w = convert_hf(co);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  auto bytes = w->to_bytes();
+  ASSERT_TRUE(bytes.ok());
+  auto file = gguf::File::parse(*bytes);
+  ASSERT_TRUE(file.ok());
+  auto m = Model::from_file(std::move(*file));
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const Model& model = **m;
+  const size_t width = model.hparams().n_embd, n_vocab = model.hparams().n_vocab;
+  const std::vector<int32_t> a = {5, 9, 13, 200, 7, 3, 44}, b = {8, 100, 31, 17, 250};
+  auto be = test_backend();
+  ForwardOptions o;
+  o.max_tokens = 16;
+  o.max_hidden_rows = 16;
+  o.max_context = 16;
+  auto f = Forward::create(model, *be, o);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  auto kv = be->create_kv(kv_spec(model.hparams(), quant::Type::F32), 2);
+  ASSERT_TRUE(kv.ok());
+  std::vector<int32_t> toks = a, positions;
+  toks.insert(toks.end(), b.begin(), b.end());
+  for (size_t i = 0; i < a.size(); ++i) positions.push_back(static_cast<int32_t>(i));
+  for (size_t i = 0; i < b.size(); ++i) positions.push_back(static_cast<int32_t>(i));
+  const int32_t na = static_cast<int32_t>(a.size()), nb = static_cast<int32_t>(b.size());
+  const int32_t qo[3] = {0, na, na + nb}, kv_ptr[3] = {0, 1, 2}, kv_idx[2] = {0, 1};
+  const int32_t kv_len[2] = {na, nb};
+  const int32_t logit_row[1] = {na - 1};
+  std::vector<int32_t> b_rows;
+  for (int32_t i = 0; i < nb; ++i) b_rows.push_back(na + i);
+  StepInput in;
+  in.tokens = toks;
+  in.attn = {2, qo, kv_ptr, kv_idx, kv_len, positions.data()};
+  in.logit_rows = logit_row;
+  std::vector<float> logits_alone(n_vocab), logits(n_vocab), hidden(b.size() * width);
+  ASSERT_TRUE((*f)->run(in, **kv, logits_alone.data()).ok());
+  in.hidden_rows = b_rows;
+  ASSERT_TRUE((*f)->run(in, **kv, logits.data(), hidden.data()).ok());
+  EXPECT_EQ(logits, logits_alone);
+  const std::vector<float> b_alone = hidden_rows(model, b);
+  ASSERT_EQ(b_alone.size(), hidden.size());
+  for (size_t i = 0; i < hidden.size(); ++i) ASSERT_NEAR(hidden[i], b_alone[i], 1e-5f) << i;
+  // Asking for hidden rows without room for them is an error, not a write past the buffer.
+  in.hidden_rows = b_rows;
+  EXPECT_FALSE((*f)->run(in, **kv, logits.data(), nullptr).ok());
+}
+
 }  // namespace
 }  // namespace kiln::model
