@@ -28,6 +28,7 @@ struct ServeOptions {
   int max_thinking_tokens = 0;
   std::string kv_memory;  // "512M", "2G", bytes
   std::string kv_type = "f16";
+  std::string pooling;  // "": the model's <arch>.pooling_type
 };
 
 // "1024", "512K", "64M", "2G" -> bytes.
@@ -72,6 +73,15 @@ int run_serve(ServeOptions o) {
     return 2;
   }
   o.engine.kv_type = *kv_type;
+  if (!o.pooling.empty()) {
+    auto pooling = model::parse_pooling(o.pooling);
+    if (!pooling.ok() || *pooling == model::Pooling::kRank) {
+      fmt::print(stderr, "kiln serve: --pooling: {}\n",
+                 pooling.ok() ? "rank (rerankers) is not supported" : pooling.error().message);
+      return 2;
+    }
+    o.engine.pooling = *pooling;
+  }
   o.server.drain_timeout = std::chrono::seconds(o.drain_timeout_s);
   o.server.request_timeout = std::chrono::seconds(o.request_timeout_s);
   if (o.max_tokens > 0 && o.max_tokens_cap > 0 && o.max_tokens > o.max_tokens_cap) {
@@ -170,6 +180,10 @@ RunFn add_serve(CLI::App& app) {
              "(prompts x n) one request may ask for");
   cmd->add_flag("!--no-prefix-cache", o->engine.enable_prefix_cache,
                 "do not reuse cached prompt prefixes");
+  cmd->add_option("--pooling", o->pooling,
+                  "how /v1/embeddings pools the final hidden states: none, mean, cls or last "
+                  "(default: the model's <arch>.pooling_type; none serves no embeddings)")
+      ->check(CLI::IsMember({"none", "mean", "cls", "last"}));
   add_ranged(cmd, "--max-body", o->server.max_body_bytes, 1, int64_t{1} << 30,
              "request body limit in bytes (larger: 413)");
   add_ranged(cmd, "--max-connections", o->server.max_connections, 1, 1 << 16,

@@ -18,6 +18,7 @@
 
 #include "kiln/engine/sampler.h"
 #include "kiln/grammar/matcher.h"
+#include "kiln/model/pooling.h"
 #include "kiln/util/status.h"
 
 namespace kiln::engine {
@@ -37,6 +38,10 @@ struct GenerationRequest {
   // to the logits before any sampling step), and end-of-generation only where it may end. A
   // dead end (no token allowed) finishes the request with kLength and a note in `error`.
   std::shared_ptr<grammar::CompiledGrammar> grammar;
+  // Embedding: the prompt is computed (its own sequence, batched with everything else) and
+  // pooled with the engine's pooling; nothing is generated (sampling, max_tokens and stops
+  // are ignored). FinishEvent::embedding holds the pooled vector.
+  bool embed = false;
 };
 
 // One generated token and the text it completes (after the stop-string hold-back; may be
@@ -69,6 +74,9 @@ struct FinishEvent {
   // kStop by a stop string: its index in GenerationRequest::stop; -1 otherwise (an
   // end-of-generation token).
   int32_t stop_index = -1;
+  // An embed request that finished with kStop: the pooled final-norm hidden state, [n_embd],
+  // not normalized.
+  std::vector<float> embedding;
 };
 
 using Event = std::variant<TokenEvent, FinishEvent>;
@@ -143,6 +151,10 @@ class EngineApi {
   virtual EngineState state() const = 0;
   virtual EngineStats stats() const = 0;
   virtual int32_t context_length() const = 0;
+  // How embed requests are pooled (kNone: the engine serves no embeddings) and the width of
+  // their vectors; valid once ready.
+  virtual model::Pooling pooling() const { return model::Pooling::kNone; }
+  virtual int32_t embedding_width() const { return 0; }
 };
 
 }  // namespace kiln::engine

@@ -44,6 +44,9 @@ struct Active {
   std::vector<uint64_t> mask;
   std::vector<float> masked_logits;
   bool grammar_dead_end = false;
+  // Embed requests: the pooled rows so far, and the pooled vector once the prompt is done.
+  model::PoolAccumulator pool;
+  std::vector<float> embedding;
 };
 
 FinishReason to_api(SeqFinishReason r) {
@@ -69,6 +72,10 @@ struct Engine::Impl {
   std::vector<int32_t> eog_ids;
   std::unordered_map<SeqId, Active> active;
   std::span<const float> logits;
+  // The step's logit rows (generation sequences) and hidden rows (embed sequences), and for
+  // each hidden row the sequence it belongs to.
+  std::vector<int32_t> logit_rows, hidden_rows;
+  std::vector<SeqId> hidden_owner;
   SeqId next_id = 1;
   int64_t num_steps = 0;
 
@@ -92,6 +99,11 @@ struct Engine::Impl {
       engine.num_queued_--;
       const SeqId id = next_id++;
       Request r{id, p.req.prompt_tokens, p.req.max_tokens};
+      if (p.req.embed) {  // one slice past the prompt: the stop the engine reports
+        r.max_tokens = 1;
+        r.prefill_only = true;
+        r.reuse_prefix = engine.pooling() == model::Pooling::kLast;
+      }
       const Admission a = sched.add(std::move(r));
       if (!a.ok()) {
         p.channel->push(FinishEvent{FinishReason::kError, "", {}, a.message});
@@ -109,6 +121,47 @@ struct Engine::Impl {
                      std::move(eog),
                      tokenizer::StreamDecoder(*engine.tokenizer_, p.req.skip_special), false});
       if (p.req.grammar) it->second.matcher = std::make_unique<grammar::Matcher>(p.req.grammar);
+      if (p.req.embed)
+        it->second.pool = model::PoolAccumulator(engine.pooling(), engine.embedding_width());
+    }
+  }
+
+  // The forward's output rows of a step: the last row of each generation sequence that
+  // samples, and the rows each embed sequence's pooling needs.
+  void plan_rows(const StepPlan& plan) {
+    logit_rows.clear();
+    hidden_rows.clear();
+    hidden_owner.clear();
+    const model::Pooling pooling = engine.pooling();
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+      const ScheduledSeq& s = plan.seqs[i];
+      const int32_t row0 = plan.qo_indptr[i];
+      if (!active.at(s.id).req.embed) {
+        if (s.needs_logits) logit_rows.push_back(row0 + s.num_tokens - 1);
+        continue;
+      }
+      model::PoolAccumulator::wanted_rows(pooling, s.first_token, s.num_tokens,
+                                          sched.find(s.id)->num_tokens(), row0, &hidden_rows);
+      hidden_owner.resize(hidden_rows.size(), s.id);
+    }
+  }
+
+  // Pools the step's hidden rows into their sequences; an embed sequence whose prompt is
+  // done stops (its output token is a placeholder the scheduler never shows anyone).
+  void pool(const StepPlan& plan, std::span<const float> hidden, std::vector<SeqOutput>* outputs) {
+    const int64_t width = engine.embedding_width();
+    for (const ScheduledSeq& s : plan.seqs) {  // a slice from position 0: (re)computed afresh
+      Active& a = active.at(s.id);
+      if (a.req.embed && s.first_token == 0) a.pool.reset();
+    }
+    for (size_t r = 0; r < hidden_owner.size(); ++r)
+      active.at(hidden_owner[r])
+          .pool.add(hidden.subspan(r * static_cast<size_t>(width), static_cast<size_t>(width)));
+    for (const ScheduledSeq& s : plan.seqs) {
+      Active& a = active.at(s.id);
+      if (!a.req.embed || !s.needs_logits) continue;
+      a.embedding = a.pool.result();
+      outputs->push_back({s.id, 0, true});
     }
   }
 
@@ -126,8 +179,9 @@ struct Engine::Impl {
     size_t row = 0;
     for (const ScheduledSeq& s : plan.seqs) {
       if (!s.needs_logits) continue;
-      const float* lg = logits.data() + static_cast<int64_t>(row++) * n_vocab;
       Active& a = active.at(s.id);
+      if (a.req.embed) continue;  // pool() ends it
+      const float* lg = logits.data() + static_cast<int64_t>(row++) * n_vocab;
       const Sequence* seq = sched.find(s.id);
       std::span<const float> row_logits(lg, n_vocab);
       if (a.matcher) {
@@ -177,6 +231,11 @@ struct Engine::Impl {
         ev.text += a.stop.flush();
       }
       ev.usage = {f.num_prompt_tokens, f.num_output_tokens, f.num_cached_prompt_tokens};
+      if (a.req.embed) {
+        ev.usage.completion_tokens = 0;
+        ev.text.clear();
+        ev.embedding = std::move(a.embedding);
+      }
       if (a.grammar_dead_end) {
         ev.reason = FinishReason::kLength;
         ev.error = "the output constraint allows no further token (dead end)";
@@ -184,6 +243,12 @@ struct Engine::Impl {
       }
       finish(f.id, std::move(ev));
     }
+  }
+
+  bool plan_has_embed(const StepPlan& plan) const {
+    for (const ScheduledSeq& s : plan.seqs)
+      if (active.at(s.id).req.embed) return true;
+    return false;
   }
 
   void fail_step(const StepPlan& plan, const std::string& why) {
@@ -214,20 +279,25 @@ struct Engine::Impl {
       report_finished(sched.update(plan, {}));
       return !plan.cancelled.empty();
     }
+    plan_rows(plan);
     model::StepInput in;
     in.tokens = plan.token_ids;
     in.attn = plan.attn_batch();
-    in.logit_rows = plan.logits_rows;
+    in.logit_rows = logit_rows;
+    in.hidden_rows = hidden_rows;
     // A step that fails (an error, or an exception such as bad_alloc) fails its requests;
     // the engine goes on with the next step.
     std::string failure;
     std::vector<SeqOutput> outputs;
+    size_t num_sampled = 0;  // outputs of generation sequences (embed ones follow)
     try {
       if (engine.opts_.before_step) engine.opts_.before_step(num_steps);
       auto out = exec->execute(in);
       if (out.ok()) {
         logits = *out;
         outputs = sample(plan);
+        num_sampled = outputs.size();
+        if (plan_has_embed(plan)) pool(plan, exec->hidden(), &outputs);
       } else {
         failure = out.error().message;
       }
@@ -243,7 +313,7 @@ struct Engine::Impl {
     report_finished(sched.update(plan, outputs));
     {
       std::lock_guard<std::mutex> lock(engine.stats_mu_);
-      engine.stats_.num_generated_tokens += static_cast<int64_t>(outputs.size());
+      engine.stats_.num_generated_tokens += static_cast<int64_t>(num_sampled);
     }
     return true;
   }
@@ -287,6 +357,7 @@ std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> Engine::submit(Gene
   if (state_.load() != EngineState::kReady)
     return SubmitRefusal{SubmitError::kUnavailable, "the model is not ready"};
   if (req.prompt_tokens.empty()) return SubmitRefusal{SubmitError::kInvalid, "empty prompt"};
+  if (req.embed) return submit_embed(std::move(req));
   if (req.max_tokens < 1) return SubmitRefusal{SubmitError::kInvalid, "max_tokens must be >= 1"};
   const int64_t total = static_cast<int64_t>(req.prompt_tokens.size()) + req.max_tokens;
   const int32_t n_ctx = context_length();
@@ -307,6 +378,37 @@ std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> Engine::submit(Gene
   EngineStats s = stats();
   if (s.num_waiting >= opts_.max_waiting)
     return SubmitRefusal{SubmitError::kQueueFull, "too many requests are waiting; retry later"};
+  auto channel = std::make_shared<RequestChannel>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.push_back({std::move(req), channel});
+    num_queued_++;
+  }
+  cv_.notify_one();
+  return channel;
+}
+
+std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> Engine::submit_embed(
+    GenerationRequest req) {
+  if (pooling() == model::Pooling::kNone)
+    return SubmitRefusal{SubmitError::kInvalid,
+                         "this model serves no embeddings: it has no pooling type (start the "
+                         "server with --pooling mean, cls or last)"};
+  const int32_t n_ctx = context_length();
+  if (static_cast<int64_t>(req.prompt_tokens.size()) > n_ctx)
+    return SubmitRefusal{SubmitError::kContextLengthExceeded,
+                         fmt::format("This model's maximum context length is {} tokens. However, "
+                                     "the input has {} tokens.",
+                                     n_ctx, req.prompt_tokens.size())};
+  const int32_t n_vocab = static_cast<int32_t>(model_->hparams().n_vocab);
+  for (int32_t t : req.prompt_tokens)
+    if (t < 0 || t >= n_vocab)
+      return SubmitRefusal{SubmitError::kInvalid, fmt::format("token id {} is out of range", t)};
+  if (stats().num_waiting >= opts_.max_waiting)
+    return SubmitRefusal{SubmitError::kQueueFull, "too many requests are waiting; retry later"};
+  req.max_tokens = 1;
+  req.stop.clear();
+  req.grammar.reset();
   auto channel = std::make_shared<RequestChannel>();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -350,8 +452,18 @@ void Engine::thread_main() {
     bo.device = opts_.device;
     bo.threads = opts_.threads;
     KILN_TRY(std::unique_ptr<backend::Backend> be, backend::create_backend(bo));
+    model::Pooling pooling = opts_.pooling.value_or(hp.pooling);
+    if (pooling == model::Pooling::kRank) {
+      log::warn("the model's pooling is 'rank' (a reranker), which kiln does not serve");
+      pooling = model::Pooling::kNone;
+    }
+    pooling_ = pooling;
+    embedding_width_ = static_cast<int32_t>(hp.n_embd);
+    if (pooling != model::Pooling::kNone)
+      log::info("embeddings: {} pooling of {} values", model::pooling_name(pooling), hp.n_embd);
     ExecutorOptions eo;
     eo.max_tokens = opts_.max_batch_tokens;
+    eo.max_hidden_rows = pooling != model::Pooling::kNone ? opts_.max_batch_tokens : 0;
     eo.max_seqs = opts_.max_seqs;
     eo.max_context = opts_.n_ctx;
     eo.kv_type = opts_.kv_type;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +36,9 @@ struct EngineOptions {
   int32_t max_seqs = 16;                   // running sequences at most
   int32_t max_waiting = 256;               // queued requests beyond this are refused (429)
   bool enable_prefix_cache = true;
+  // Embeddings: the pooling of embed requests, overriding the model's `<arch>.pooling_type`
+  // (llama-server's --pooling); unset: the model's. kNone: no embeddings.
+  std::optional<model::Pooling> pooling;
   // Tests: called before each step's forward with the step's number; an exception thrown
   // from it is a failed step (its requests fail, the engine goes on).
   std::function<void(int64_t)> before_step;
@@ -64,6 +68,8 @@ class Engine final : public EngineApi {
   EngineStats stats() const override;
   // The context per sequence: the configured one, or once loaded the model's (0 before).
   int32_t context_length() const override { return context_length_.load(); }
+  model::Pooling pooling() const override { return pooling_.load(); }
+  int32_t embedding_width() const override { return embedding_width_.load(); }
 
   // Valid once ready.
   const model::Model& model() const { return *model_; }
@@ -74,11 +80,14 @@ class Engine final : public EngineApi {
 
  private:
   struct Impl;  // the loop's state, owned by the engine thread
+  std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> submit_embed(GenerationRequest req);
   void thread_main();
 
   EngineOptions opts_;
   std::atomic<EngineState> state_{EngineState::kLoading};
   std::atomic<int32_t> context_length_{0};
+  std::atomic<model::Pooling> pooling_{model::Pooling::kNone};
+  std::atomic<int32_t> embedding_width_{0};
   std::string load_error_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;

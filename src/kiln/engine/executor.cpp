@@ -48,6 +48,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
   fo.max_seqs = std::min(opts.max_seqs, opts.max_tokens);
   fo.max_context = opts.max_context;
   fo.max_logit_rows = opts.max_logit_rows > 0 ? opts.max_logit_rows : fo.max_seqs;
+  fo.max_hidden_rows = std::min(opts.max_hidden_rows, opts.max_tokens);
   KILN_TRY(ex->forward_, model::Forward::create(model, be, fo));
 
   const backend::KvSpec spec = model::kv_spec(model.hparams(), opts.kv_type);
@@ -98,6 +99,10 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
   p.max_seqs_at_context = static_cast<int32_t>(blocks / blocks_per_seq);
   ex->logits_capacity_ = static_cast<size_t>(fo.max_logit_rows) * model.hparams().n_vocab;
   KILN_TRY(ex->logits_, be.alloc_host(ex->logits_capacity_ * sizeof(float)));
+  if (fo.max_hidden_rows > 0) {
+    KILN_TRY(ex->hidden_buf_, be.alloc_host(static_cast<uint64_t>(fo.max_hidden_rows) *
+                                            model.hparams().n_embd * sizeof(float)));
+  }
   return ex;
 }
 
@@ -106,7 +111,11 @@ Expected<std::span<const float>> Executor::execute(const model::StepInput& in) {
   if (n > logits_capacity_)
     return err("executor: {} logit rows exceed the step capacity", in.logit_rows.size());
   auto* logits = static_cast<float*>(logits_->data());
-  KILN_TRY_STATUS(forward_->run(in, *kv_, logits));
+  auto* hidden = hidden_buf_ != nullptr ? static_cast<float*>(hidden_buf_->data()) : nullptr;
+  hidden_ = {};
+  KILN_TRY_STATUS(forward_->run(in, *kv_, logits, hidden));
+  if (!in.hidden_rows.empty())
+    hidden_ = std::span<const float>(hidden, in.hidden_rows.size() * model_.hparams().n_embd);
   return std::span<const float>(logits, n);
 }
 

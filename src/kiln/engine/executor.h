@@ -17,10 +17,11 @@
 namespace kiln::engine {
 
 struct ExecutorOptions {
-  int32_t max_tokens = 512;    // rows per step
-  int32_t max_seqs = 16;       // sequences per step (and concurrent sequences)
-  int32_t max_context = 4096;  // tokens per sequence
-  int32_t max_logit_rows = 0;  // logit rows per step (0: max_seqs)
+  int32_t max_tokens = 512;     // rows per step
+  int32_t max_seqs = 16;        // sequences per step (and concurrent sequences)
+  int32_t max_context = 4096;   // tokens per sequence
+  int32_t max_logit_rows = 0;   // logit rows per step (0: max_seqs)
+  int32_t max_hidden_rows = 0;  // hidden-state rows per step (embeddings; 0: none)
   quant::Type kv_type = quant::Type::F16;
   // KV pool: an explicit byte budget, else on a GPU gpu_memory_fraction of the device's
   // memory minus what weights and activations took, else (CPU) max_seqs full contexts capped
@@ -58,6 +59,9 @@ class Executor {
   // Runs one step; the logits [in.logit_rows.size(), n_vocab] in host memory, valid until the
   // next call.
   Expected<std::span<const float>> execute(const model::StepInput& in);
+  // The final-norm hidden states of the last step's hidden_rows, [rows, n_embd] in host
+  // memory, valid until the next call.
+  std::span<const float> hidden() const { return hidden_; }
 
   // KV blocks the sequences may use: 0 .. num_blocks() - 1 (the cache has one more, the
   // null block that pads graph-replayed steps).
@@ -79,8 +83,10 @@ class Executor {
   ExecutorOptions opts_;
   std::unique_ptr<model::Forward> forward_;
   std::unique_ptr<backend::KvCache> kv_;
-  std::unique_ptr<backend::Buffer> logits_;  // host memory, [max_logit_rows, n_vocab]
-  size_t logits_capacity_ = 0;               // floats
+  std::unique_ptr<backend::Buffer> logits_;      // host memory, [max_logit_rows, n_vocab]
+  size_t logits_capacity_ = 0;                   // floats
+  std::unique_ptr<backend::Buffer> hidden_buf_;  // host memory, [max_hidden_rows, n_embd]
+  std::span<const float> hidden_;
   MemoryPlan plan_;
   int32_t num_blocks_ = 0;
 };

@@ -15,6 +15,12 @@ struct Request {
   SeqId id = 0;
   std::vector<int32_t> prompt_tokens;
   int32_t max_tokens = 16;
+  // Embeddings: the sequence ends once its prompt is computed (the engine reports a stop with
+  // the prompt's last slice), so the context check counts the prompt alone.
+  bool prefill_only = false;
+  // May start from cached prefix blocks. Off when every prompt row's hidden state is needed
+  // (mean or CLS pooling): cached rows would never be computed.
+  bool reuse_prefix = true;
 };
 
 enum class SeqStatus {
@@ -79,6 +85,7 @@ struct Sequence {
   int32_t num_cached_prompt_tokens = 0;
   int32_t num_preemptions = 0;
   bool cancel_requested = false;
+  bool reuse_prefix = true;  // Request::reuse_prefix
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

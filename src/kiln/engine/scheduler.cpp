@@ -81,7 +81,7 @@ Admission Scheduler::add(Request req) {
   }
   // The whole sequence must fit in the context, and alone in the KV pool: that is what lets
   // the oldest sequence always run to the end once everyone newer is preempted.
-  const int64_t num_total = num_prompt + req.max_tokens;
+  const int64_t num_total = num_prompt + (req.prefill_only ? 0 : req.max_tokens);
   if (num_total > token_limit()) {
     return {AdmitErrc::kContextLengthExceeded,
             fmt::format("This model's maximum context length is {} tokens. However, you "
@@ -97,6 +97,7 @@ Admission Scheduler::add(Request req) {
   seq->tokens = std::move(req.prompt_tokens);
   seq->num_prompt_tokens = static_cast<int32_t>(num_prompt);
   seq->max_tokens = req.max_tokens;
+  seq->reuse_prefix = req.reuse_prefix;
   seq->arrival = next_arrival_++;
   waiting_.push_back(seq.get());  // the newest arrival: the back keeps arrival order
   seqs_.emplace(seq->id, std::move(seq));
@@ -219,7 +220,9 @@ void Scheduler::admit_waiting(int32_t* budget, int32_t* prompt_tokens,
          static_cast<int32_t>(running_.size()) < cfg_.max_seqs) {
     Sequence* seq = waiting_.front();
     KILN_ASSERT(seq->block_table.empty() && seq->num_computed_tokens == 0);
-    const std::vector<int32_t> hits = kv_.find_prefix(seq->tokens, /*count_stats=*/false);
+    const std::vector<int32_t> hits = seq->reuse_prefix
+                                          ? kv_.find_prefix(seq->tokens, /*count_stats=*/false)
+                                          : std::vector<int32_t>{};
     const int32_t num_hit_tokens = static_cast<int32_t>(hits.size()) * kBlockTokens;
     const int32_t n = std::min(seq->num_tokens() - num_hit_tokens, *budget);
     const int32_t num_new = blocks_for(num_hit_tokens + n) - static_cast<int32_t>(hits.size());

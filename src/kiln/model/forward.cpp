@@ -17,6 +17,7 @@ Expected<std::unique_ptr<Forward>> Forward::create(const Model& model, backend::
   if (o.max_seqs <= 0) o.max_seqs = o.max_tokens;
   if (o.max_logit_rows <= 0) o.max_logit_rows = o.max_seqs;
   o.max_logit_rows = std::min(o.max_logit_rows, o.max_tokens);
+  o.max_hidden_rows = std::clamp(o.max_hidden_rows, 0, o.max_tokens);
   if (o.max_context <= 0)
     o.max_context = static_cast<int32_t>(std::min<uint32_t>(model.hparams().n_ctx_train, 1u << 20));
   std::unique_ptr<Forward> f(new Forward(model, be, o));
@@ -103,7 +104,9 @@ Status Forward::carve_arena() {
       {&up_, t, hp.n_ff},
       {&tmp2_, f.fused_gate_up ? t : 0, 2 * int64_t{hp.n_ff}},
       {&tmp_, t, hp.n_embd},
-      {&out_rows_, opts_.max_logit_rows, hp.n_embd},
+      // Rows gathered for the final norm: the logit rows, then the hidden rows.
+      {&out_rows_, std::min<int64_t>(t, int64_t{opts_.max_logit_rows} + opts_.max_hidden_rows),
+       hp.n_embd},
       {&logits_, opts_.max_logit_rows, hp.n_vocab},
       {&row_scale_, hp.attn_temp_scale != 0 ? t : 0, 1},
   };
@@ -141,6 +144,7 @@ Status Forward::carve_arena() {
   moe_.chosen = reinterpret_cast<int32_t*>(chosen.data);
   moe_.x_rows = reinterpret_cast<int32_t*>(x_rows.data);
   if (hp.attn_temp_scale != 0) row_scale_host_.resize(static_cast<size_t>(t));
+  if (opts_.max_hidden_rows > 0) out_rows_host_.reserve(static_cast<size_t>(out_rows_.rows));
   return {};
 }
 
@@ -285,8 +289,8 @@ std::span<const float> Forward::row_scales(const int32_t* positions, int64_t n) 
   return std::span<const float>(row_scale_host_.data(), static_cast<size_t>(n));
 }
 
-void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64_t n,
-                   int64_t n_out) {
+void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64_t n, int64_t n_out,
+                   int64_t n_hidden) {
   const HParams& hp = model_.hparams();
   const Mat x = x_.first_rows(n);
   be_.embed(tok_embd_, step.tokens, x);
@@ -303,18 +307,20 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64
   }
   be_.add(x, tmp_.first_rows(n));  // the last layer's FFN output
   dump("layer_out", static_cast<int>(hp.n_layer) - 1, x);
-  if (n_out == 0) return;
-  // Final norm and logits only for the rows that need them.
-  const Mat rows = out_rows_.first_rows(n_out), xn = xn_.as(n_out, hp.n_embd);
+  if (n_out + n_hidden == 0) return;
+  // Final norm only for the rows that need it (logits, then hidden states), logits only for
+  // the first n_out.
+  const Mat rows = out_rows_.first_rows(n_out + n_hidden), xn = xn_.as(n_out + n_hidden, hp.n_embd);
   be_.gather_rows(x, step.logit_rows, rows);
   be_.rmsnorm(rows, output_norm_, xn, hp.rms_eps);
   dump("output_norm", -1, xn);
+  if (n_out == 0) return;
   const Mat lg = logits_.first_rows(n_out);
-  be_.matmul(output_, xn, lg);
+  be_.matmul(output_, xn.first_rows(n_out), lg);
   if (hp.final_softcap > 0) be_.softcap(lg, hp.final_softcap);
 }
 
-Status Forward::run(const StepInput& in, backend::KvCache& cache, float* logits) {
+Status Forward::run(const StepInput& in, backend::KvCache& cache, float* logits, float* hidden) {
   const HParams& hp = model_.hparams();
   const int64_t n = static_cast<int64_t>(in.tokens.size());
   if (n == 0) return {};
@@ -332,20 +338,42 @@ Status Forward::run(const StepInput& in, backend::KvCache& cache, float* logits)
     return err("forward: {} logit rows exceed the step capacity {}", n_out, opts_.max_logit_rows);
   for (int32_t r : in.logit_rows)
     if (r < 0 || r >= n) return err("forward: logit row {} is outside the step (0..{})", r, n - 1);
+  const int64_t n_hidden = static_cast<int64_t>(in.hidden_rows.size());
+  if (n_hidden > opts_.max_hidden_rows || n_out + n_hidden > out_rows_.rows)
+    return err("forward: {} hidden rows exceed the step capacity {}", n_hidden,
+               std::min<int64_t>(opts_.max_hidden_rows, out_rows_.rows - n_out));
+  if (n_hidden > 0 && hidden == nullptr) return err("forward: hidden rows without an output");
+  for (int32_t r : in.hidden_rows)
+    if (r < 0 || r >= n) return err("forward: hidden row {} is outside the step (0..{})", r, n - 1);
   // Decode steps whose logit rows are 0..n_out-1 run from a graph.
-  bool decode = !buckets_.empty() && !dump_ && in.attn.num_seqs == n && n <= buckets_.back();
+  bool decode =
+      !buckets_.empty() && !dump_ && n_hidden == 0 && in.attn.num_seqs == n && n <= buckets_.back();
   for (int64_t i = 0; decode && i < n_out; ++i) decode = in.logit_rows[i] == i;
   if (decode) return run_graph(in, cache, logits);
 
-  backend::HostStep hs{in.tokens, in.attn, in.logit_rows, row_scales(in.attn.positions, n)};
+  // One row list for the final norm: the logit rows, then the hidden rows.
+  std::span<const int32_t> out_rows = in.logit_rows;
+  if (n_hidden > 0) {
+    out_rows_host_.assign(in.logit_rows.begin(), in.logit_rows.end());
+    out_rows_host_.insert(out_rows_host_.end(), in.hidden_rows.begin(), in.hidden_rows.end());
+    out_rows = out_rows_host_;
+  }
+  backend::HostStep hs{in.tokens, in.attn, out_rows, row_scales(in.attn.positions, n)};
   KILN_TRY(const backend::StepArgs step, be_.upload_step(hs));
-  body(step, cache, n, n_out);
-  if (n_out == 0) {
+  body(step, cache, n, n_out, n_hidden);
+  if (n_out + n_hidden == 0) {
     be_.sync();
     return {};
   }
-  const Mat lg = logits_.first_rows(n_out);
-  be_.download(logits, lg.data, static_cast<uint64_t>(lg.size()) * sizeof(float));
+  if (n_out > 0) {
+    const Mat lg = logits_.first_rows(n_out);
+    be_.download(logits, lg.data, static_cast<uint64_t>(lg.size()) * sizeof(float));
+  }
+  if (n_hidden > 0) {  // rows [n_out, n_out + n_hidden) of the final norm's output
+    const int64_t width = hp.n_embd;
+    be_.download(hidden, xn_.data + n_out * width,
+                 static_cast<uint64_t>(n_hidden * width) * sizeof(float));
+  }
   return {};
 }
 

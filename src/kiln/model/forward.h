@@ -21,6 +21,9 @@ struct StepInput {
   std::span<const int32_t> tokens;      // [n_tokens], flat over sequences
   backend::AttnBatch attn;              // positions and paged-KV metadata (host memory)
   std::span<const int32_t> logit_rows;  // flat rows whose logits are wanted, in output order
+  // Flat rows whose final-norm hidden states are wanted (embedding pooling), in output order;
+  // disjoint from logit_rows.
+  std::span<const int32_t> hidden_rows;
 };
 
 // Called with each named intermediate: (name, layer or -1, data [rows, cols], host memory).
@@ -28,10 +31,11 @@ using ActivationDump = std::function<void(std::string_view name, int layer, cons
                                           int64_t rows, int64_t cols)>;
 
 struct ForwardOptions {
-  int32_t max_tokens = 512;    // rows per step (the arena's size)
-  int32_t max_seqs = 0;        // sequences per step (0: max_tokens)
-  int32_t max_context = 0;     // tokens per sequence (0: the model's training context)
-  int32_t max_logit_rows = 0;  // rows of logits per step (0: max_seqs)
+  int32_t max_tokens = 512;     // rows per step (the arena's size)
+  int32_t max_seqs = 0;         // sequences per step (0: max_tokens)
+  int32_t max_context = 0;      // tokens per sequence (0: the model's training context)
+  int32_t max_logit_rows = 0;   // rows of logits per step (0: max_seqs)
+  int32_t max_hidden_rows = 0;  // rows of hidden states per step (0: none, no embeddings)
   // Decode steps (one token per sequence) run as replays of a graph captured once per batch
   // size bucket, when the backend supports graphs and a KV block is reserved for the rows that
   // pad a step up to its bucket (enable_graphs).
@@ -44,9 +48,10 @@ class Forward {
   static Expected<std::unique_ptr<Forward>> create(const Model& model, backend::Backend& be,
                                                    const ForwardOptions& opts);
 
-  // Writes logits [logit_rows.size(), n_vocab] to host memory. Errors: too many tokens,
-  // sequences or blocks for the step buffers, bad token ids.
-  Status run(const StepInput& in, backend::KvCache& cache, float* logits);
+  // Writes logits [logit_rows.size(), n_vocab] and, when hidden_rows are asked for, their
+  // final-norm hidden states [hidden_rows.size(), n_embd] to host memory. Errors: too many
+  // tokens, sequences, blocks or rows for the step buffers, bad token ids or rows.
+  Status run(const StepInput& in, backend::KvCache& cache, float* logits, float* hidden = nullptr);
 
   void set_dump(ActivationDump dump) { dump_ = std::move(dump); }
   int32_t max_tokens() const { return opts_.max_tokens; }
@@ -66,8 +71,10 @@ class Forward {
                        int64_t n);
   void ffn_block(int layer, int64_t n);
   // The ops of a step of n rows whose inputs are uploaded, up to the logits of its first
-  // n_out logit rows in logits_.
-  void body(const backend::StepArgs& step, backend::KvCache& cache, int64_t n, int64_t n_out);
+  // n_out logit rows in logits_; the n_hidden rows after them (step.logit_rows holds both
+  // lists) stop at the final norm, rows [n_out, n_out + n_hidden) of xn_.
+  void body(const backend::StepArgs& step, backend::KvCache& cache, int64_t n, int64_t n_out,
+            int64_t n_hidden = 0);
   // The decode step padded to its bucket, run from its graph (captured on first use).
   Status run_graph(const StepInput& in, backend::KvCache& cache, float* logits);
   void dump(std::string_view name, int layer, backend::Mat m);
@@ -95,6 +102,8 @@ class Forward {
   backend::Mat rope_cos_[2], rope_sin_[2];
   // Host-side per-row values computed from positions (mistral3's query scale).
   std::vector<float> row_scale_host_;
+  // Host list of a step's logit rows then hidden rows (capacity reserved at creation).
+  std::vector<int32_t> out_rows_host_;
   // Graphs: bucket sizes (ascending), the graph of each (-1 until captured), and host buffers
   // of the padded step.
   std::vector<int32_t> buckets_;

@@ -141,6 +141,11 @@ Expected<HParams> read_hparams(const gguf::File& f) {
     hp.n_vocab = static_cast<uint32_t>(emb->ne[1]);
   }
   hp.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  KILN_TRY(uint32_t pooling, get_u32(f, key(a, "pooling_type"), 0));
+  if (pooling > kMaxPooling)
+    return err("model: {} is {}, not a pooling type (0 none .. {} rank)", key(a, "pooling_type"),
+               pooling, kMaxPooling);
+  hp.pooling = static_cast<Pooling>(pooling);
   KILN_TRY_STATUS(read_rope_scaling(f, hp));
   if (def->features.moe && hp.n_expert == 0)
     return err("model: architecture '{}' needs {}.expert_count", a, a);
@@ -195,6 +200,8 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
                   hp.rope_attn_factor);
   if (hp.attn_temp_scale != 0)
     w.set_float32(key(a, "attention.temperature_scale"), hp.attn_temp_scale);
+  if (hp.pooling != Pooling::kNone)
+    w.set_uint32(key(a, "pooling_type"), static_cast<uint32_t>(hp.pooling));
   if (hp.n_expert > 0) {
     w.set_uint32(key(a, "expert_count"), hp.n_expert);
     w.set_uint32(key(a, "expert_used_count"), hp.n_expert_used);

@@ -36,6 +36,7 @@ void register_chat_routes(Router& router, ServerContext& ctx);         // openai
 void register_completions_routes(Router& router, ServerContext& ctx);  // openai_completions.cpp
 void register_anthropic_routes(Router& router, ServerContext& ctx);    // anthropic_messages.cpp
 void register_responses_routes(Router& router, ServerContext& ctx);    // openai_responses.cpp
+void register_embeddings_routes(Router& router, ServerContext& ctx);   // openai_embeddings.cpp
 void register_models_routes(Router& router, ServerContext& ctx);       // models.cpp
 void register_tokenize_routes(Router& router, ServerContext& ctx);     // tokenize.cpp
 void register_metrics_routes(Router& router, ServerContext& ctx);      // metrics.cpp

@@ -39,6 +39,7 @@ Server::Server(engine::EngineApi& engine, tokenizer::Tokenizer tokenizer, std::s
   register_tokenize_routes(router, *ctx_);
   register_chat_routes(router, *ctx_);
   register_completions_routes(router, *ctx_);
+  register_embeddings_routes(router, *ctx_);
   register_anthropic_routes(router, *ctx_);
   register_responses_routes(router, *ctx_);
   router.on_complete([ctx = ctx_.get()](int status) { ctx->metrics.count_request(status); });

@@ -515,6 +515,47 @@ TEST(Scheduler, AFullyCachedPromptStillComputesItsLastBlock) {
   EXPECT_EQ(e.generated(1), e.generated(2));  // the cache is transparent
 }
 
+// Embed requests (the engine's GenerationRequest::embed): a prefill-only request's context
+// check counts its prompt alone, and one that may not reuse a prefix (mean / CLS pooling need
+// every row) computes every token even when the cache holds its blocks.
+TEST(Scheduler, PrefillOnlyAndNoPrefixReuse) {
+  SchedulerConfig cfg = config(256, 32);
+  cfg.max_context = 64;
+  Scheduler s(cfg);
+  Request whole{1, iota_tokens(0, 64), 1};
+  whole.prefill_only = true;
+  EXPECT_TRUE(s.add(whole).ok());
+  EXPECT_EQ(s.add({2, iota_tokens(0, 64), 1}).code, AdmitErrc::kContextLengthExceeded);
+  StepPlan p = s.schedule();
+  ASSERT_EQ(p.num_seqs(), 1);
+  EXPECT_EQ(p.seqs[0].num_tokens, 64);
+  EXPECT_TRUE(p.seqs[0].needs_logits);
+  const std::vector<SeqOutput> stop1 = {{1, 0, true}};
+  auto fin = s.update(p, stop1);
+  ASSERT_EQ(fin.size(), 1u);
+  EXPECT_EQ(fin[0].reason, SeqFinishReason::kStop);
+  s.check_invariants();
+  // Its full blocks are cached now: a request that may reuse them starts at 48 (the last
+  // block is always computed), one that may not starts at 0.
+  Request reuse{3, iota_tokens(0, 64), 1};
+  reuse.prefill_only = true;
+  Request fresh{4, iota_tokens(0, 64), 1};
+  fresh.prefill_only = true;
+  fresh.reuse_prefix = false;
+  ASSERT_TRUE(s.add(reuse).ok());
+  ASSERT_TRUE(s.add(fresh).ok());
+  p = s.schedule();
+  ASSERT_THAT(ids_of(p), ElementsAre(3, 4));
+  EXPECT_EQ(p.seqs[0].first_token, 48);
+  EXPECT_EQ(p.seqs[1].first_token, 0);
+  EXPECT_EQ(p.seqs[1].num_tokens, 64);
+  EXPECT_EQ(s.find(4)->num_cached_prompt_tokens, 0);
+  const std::vector<SeqOutput> stops = {{3, 0, true}, {4, 0, true}};
+  EXPECT_EQ(s.update(p, stops).size(), 2u);
+  s.check_invariants();
+  EXPECT_EQ(s.kv().num_free_blocks(), 32);
+}
+
 TEST(Scheduler, CancellationFreesBlocksAtTheNextStep) {
   Scheduler s(config(256, 32, /*max_seqs=*/2));
   FakeEngine e(&s);

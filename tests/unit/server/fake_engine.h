@@ -58,6 +58,17 @@ class FakeEngine final : public engine::EngineApi {
     return stats_;
   }
   int32_t context_length() const override { return n_ctx_; }
+  model::Pooling pooling() const override { return pooling_; }
+  int32_t embedding_width() const override { return embedding_width_; }
+
+  // What an embed request's FinishEvent carries: a pooled vector that depends on the prompt
+  // (value k: (prompt[0] + 1) * (k + 1), sign alternating), not normalized.
+  static std::vector<float> fake_embedding(const std::vector<int32_t>& prompt, int32_t width) {
+    std::vector<float> v(static_cast<size_t>(width));
+    for (int32_t k = 0; k < width; ++k)
+      v[k] = static_cast<float>((prompt.at(0) + 1) * (k + 1)) * (k % 2 == 0 ? 1.0f : -1.0f);
+    return v;
+  }
 
   // Test controls.
   void set_state(engine::EngineState s) { state_.store(s); }
@@ -84,6 +95,8 @@ class FakeEngine final : public engine::EngineApi {
   int num_cancelled() const { return num_cancelled_.load(); }
   int num_finished() const { return num_finished_.load(); }
   int32_t n_ctx_ = 4096;
+  model::Pooling pooling_ = model::Pooling::kNone;
+  int32_t embedding_width_ = 8;
 
  private:
   void play(engine::RequestChannel& ch, const engine::GenerationRequest& req,
@@ -92,6 +105,14 @@ class FakeEngine final : public engine::EngineApi {
     engine::FinishEvent finish;
     finish.usage.prompt_tokens = static_cast<int32_t>(req.prompt_tokens.size());
     finish.usage.cached_tokens = script.cached_tokens;
+    if (req.embed) {  // later inputs finish first when prompt[0] says so (batch order)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 * (req.prompt_tokens.at(0) % 7)));
+      finish.reason = engine::FinishReason::kStop;
+      finish.embedding = fake_embedding(req.prompt_tokens, embedding_width_);
+      ch.push(finish);
+      num_finished_.fetch_add(1);
+      return;
+    }
     int32_t n = 0;
     for (const std::string& piece : script.pieces) {
       if (script.delay.count() > 0) std::this_thread::sleep_for(script.delay);

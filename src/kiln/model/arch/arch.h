@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/model/pooling.h"
+
 namespace kiln::model {
 
 // Rope scaling (`<arch>.rope.scaling.type`). Llama 3's scaling is not a type of its own: it
@@ -66,6 +68,9 @@ struct HParams {
   // attention.temperature_scale (mistral3, Llama 4 style): q *= 1 + attn_temp_scale *
   // ln(1 + floor(pos / orig_ctx)), as transformers' Ministral3 (llama.cpp uses pos + 1). 0 = off.
   float attn_temp_scale = 0.0f;
+  // `<arch>.pooling_type`: how an embedding model pools its final hidden states (none for
+  // generation models; a server flag may override it).
+  Pooling pooling = Pooling::kNone;
 
   bool swa_layer(uint32_t il) const {
     if (sliding_window == 0) return false;

@@ -28,7 +28,9 @@ Expected<std::string> arch_for(const nlohmann::json& config) {
   const std::string a = config["architectures"][0].get<std::string>();
   if (a == "LlamaForCausalLM" || a == "MistralForCausalLM") return std::string("llama");
   if (a == "Qwen2ForCausalLM") return std::string("qwen2");
-  if (a == "Qwen3ForCausalLM") return std::string("qwen3");
+  // Qwen3Model: the base model as Qwen3-Embedding checkpoints save it (no lm_head, names
+  // without the "model." prefix).
+  if (a == "Qwen3ForCausalLM" || a == "Qwen3Model") return std::string("qwen3");
   if (a == "Qwen3MoeForCausalLM") return std::string("qwen3moe");
   if (a == "Gemma2ForCausalLM") return std::string("gemma2");
   if (a == "Gemma3ForCausalLM") return std::string("gemma3");
@@ -104,6 +106,31 @@ Status rope_scaling_from_config(const nlohmann::json& rope_all, HParams& hp) {
         static_cast<float>(yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim));
   }
   return {};
+}
+
+// The pooling of a sentence-transformers folder, as llama.cpp's converter reads it: the
+// Pooling module named in modules.json, its config's pooling_mode_* switch. None when the
+// folder has no modules.json (a generation model).
+Expected<Pooling> pooling_from_sentence_transformers(const fs::path& dir) {
+  std::ifstream mf(dir / "modules.json");
+  if (!mf) return Pooling::kNone;
+  const nlohmann::json modules = nlohmann::json::parse(mf, nullptr, false);
+  if (!modules.is_array()) return err("convert: modules.json is not a JSON array");
+  for (const nlohmann::json& m : modules) {
+    if (!m.is_object() || cfg<std::string>(m, "type", "") != "sentence_transformers.models.Pooling")
+      continue;
+    const fs::path path = dir / cfg<std::string>(m, "path", "") / "config.json";
+    std::ifstream pf(path);
+    if (!pf) return err("convert: cannot read '{}'", path.string());
+    const nlohmann::json pc = nlohmann::json::parse(pf, nullptr, false);
+    if (!pc.is_object()) return err("convert: '{}' is not a JSON object", path.string());
+    if (cfg<bool>(pc, "pooling_mode_mean_tokens", false)) return Pooling::kMean;
+    if (cfg<bool>(pc, "pooling_mode_cls_token", false)) return Pooling::kCls;
+    if (cfg<bool>(pc, "pooling_mode_lasttoken", false)) return Pooling::kLast;
+    return err("convert: '{}' asks for a pooling kiln does not have (mean, cls, lasttoken)",
+               path.string());
+  }
+  return Pooling::kNone;
 }
 
 }  // namespace
@@ -198,6 +225,11 @@ struct Checkpoint {
   Expected<std::vector<float>> read(const std::string& name) const {
     for (const auto& f : files)
       if (f->find(name)) return f->read_f32(name);
+    // A base model saved on its own (Qwen3Model, embedding checkpoints) has no "model."
+    // prefix.
+    if (name.starts_with("model."))
+      for (const auto& f : files)
+        if (f->find(name.substr(6))) return f->read_f32(name.substr(6));
     return err("convert: checkpoint has no tensor '{}'", name);
   }
 };
@@ -310,6 +342,7 @@ Expected<gguf::Writer> convert_hf(const ConvertOptions& o) {
   KILN_TRY(FileType ft, parse_file_type(o.type));
   KILN_TRY(Checkpoint ck, open_checkpoint(o.hf_dir));
   if (!ck.has("lm_head.weight")) hp.tied_embeddings = true;
+  KILN_TRY(hp.pooling, pooling_from_sentence_transformers(o.hf_dir));
   const ArchDef* arch = find_arch(hp.arch);
 
   gguf::Writer w;

@@ -1,0 +1,310 @@
+// Embed requests through the engine loop on the real stories260K model: each input its own
+// sequence, batched and chunk-prefilled with everything else, pooled (mean, cls, last) from
+// the final-norm hidden states. The reference is one unchunked forward of the whole sequence
+// asking for every row's hidden state (Forward's hidden_rows).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+#include <thread>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kiln/engine/engine.h"
+#include "kiln/model/convert/hf_to_gguf.h"
+#include "kiln/model/forward.h"
+#include "kiln/model/model.h"
+#include "kiln/tokenizer/gguf_vocab.h"
+#include "unit/model/forward_util.h"
+
+namespace kiln::engine {
+namespace {
+
+const std::string kModel = std::string(KILN_SOURCE_DIR) + "/../shared/models/stories260K.gguf";
+
+FinishEvent drain(const std::shared_ptr<RequestChannel>& ch) {
+  for (;;) {
+    auto e = ch->pop(std::chrono::milliseconds(30000));
+    if (!e) {
+      ADD_FAILURE() << "timed out waiting for an event";
+      return {};
+    }
+    if (auto* f = std::get_if<FinishEvent>(&*e)) return *f;
+  }
+}
+
+std::shared_ptr<RequestChannel> submit_ok(Engine& e, GenerationRequest req) {
+  auto res = e.submit(std::move(req));
+  if (auto* refusal = std::get_if<SubmitRefusal>(&res)) {
+    ADD_FAILURE() << refusal->message;
+    return nullptr;
+  }
+  return std::get<std::shared_ptr<RequestChannel>>(res);
+}
+
+GenerationRequest embed(std::vector<int32_t> prompt) {
+  GenerationRequest r;
+  r.prompt_tokens = std::move(prompt);
+  r.embed = true;
+  return r;
+}
+
+GenerationRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerationRequest r;
+  r.prompt_tokens = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+std::vector<int32_t> tokens(int32_t n, int32_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  uint32_t x = static_cast<uint32_t>(seed) * 2654435761u + 1;
+  t[0] = 1;  // BOS
+  for (int32_t i = 1; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    t[i] = 3 + static_cast<int32_t>((x >> 8) % 500);
+  }
+  return t;
+}
+
+// Every row's final-norm hidden state of `seq` from one step: [n, n_embd].
+std::vector<float> reference_rows(const model::Model& m, const std::vector<int32_t>& seq) {
+  const int32_t n = static_cast<int32_t>(seq.size());
+  const int32_t n_blocks = (n + kv::kBlockTokens - 1) / kv::kBlockTokens;
+  auto be = model::test_backend();
+  model::ForwardOptions o;
+  o.max_tokens = n;
+  o.max_hidden_rows = n;
+  o.max_context = n_blocks * kv::kBlockTokens;
+  auto f = model::Forward::create(m, *be, o);
+  EXPECT_TRUE(f.ok()) << f.error().message;
+  auto kv = be->create_kv(model::kv_spec(m.hparams(), quant::Type::F32), n_blocks);
+  EXPECT_TRUE(kv.ok());
+  std::vector<int32_t> blocks(n_blocks), positions(n), rows(n);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::iota(positions.begin(), positions.end(), 0);
+  std::iota(rows.begin(), rows.end(), 0);
+  const int32_t qo[2] = {0, n}, kv_ptr[2] = {0, n_blocks}, kv_len[1] = {n};
+  model::StepInput in;
+  in.tokens = seq;
+  in.attn = {1, qo, kv_ptr, blocks.data(), kv_len, positions.data()};
+  in.hidden_rows = rows;
+  std::vector<float> hidden(static_cast<size_t>(n) * m.hparams().n_embd);
+  Status st = (*f)->run(in, **kv, nullptr, hidden.data());
+  EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
+  return hidden;
+}
+
+std::vector<float> reference_pool(const model::Model& m, const std::vector<int32_t>& seq,
+                                  model::Pooling p) {
+  const std::vector<float> rows = reference_rows(m, seq);
+  const size_t w = m.hparams().n_embd, n = seq.size();
+  std::vector<float> out(w, 0.0f);
+  for (size_t k = 0; k < w; ++k) {
+    if (p == model::Pooling::kCls) out[k] = rows[k];
+    if (p == model::Pooling::kLast) out[k] = rows[(n - 1) * w + k];
+    if (p == model::Pooling::kMean) {
+      double s = 0;
+      for (size_t r = 0; r < n; ++r) s += rows[r * w + k];
+      out[k] = static_cast<float>(s / static_cast<double>(n));
+    }
+  }
+  return out;
+}
+
+// max |got - want| <= 1e-4 * max |want|: chunked prefill and batching change only the order
+// of fp32 sums (F32 KV on both sides).
+void expect_near(const std::vector<float>& got, const std::vector<float>& want,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(got[i] - want[i]));
+    max_ref = std::max(max_ref, std::fabs(want[i]));
+  }
+  EXPECT_GT(max_ref, 0.0f) << what;
+  EXPECT_LE(max_diff, 1e-4f * max_ref) << what;
+}
+
+std::unique_ptr<Engine> start_engine(std::optional<model::Pooling> pooling, int32_t n_ctx = 256) {
+  EngineOptions o;
+  o.model_path = kModel;
+  o.device = model::test_device();
+  o.threads = 2;
+  o.n_ctx = n_ctx;
+  o.max_seqs = 8;
+  o.max_batch_tokens = 64;  // a 150-token input prefills in three chunks
+  o.kv_type = quant::Type::F32;
+  o.pooling = pooling;
+  auto e = std::make_unique<Engine>(o);
+  e->start();
+  EXPECT_TRUE(e->wait_ready().ok());
+  return e;
+}
+
+class EmbeddingEngineTest : public ::testing::TestWithParam<model::Pooling> {};
+
+TEST_P(EmbeddingEngineTest, PooledHiddenStatesMatchOneUnchunkedForward) {
+  const model::Pooling pooling = GetParam();
+  auto e = start_engine(pooling);
+  ASSERT_EQ(e->pooling(), pooling);
+  ASSERT_EQ(e->embedding_width(), static_cast<int32_t>(e->model().hparams().n_embd));
+  const std::vector<std::vector<int32_t>> inputs = {tokens(150, 1), tokens(40, 2), tokens(1, 3),
+                                                    tokens(17, 4)};
+  // Generation alone, then again beside the embeddings: the same tokens.
+  std::vector<int32_t> alone;
+  {
+    auto ch = submit_ok(*e, greedy(tokens(30, 9), 12));
+    for (;;) {
+      auto ev = ch->pop(std::chrono::milliseconds(30000));
+      ASSERT_TRUE(ev);
+      if (auto* t = std::get_if<TokenEvent>(&*ev)) alone.push_back(t->token);
+      if (std::holds_alternative<FinishEvent>(*ev)) break;
+    }
+  }
+  auto gen = submit_ok(*e, greedy(tokens(30, 9), 12));
+  std::vector<std::shared_ptr<RequestChannel>> chans;
+  for (const auto& in : inputs) chans.push_back(submit_ok(*e, embed(in)));
+  std::vector<int32_t> beside;
+  for (;;) {
+    auto ev = gen->pop(std::chrono::milliseconds(30000));
+    ASSERT_TRUE(ev);
+    if (auto* t = std::get_if<TokenEvent>(&*ev)) beside.push_back(t->token);
+    if (std::holds_alternative<FinishEvent>(*ev)) break;
+  }
+  EXPECT_EQ(beside, alone);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const FinishEvent f = drain(chans[i]);
+    EXPECT_EQ(f.reason, FinishReason::kStop) << f.error;
+    EXPECT_EQ(f.usage.prompt_tokens, static_cast<int32_t>(inputs[i].size()));
+    EXPECT_EQ(f.usage.completion_tokens, 0);
+    expect_near(f.embedding, reference_pool(e->model(), inputs[i], pooling),
+                std::string(model::pooling_name(pooling)) + " input " + std::to_string(i));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(e->stats().num_kv_blocks_used, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Poolings, EmbeddingEngineTest,
+                         ::testing::Values(model::Pooling::kMean, model::Pooling::kCls,
+                                           model::Pooling::kLast),
+                         [](const auto& info) { return std::string(pooling_name(info.param)); });
+
+// A generation leaves the prompt's blocks in the prefix cache. Mean pooling needs every row,
+// so it computes the whole input anyway; last pooling reuses the cached prefix. Both equal the
+// reference.
+TEST(EmbeddingEngine, PrefixCacheOnlyWhereThePoolingAllows) {
+  const std::vector<int32_t> prompt = tokens(100, 5);
+  for (model::Pooling p : {model::Pooling::kMean, model::Pooling::kLast}) {
+    auto e = start_engine(p);
+    drain(submit_ok(*e, greedy(prompt, 2)));
+    const int64_t hits_before = e->stats().num_prefix_hit_tokens;
+    const FinishEvent f = drain(submit_ok(*e, embed(prompt)));
+    ASSERT_EQ(f.reason, FinishReason::kStop) << f.error;
+    expect_near(f.embedding, reference_pool(e->model(), prompt, p),
+                std::string(model::pooling_name(p)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (p == model::Pooling::kLast) {
+      EXPECT_EQ(f.usage.cached_tokens, 96);
+    } else {
+      EXPECT_EQ(f.usage.cached_tokens, 0);
+    }
+    (void)hits_before;
+  }
+}
+
+TEST(EmbeddingEngine, RefusalsAndTheWholeContext) {
+  auto none = start_engine(std::nullopt);  // stories260K has no pooling_type
+  EXPECT_EQ(none->pooling(), model::Pooling::kNone);
+  auto r = none->submit(embed({1, 2, 3}));
+  ASSERT_TRUE(std::holds_alternative<SubmitRefusal>(r));
+  EXPECT_EQ(std::get<SubmitRefusal>(r).error, SubmitError::kInvalid);
+  EXPECT_NE(std::get<SubmitRefusal>(r).message.find("--pooling"), std::string::npos);
+
+  auto e = start_engine(model::Pooling::kMean, 64);
+  auto too_long = e->submit(embed(tokens(65, 1)));
+  ASSERT_TRUE(std::holds_alternative<SubmitRefusal>(too_long));
+  EXPECT_EQ(std::get<SubmitRefusal>(too_long).error, SubmitError::kContextLengthExceeded);
+  auto bad = e->submit(embed({1, 99999}));
+  ASSERT_TRUE(std::holds_alternative<SubmitRefusal>(bad));
+  EXPECT_EQ(std::get<SubmitRefusal>(bad).error, SubmitError::kInvalid);
+  // Exactly the context: accepted (nothing is generated).
+  const FinishEvent f = drain(submit_ok(*e, embed(tokens(64, 1))));
+  EXPECT_EQ(f.reason, FinishReason::kStop) << f.error;
+  EXPECT_EQ(f.embedding.size(), e->model().hparams().n_embd);
+}
+
+// The sentence-transformers goldens of tests/fixtures/hf/qwen3_embed (see
+// tests/unit/model/embedding_goldens_test.cpp) through the whole engine: the converted file's
+// pooling_type (last) chosen with no override, the inputs batched together, L2-normalized.
+TEST(EmbeddingEngine, Qwen3EmbeddingGoldensThroughTheEngine) {
+  const std::string fixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/qwen3_embed";
+  std::ifstream gf(fixture + "/goldens.json");
+  ASSERT_TRUE(gf) << "fixture missing: run tools/record_embedding_goldens.py";
+  const nlohmann::json g = nlohmann::json::parse(gf);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kiln_qwen3_embed_" + std::to_string(::getpid()) + ".gguf"))
+                               .string();
+  model::ConvertOptions co;
+  co.hf_dir = fixture;
+  co.type = "f32";
+  auto w = model::convert_hf(co);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  // The fixture has no tokenizer; the engine wants one: 256 SentencePiece byte tokens.
+  tokenizer::VocabData vocab;
+  vocab.model = "llama";
+  for (int b = 0; b < 256; ++b) {
+    vocab.tokens.push_back(fmt::format("<0x{:02X}>", b));
+    vocab.token_type.push_back(static_cast<int32_t>(tokenizer::TokenType::kByte));
+    vocab.scores.push_back(0.0f);
+  }
+  vocab.bos_id = 1;
+  vocab.eos_id = 2;
+  tokenizer::write_vocab(*w, vocab);
+  ASSERT_TRUE(w->write_file(path).ok());
+  EngineOptions o;
+  o.model_path = path;
+  o.device = model::test_device();
+  o.threads = 2;
+  o.n_ctx = 64;
+  o.max_batch_tokens = 16;  // the 19- and 40-token inputs prefill in chunks
+  o.kv_type = quant::Type::F32;
+  Engine e(o);
+  e.start();
+  ASSERT_TRUE(e.wait_ready().ok());
+  std::filesystem::remove(path);
+  EXPECT_EQ(e.pooling(), model::Pooling::kLast);
+  std::vector<std::shared_ptr<RequestChannel>> chans;
+  for (const auto& s : g["sequences"]) chans.push_back(submit_ok(e, embed(s)));
+  for (size_t i = 0; i < chans.size(); ++i) {
+    FinishEvent f = drain(chans[i]);
+    ASSERT_EQ(f.reason, FinishReason::kStop) << f.error;
+    model::l2_normalize(f.embedding);
+    const std::vector<float> want = g["normalized"]["lasttoken"][i];
+    ASSERT_EQ(f.embedding.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k)
+      ASSERT_NEAR(f.embedding[k], want[k], 1e-4f) << "seq " << i << " dim " << k;
+  }
+}
+
+TEST(EmbeddingEngine, RankPoolingIsRefusedAtStart) {
+  EngineOptions o;
+  o.model_path = kModel;
+  o.pooling = model::Pooling::kRank;
+  Engine e(o);
+  e.start();
+  Status st = e.wait_ready();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("rank"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln::engine
