@@ -10,6 +10,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/chat/template.h"
+#include "kiln/engine/constraint_gate.h"
 #include "kiln/engine/executor.h"
 #include "kiln/engine/scheduler.h"
 #include "kiln/engine/sequence.h"
@@ -39,8 +40,9 @@ struct Active {
   tokenizer::StreamDecoder decoder;
   bool stopped_by_string = false;
   int32_t stop_index = -1;  // which stop string, once stopped_by_string
-  // Structured output (req.grammar): the matcher, and scratch for the mask and masked logits.
-  std::unique_ptr<grammar::Matcher> matcher;
+  // Structured output (req.grammar): where it applies and its matcher, and scratch for the mask
+  // and masked logits.
+  std::unique_ptr<ConstraintGate> gate;
   std::vector<uint64_t> mask;
   std::vector<float> masked_logits;
   bool grammar_dead_end = false;
@@ -108,7 +110,12 @@ struct Engine::Impl {
           id, Active{p.channel, p.req, Sampler(p.req.sampling, n_vocab), StopMatcher(p.req.stop),
                      std::move(eog),
                      tokenizer::StreamDecoder(*engine.tokenizer_, p.req.skip_special), false});
-      if (p.req.grammar) it->second.matcher = std::make_unique<grammar::Matcher>(p.req.grammar);
+      if (p.req.grammar) {
+        const tokenizer::Tokenizer* tok = engine.tokenizer_.get();
+        it->second.gate = std::make_unique<ConstraintGate>(
+            p.req.grammar, p.req.grammar_start, [tok](int32_t id) { return tok->token_piece(id); },
+            p.req.stop_token_ids);
+      }
     }
   }
 
@@ -117,6 +124,35 @@ struct Engine::Impl {
     for (auto& [id, a] : active) {
       if (a.channel->cancelled() || (a.req.deadline && now >= *a.req.deadline)) sched.cancel(id);
     }
+  }
+
+  // Samples a constrained sequence's next token: from the gate's mask, and again without a
+  // token the gate refuses (one that crosses into the grammar with text it rejects); after a few
+  // refusals, from the exact set of tokens the gate allows. nullopt: no token is allowed.
+  std::optional<SampleResult> sample_constrained(Active& a, std::span<const float> row_logits,
+                                                 std::span<const int32_t> tokens) {
+    constexpr int kMaxResamples = 8;
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    if (a.gate->fill_mask(&a.mask)) {
+      if (!grammar::mask_logits(row_logits, a.mask, &a.masked_logits)) return std::nullopt;
+    } else {
+      a.masked_logits.assign(row_logits.begin(), row_logits.end());
+    }
+    SampleResult r = a.sampler.sample(a.masked_logits, tokens);
+    for (int tries = 1; !a.gate->accept(r.token); ++tries) {
+      a.masked_logits[r.token] = kNegInf;
+      if (tries == kMaxResamples) {
+        for (size_t id = 0; id < a.masked_logits.size(); ++id) {
+          if (a.masked_logits[id] != kNegInf && !a.gate->probe(static_cast<int32_t>(id)))
+            a.masked_logits[id] = kNegInf;
+        }
+      }
+      if (std::all_of(a.masked_logits.begin(), a.masked_logits.end(),
+                      [&](float x) { return x == kNegInf; }))
+        return std::nullopt;
+      r = a.sampler.sample(a.masked_logits, tokens);
+    }
+    return r;
   }
 
   // Samples each sequence that reached the end of its known tokens; emits token events.
@@ -130,22 +166,18 @@ struct Engine::Impl {
       Active& a = active.at(s.id);
       const Sequence* seq = sched.find(s.id);
       std::span<const float> row_logits(lg, n_vocab);
-      if (a.matcher) {
-        a.mask.resize(a.matcher->mask_words());
-        a.matcher->fill_mask(a.mask);
-        if (!grammar::mask_logits(row_logits, a.mask, &a.masked_logits)) {
+      SampleResult r;
+      if (a.gate) {
+        std::optional<SampleResult> sampled = sample_constrained(a, row_logits, seq->tokens);
+        if (!sampled) {
           // Nothing allowed: end here (never emit a token outside the grammar).
           a.grammar_dead_end = true;
           outputs.push_back({s.id, eog_ids.empty() ? 0 : eog_ids[0], true});
           continue;
         }
-        row_logits = a.masked_logits;
-      }
-      const SampleResult r = a.sampler.sample(row_logits, seq->tokens);
-      if (a.matcher && !a.matcher->accept_token(r.token)) {
-        a.grammar_dead_end = true;  // (the mask allowed it: an invariant, kept off the output)
-        outputs.push_back({s.id, r.token, true});
-        continue;
+        r = std::move(*sampled);
+      } else {
+        r = a.sampler.sample(row_logits, seq->tokens);
       }
       bool stop = false;
       if (!a.req.ignore_eos && a.eog.contains(r.token)) {
