@@ -1,6 +1,7 @@
 #include "kiln/engine/constraint_gate.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace kiln::engine {
 namespace {
@@ -246,6 +247,32 @@ bool ConstraintGate::accept(int32_t token) {
   }
   state_ = std::move(next);
   return true;
+}
+
+std::optional<SampleResult> ConstraintGate::sample(
+    std::span<const float> logits,
+    const std::function<SampleResult(std::span<const float>)>& draw) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (fill_mask(&mask_)) {
+    if (!grammar::mask_logits(logits, mask_, &masked_logits_)) return std::nullopt;
+  } else {
+    masked_logits_.assign(logits.begin(), logits.end());
+  }
+  SampleResult r = draw(masked_logits_);
+  for (int num_refused = 1; !accept(r.token); ++num_refused) {
+    masked_logits_[r.token] = kNegInf;
+    if (num_refused == kMaxRedraws) {
+      for (size_t id = 0; id < masked_logits_.size(); ++id) {
+        if (masked_logits_[id] != kNegInf && !probe(static_cast<int32_t>(id)))
+          masked_logits_[id] = kNegInf;
+      }
+    }
+    if (std::all_of(masked_logits_.begin(), masked_logits_.end(),
+                    [&](float x) { return x == kNegInf; }))
+      return std::nullopt;
+    r = draw(masked_logits_);
+  }
+  return r;
 }
 
 bool ConstraintGate::probe(int32_t token) {

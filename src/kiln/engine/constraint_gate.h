@@ -20,11 +20,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "kiln/engine/api.h"
+#include "kiln/engine/sampler.h"
 #include "kiln/grammar/matcher.h"
 
 namespace kiln::engine {
@@ -48,6 +51,14 @@ class ConstraintGate {
   bool accept(int32_t token);
   // Would accept(token) succeed? (Nothing changes.)
   bool probe(int32_t token);
+  // Draws the next token and accepts it: `draw` samples from logits (the request's sampler)
+  // after the gate's mask; a token accept() refuses is removed and drawn again, and after
+  // kMaxRedraws refusals the logits keep exactly the tokens probe() allows. nullopt (nothing
+  // accepted): no token is allowed. `logits` may hold padding ids past the vocabulary.
+  static constexpr int kMaxRedraws = 8;
+  std::optional<SampleResult> sample(
+      std::span<const float> logits,
+      const std::function<SampleResult(std::span<const float>)>& draw);
   const grammar::Matcher& matcher() const { return matcher_; }
   int32_t num_vocab_tokens() const { return num_tokens_; }
 
@@ -82,6 +93,8 @@ class ConstraintGate {
   int32_t num_tokens_ = 0;
   size_t max_trigger_bytes_ = 0;
   State state_;
+  std::vector<uint64_t> mask_;        // sample(): scratch
+  std::vector<float> masked_logits_;  // sample(): scratch
   std::vector<int32_t> space_tokens_;
   bool space_tokens_known_ = false;
 };

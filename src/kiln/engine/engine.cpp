@@ -40,11 +40,8 @@ struct Active {
   tokenizer::StreamDecoder decoder;
   bool stopped_by_string = false;
   int32_t stop_index = -1;  // which stop string, once stopped_by_string
-  // Structured output (req.grammar): where it applies and its matcher, and scratch for the mask
-  // and masked logits.
+  // Structured output (req.grammar): where it applies, its matcher and how tokens are drawn.
   std::unique_ptr<ConstraintGate> gate;
-  std::vector<uint64_t> mask;
-  std::vector<float> masked_logits;
   bool grammar_dead_end = false;
 };
 
@@ -126,35 +123,6 @@ struct Engine::Impl {
     }
   }
 
-  // Samples a constrained sequence's next token: from the gate's mask, and again without a
-  // token the gate refuses (one that crosses into the grammar with text it rejects); after a few
-  // refusals, from the exact set of tokens the gate allows. nullopt: no token is allowed.
-  std::optional<SampleResult> sample_constrained(Active& a, std::span<const float> row_logits,
-                                                 std::span<const int32_t> tokens) {
-    constexpr int kMaxResamples = 8;
-    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-    if (a.gate->fill_mask(&a.mask)) {
-      if (!grammar::mask_logits(row_logits, a.mask, &a.masked_logits)) return std::nullopt;
-    } else {
-      a.masked_logits.assign(row_logits.begin(), row_logits.end());
-    }
-    SampleResult r = a.sampler.sample(a.masked_logits, tokens);
-    for (int tries = 1; !a.gate->accept(r.token); ++tries) {
-      a.masked_logits[r.token] = kNegInf;
-      if (tries == kMaxResamples) {
-        for (size_t id = 0; id < a.masked_logits.size(); ++id) {
-          if (a.masked_logits[id] != kNegInf && !a.gate->probe(static_cast<int32_t>(id)))
-            a.masked_logits[id] = kNegInf;
-        }
-      }
-      if (std::all_of(a.masked_logits.begin(), a.masked_logits.end(),
-                      [&](float x) { return x == kNegInf; }))
-        return std::nullopt;
-      r = a.sampler.sample(a.masked_logits, tokens);
-    }
-    return r;
-  }
-
   // Samples each sequence that reached the end of its known tokens; emits token events.
   std::vector<SeqOutput> sample(const StepPlan& plan) {
     std::vector<SeqOutput> outputs;
@@ -168,7 +136,8 @@ struct Engine::Impl {
       std::span<const float> row_logits(lg, n_vocab);
       SampleResult r;
       if (a.gate) {
-        std::optional<SampleResult> sampled = sample_constrained(a, row_logits, seq->tokens);
+        std::optional<SampleResult> sampled = a.gate->sample(
+            row_logits, [&](std::span<const float> l) { return a.sampler.sample(l, seq->tokens); });
         if (!sampled) {
           // Nothing allowed: end here (never emit a token outside the grammar).
           a.grammar_dead_end = true;
