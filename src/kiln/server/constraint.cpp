@@ -208,8 +208,15 @@ void lazy_tool_call(const Json& tools, bool parallel, ServerContext& ctx,
   request->grammar_start.triggers = std::move(format->triggers);
 }
 
-void exempt_reasoning(const chat::ParserConfig& config, engine::GenerationRequest* request) {
+void exempt_reasoning(const chat::ParserConfig& config, std::string_view rendered_prompt,
+                      engine::GenerationRequest* request) {
   if (!request->grammar || !config.reasoning) return;
+  // A prompt that closed the block itself (Qwen3 with enable_thinking false writes an empty
+  // one) asks for the answer: constrained from the first token.
+  const size_t end = rendered_prompt.find_last_not_of(" \t\r\n");
+  const std::string_view trimmed =
+      end == std::string_view::npos ? std::string_view() : rendered_prompt.substr(0, end + 1);
+  if (!config.think_close.empty() && trimmed.ends_with(config.think_close)) return;
   engine::GrammarStart& start = request->grammar_start;
   start.reasoning = true;
   start.reasoning_open_at_start = config.reasoning_open_at_start;

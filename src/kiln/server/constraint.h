@@ -55,7 +55,9 @@ void lazy_tool_call(const nlohmann::ordered_json& tools, bool parallel, ServerCo
 
 // The reasoning exemption: with a reasoning template, the request's grammar (if any) applies
 // from the end of the thinking block (engine::GrammarStart). `config`: the parser's
-// configuration refined for the rendered prompt (adjust_for_prompt).
-void exempt_reasoning(const chat::ParserConfig& config, engine::GenerationRequest* request);
+// configuration refined for the rendered prompt (adjust_for_prompt). A prompt that ends with
+// the closing tag (thinking switched off by the template) gets no exemption.
+void exempt_reasoning(const chat::ParserConfig& config, std::string_view rendered_prompt,
+                      engine::GenerationRequest* request);
 
 }  // namespace kiln::server

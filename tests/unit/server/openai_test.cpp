@@ -291,6 +291,11 @@ TEST_F(OpenAiTest, ConstraintsStartAfterThinkingAndAutoToolCallsAreLazy) {
     EXPECT_EQ(req.grammar_start.think_close, "</think>");
   }
 
+  // Thinking switched off (Qwen3 writes an empty closed block in the prompt): no exemption.
+  body["chat_template_kwargs"] = {{"enable_thinking", false}};
+  ASSERT_EQ(post("/v1/chat/completions", body).status, 200);
+  EXPECT_FALSE(engine_.requests().back().grammar_start.reasoning);
+
   const std::string call =
       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
       "\"Paris\"}}\n</tool_call>";
