@@ -253,13 +253,18 @@ std::optional<SampleResult> ConstraintGate::sample(
     std::span<const float> logits,
     const std::function<SampleResult(std::span<const float>)>& draw) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  SampleResult r;
   if (fill_mask(&mask_)) {
     if (!grammar::mask_logits(logits, mask_, &masked_logits_)) return std::nullopt;
+    r = draw(masked_logits_);
+    if (accept(r.token)) return r;
   } else {
+    // Free text: the logits as they are, copied only when a token is refused.
+    r = draw(logits);
+    if (accept(r.token)) return r;
     masked_logits_.assign(logits.begin(), logits.end());
   }
-  SampleResult r = draw(masked_logits_);
-  for (int num_refused = 1; !accept(r.token); ++num_refused) {
+  for (int num_refused = 1;; ++num_refused) {
     masked_logits_[r.token] = kNegInf;
     if (num_refused == kMaxRedraws) {
       for (size_t id = 0; id < masked_logits_.size(); ++id) {
@@ -271,8 +276,8 @@ std::optional<SampleResult> ConstraintGate::sample(
                     [&](float x) { return x == kNegInf; }))
       return std::nullopt;
     r = draw(masked_logits_);
+    if (accept(r.token)) return r;
   }
-  return r;
 }
 
 bool ConstraintGate::probe(int32_t token) {

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -278,6 +280,35 @@ TEST(ConstraintGateThinking, LazyTriggersWaitForTheEndOfThinking) {
   feed(gate, {3});
   EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kConstrained);
   feed(gate, {4, 5, 6, 8, 9, 10, 11, 12, kEnd});
+}
+
+// sample(): a drawn token the gate refuses is removed and drawn again; nothing left: nullopt.
+TEST(ConstraintGateSample, RedrawsRefusedTokensAndReportsADeadEnd) {
+  auto argmax = [](std::span<const float> l) {
+    return SampleResult{
+        static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin()), 0.0f, {}};
+  };
+  std::vector<float> logits(kVocab.size(), 0.0f);
+  logits[25] = 9.0f;  // "<tool_call>x": opens a call with text the grammar rejects
+  logits[3] = 8.0f;   // "<tool_call>"
+  ConstraintGate gate = make_gate(hermes_calls(), hermes_lazy());
+  auto r = gate.sample(logits, argmax);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->token, 3);
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kConstrained);
+  // Under the grammar: the mask, then the call's next token.
+  logits.assign(kVocab.size(), 0.0f);
+  logits[1] = 9.0f;  // "Hello": not allowed after the trigger
+  r = gate.sample(logits, argmax);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->token, 4);  // "\n", the only token the grammar allows here
+
+  ConstraintGate dead = make_gate(hermes_calls(), hermes_lazy());
+  const float ninf = -std::numeric_limits<float>::infinity();
+  logits.assign(kVocab.size(), ninf);
+  logits[25] = 1.0f;  // the only candidate, and refused
+  EXPECT_FALSE(dead.sample(logits, argmax).has_value());
+  EXPECT_EQ(dead.phase(), ConstraintGate::Phase::kFree);
 }
 
 }  // namespace
