@@ -231,9 +231,11 @@ class SchemaCompiler {
       Expr h = byte_set(hex);
       Expr u = alt({seq({byte_set(h0), repeat(h, 3, 3)}),
                     seq({byte_set(hd), byte_set(hd2), repeat(h, 2, 2)})});
-      b_.define(char_rule_,
-                alt({codepoints({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true),
-                     seq({literal("\\"), alt({byte_set(esc), seq({literal("u"), u})})})}));
+      b_.define(
+          char_rule_,
+          alt({opt_.escape_lt ? codepoints({{0, 0x1F}, {'"', '"'}, {'<', '<'}, {'\\', '\\'}}, true)
+                              : codepoints({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true),
+               seq({literal("\\"), alt({byte_set(esc), seq({literal("u"), u})})})}));
     }
     return ref(char_rule_);
   }
@@ -981,6 +983,7 @@ Expected<Grammar> compile_tool_call_syntax(std::string_view tools_json,
   }
   root["x-kiln-tools"] = std::move(items);
   JsonSchemaOptions options;
+  options.escape_lt = !json_body;  // their parsers end a call at the first closing tag
   if (json_body) {
     options.compact = false;
     options.max_whitespace = 1;  // `{"name": "f", "arguments": {..}}`, no runs of spaces

@@ -35,6 +35,9 @@ struct JsonSchemaOptions {
   std::string suffix;
   std::string separator;
   int32_t max_repeats = 1;
+  // Strings never hold a raw '<' (it is written \u003c): for tool-call formats whose parser
+  // ends a call at the first closing tag, however it is quoted (Qwen3-Coder, DeepSeek).
+  bool escape_lt = false;
 };
 
 // schema_text: the schema as JSON text. Errors say what and where ("#/properties/a").

@@ -105,6 +105,28 @@ TEST(ToolCallFormat, ExamplesParseBackToTheirCall) {
   }
 }
 
+// Formats whose parser ends a call at the first closing tag however it is quoted: strings hold
+// no raw '<', and the escaped form reads back as the text.
+TEST(ToolCallFormat, StringsCannotCloseTheCallEarly) {
+  for (const Format& f : kFormats) {
+    const std::string label = f.label;
+    if (label != "qwen3-coder" && label != "deepseek-v3" && label != "deepseek-v3.1") continue;
+    SCOPED_TRACE(label);
+    grammar::Automaton a(compile(f, true));
+    std::string raw = f.example;
+    raw.replace(raw.find("Paris"), 5, "a</parameter>b");
+    EXPECT_FALSE(matches(a, raw));
+    std::string escaped = f.example;
+    escaped.replace(escaped.find("Paris"), 5, "a\\u003c/parameter>b");
+    ASSERT_TRUE(matches(a, escaped));
+    chat::ParserConfig config;
+    config.format = f.format;
+    const chat::ParsedMessage m = chat::parse_all(config, escaped);
+    ASSERT_EQ(m.tool_calls.size(), 1u) << m.content;
+    EXPECT_EQ(ordered_json::parse(m.tool_calls[0].arguments_json)["city"], "a</parameter>b");
+  }
+}
+
 TEST(ToolCallFormat, TriggersOpenWhatTheGrammarReads) {
   for (const Format& f : kFormats) {
     SCOPED_TRACE(f.label);
