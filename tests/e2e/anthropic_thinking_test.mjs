@@ -80,3 +80,31 @@ test('a budget that leaves no room for the closing tag: all thinking until max_t
   assert.equal(m.stop_reason, 'max_tokens');
   assert.ok(m.usage.output_tokens <= 24, JSON.stringify(m.usage));
 });
+
+test('tool_choice any with thinking: the block is free, then the forced call follows it', async () => {
+  // Anthropic's API refuses this pair; kiln applies the call's grammar from the end of the
+  // thinking block (the reasoning exemption), which the budget closes on this random model.
+  const tools = [{
+    name: 'get_weather', description: 'Current weather in a city.',
+    input_schema: {
+      type: 'object', properties: { city: { type: 'string', maxLength: 8 }, unit: { enum: ['c', 'f'] } },
+      required: ['city'],
+    },
+  }];
+  for (const temperature of [0, 1]) {
+    const m = await client.messages.create(request({
+      max_tokens: 160, temperature, tools, tool_choice: { type: 'any', disable_parallel_tool_use: true },
+      thinking: { type: 'enabled', budget_tokens: 8 },
+    }));
+    const types = m.content.map((b) => b.type);
+    assert.equal(types[0], 'thinking', JSON.stringify(m.content));
+    assert.deepEqual(types.slice(1), ['tool_use'], JSON.stringify(m.content));
+    assert.equal(m.stop_reason, 'tool_use');
+    const input = m.content[1].input;
+    assert.equal(m.content[1].name, 'get_weather');
+    assert.equal(typeof input.city, 'string');
+    assert.ok([...input.city].length <= 8);
+    if ('unit' in input) assert.ok(['c', 'f'].includes(input.unit));
+    assert.deepEqual(Object.keys(input).filter((k) => !['city', 'unit'].includes(k)), []);
+  }
+});

@@ -131,7 +131,8 @@ test('chat: non-stream and stream agree, usage reported', async () => {
 // rendering the model's own template over the same messages and tools: its token count is
 // the usage.prompt_tokens the server reports. And the parsed call: a named tool_choice forces
 // the call through the grammar of the template's format (Qwen3: <tool_call> JSON), which the
-// parser must give back as message.tool_calls.
+// parser must give back as message.tool_calls; the grammar applies after the thinking block
+// (the reasoning exemption), so the call is asked for with thinking off.
 test('chat: tools are accepted, a tool result turn renders, and the call is parsed', async () => {
   await withTinyQwen3(async (c, url) => {
     const lookup = { type: 'function', function: { name: 'lookup', description: 'Look a word up',
@@ -148,7 +149,17 @@ test('chat: tools are accepted, a tool result turn renders, and the call is pars
       model: 'tiny', messages, tools: [lookup], tool_choice: { type: 'function', function: { name: 'lookup' } },
       parallel_tool_calls: false, max_tokens: 64, temperature: 0,
     });
-    const choice = r.choices[0];
+    // Thinking on (Qwen3's default), the forced call's grammar waits for the end of the thinking
+    // block, which this random model never writes: the reply is all reasoning.
+    assert.equal(r.choices[0].finish_reason, 'length', JSON.stringify(r.choices[0]));
+    assert.ok(r.choices[0].message.reasoning_content.length > 0);
+    // Thinking off (the template closes the block in the prompt): the call comes at once.
+    const forced = await c.chat.completions.create({
+      model: 'tiny', messages, tools: [lookup], tool_choice: { type: 'function', function: { name: 'lookup' } },
+      parallel_tool_calls: false, max_tokens: 64, temperature: 0,
+      chat_template_kwargs: { enable_thinking: false },
+    });
+    const choice = forced.choices[0];
     assert.equal(choice.finish_reason, 'tool_calls', JSON.stringify(choice));
     assert.equal(choice.message.content, null);
     assert.equal(choice.message.tool_calls.length, 1);

@@ -23,6 +23,26 @@
 
 namespace kiln::engine {
 
+// Where GenerationRequest::grammar applies (engine/constraint_gate.h).
+struct GrammarStart {
+  // A lazy grammar (tool_choice auto): the output is free text until one of these strings
+  // appears in it (a tool call opening in the chat format's syntax), then the grammar applies
+  // from the trigger's first byte to the end. Empty: the grammar applies from the start.
+  struct Trigger {
+    std::string text;
+    bool at_start = false;  // only as the first non-whitespace text of the answer
+  };
+  std::vector<Trigger> triggers;
+  // The reasoning exemption: a thinking block at the start of the output (think_open after
+  // whitespace, or already open when reasoning_open_at_start) is free; the grammar (or the
+  // watch for triggers) starts after think_close. A forced grammar masks the end tokens inside
+  // the block.
+  bool reasoning = false;
+  bool reasoning_open_at_start = false;
+  std::string think_open;
+  std::string think_close;
+};
+
 struct GenerationRequest {
   std::string request_id;              // for logs (X-Request-Id)
   std::vector<int32_t> prompt_tokens;  // already templated and tokenized by the server
@@ -38,6 +58,7 @@ struct GenerationRequest {
   // to the logits before any sampling step), and end-of-generation only where it may end. A
   // dead end (no token allowed) finishes the request with kLength and a note in `error`.
   std::shared_ptr<grammar::CompiledGrammar> grammar;
+  GrammarStart grammar_start;
   // Embedding: the prompt is computed (its own sequence, batched with everything else) and
   // pooled with the engine's pooling; nothing is generated (sampling, max_tokens and stops
   // are ignored). FinishEvent::embedding holds the pooled vector.

@@ -10,6 +10,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/chat/template.h"
+#include "kiln/engine/constraint_gate.h"
 #include "kiln/engine/executor.h"
 #include "kiln/engine/scheduler.h"
 #include "kiln/engine/sequence.h"
@@ -39,10 +40,8 @@ struct Active {
   tokenizer::StreamDecoder decoder;
   bool stopped_by_string = false;
   int32_t stop_index = -1;  // which stop string, once stopped_by_string
-  // Structured output (req.grammar): the matcher, and scratch for the mask and masked logits.
-  std::unique_ptr<grammar::Matcher> matcher;
-  std::vector<uint64_t> mask;
-  std::vector<float> masked_logits;
+  // Structured output (req.grammar): where it applies, its matcher and how tokens are drawn.
+  std::unique_ptr<ConstraintGate> gate;
   bool grammar_dead_end = false;
   // Embed requests: the pooled rows so far, and the pooled vector once the prompt is done.
   model::PoolAccumulator pool;
@@ -120,7 +119,12 @@ struct Engine::Impl {
           id, Active{p.channel, p.req, Sampler(p.req.sampling, n_vocab), StopMatcher(p.req.stop),
                      std::move(eog),
                      tokenizer::StreamDecoder(*engine.tokenizer_, p.req.skip_special), false});
-      if (p.req.grammar) it->second.matcher = std::make_unique<grammar::Matcher>(p.req.grammar);
+      if (p.req.grammar) {
+        const tokenizer::Tokenizer* tok = engine.tokenizer_.get();
+        it->second.gate = std::make_unique<ConstraintGate>(
+            p.req.grammar, p.req.grammar_start, [tok](int32_t id) { return tok->token_piece(id); },
+            p.req.stop_token_ids);
+      }
       if (p.req.embed)
         it->second.pool = model::PoolAccumulator(engine.pooling(), engine.embedding_width());
     }
@@ -184,22 +188,19 @@ struct Engine::Impl {
       const float* lg = logits.data() + static_cast<int64_t>(row++) * n_vocab;
       const Sequence* seq = sched.find(s.id);
       std::span<const float> row_logits(lg, n_vocab);
-      if (a.matcher) {
-        a.mask.resize(a.matcher->mask_words());
-        a.matcher->fill_mask(a.mask);
-        if (!grammar::mask_logits(row_logits, a.mask, &a.masked_logits)) {
+      SampleResult r;
+      if (a.gate) {
+        std::optional<SampleResult> sampled = a.gate->sample(
+            row_logits, [&](std::span<const float> l) { return a.sampler.sample(l, seq->tokens); });
+        if (!sampled) {
           // Nothing allowed: end here (never emit a token outside the grammar).
           a.grammar_dead_end = true;
           outputs.push_back({s.id, eog_ids.empty() ? 0 : eog_ids[0], true});
           continue;
         }
-        row_logits = a.masked_logits;
-      }
-      const SampleResult r = a.sampler.sample(row_logits, seq->tokens);
-      if (a.matcher && !a.matcher->accept_token(r.token)) {
-        a.grammar_dead_end = true;  // (the mask allowed it: an invariant, kept off the output)
-        outputs.push_back({s.id, r.token, true});
-        continue;
+        r = std::move(*sampled);
+      } else {
+        r = a.sampler.sample(row_logits, seq->tokens);
       }
       bool stop = false;
       if (!a.req.ignore_eos && a.eog.contains(r.token)) {

@@ -29,6 +29,8 @@ Expected<Grammar> compile_constraint(const ConstraintSpec& spec) {
       return compile_choice(spec.choices);
     case ConstraintSpec::Kind::kToolCalls:
       return compile_tool_calls(spec.text, spec.arguments_key, spec.json);
+    case ConstraintSpec::Kind::kToolCallSyntax:
+      return compile_tool_call_syntax(spec.text, spec.syntax);
   }
   return err("unknown constraint kind");
 }
@@ -42,6 +44,16 @@ Expected<std::shared_ptr<CompiledGrammar>> GrammarCache::get(const ConstraintSpe
   for (const std::string* part :
        {&spec.json.prefix, &spec.json.suffix, &spec.json.separator, &spec.arguments_key}) {
     key += std::to_string(part->size()) + ":" + *part;
+  }
+  if (spec.kind == ConstraintSpec::Kind::kToolCallSyntax) {
+    const ToolCallSyntax& syn = spec.syntax;
+    key += std::to_string(static_cast<int>(syn.body)) + ":" + std::to_string(syn.max_calls) + ":";
+    for (const std::string* part : {&syn.arguments_key, &syn.before_name, &syn.after_name,
+                                    &syn.call_open, &syn.call_close, &syn.separator, &syn.close}) {
+      key += std::to_string(part->size()) + ":" + *part;
+    }
+    for (const std::string& o : syn.opens) key += "|" + std::to_string(o.size()) + ":" + o;
+    key += '\0';
   }
   key +=
       std::to_string(spec.json.max_repeats) + ":" + std::to_string(spec.json.max_whitespace) + ":";

@@ -19,18 +19,20 @@ namespace kiln::grammar {
 
 struct ConstraintSpec {
   enum class Kind : uint8_t {
-    kJsonSchema,  // text: the schema
-    kJsonObject,  // any JSON object
-    kRegex,       // text: the pattern (matched in full)
-    kGbnf,        // text: the grammar
-    kChoice,      // choices: one of these strings exactly
-    kToolCalls,   // text: the OpenAI tools array; json: the call's framing (compile_tool_calls)
+    kJsonSchema,      // text: the schema
+    kJsonObject,      // any JSON object
+    kRegex,           // text: the pattern (matched in full)
+    kGbnf,            // text: the grammar
+    kChoice,          // choices: one of these strings exactly
+    kToolCalls,       // text: the OpenAI tools array; json: the call's framing (compile_tool_calls)
+    kToolCallSyntax,  // text: the OpenAI tools array; syntax: the format (compile_tool_call_syntax)
   };
   Kind kind = Kind::kJsonObject;
   std::string text;
   std::vector<std::string> choices;
   JsonSchemaOptions json;
   std::string arguments_key = "arguments";  // kToolCalls: "arguments" or "parameters" (Llama 3)
+  ToolCallSyntax syntax;                    // kToolCallSyntax
 };
 
 Expected<Grammar> compile_constraint(const ConstraintSpec& spec);

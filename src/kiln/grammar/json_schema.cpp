@@ -146,6 +146,48 @@ class SchemaCompiler {
     return b_.build(r);
   }
 
+  // root_ holds the tools under "x-kiln-tools" (kJson: each tool's call object; else its
+  // parameters) beside their merged $defs; names[i] is tool i's name.
+  Expected<Grammar> tool_calls(const ToolCallSyntax& syn, const std::vector<std::string>& names) {
+    const Json& items = root_.at("x-kiln-tools");
+    std::vector<Expr> bodies;
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::string ptr = "#/x-kiln-tools/" + std::to_string(i);
+      Opt e;
+      switch (syn.body) {
+        case ToolCallSyntax::Body::kJson:
+          e = schema(items[i], ptr);
+          break;
+        case ToolCallSyntax::Body::kNamed:
+          if (auto args = schema(items[i], ptr)) {
+            e = seq({literal(syn.before_name), literal(names[i]), literal(syn.after_name),
+                     std::move(*args)});
+          }
+          break;
+        case ToolCallSyntax::Body::kXml:
+          e = xml_call(items[i], ptr, names[i]);
+          break;
+      }
+      if (!e) return err("tool calls: tools[{}] ('{}') parameters: {}", i, names[i], error_);
+      bodies.push_back(std::move(*e));
+    }
+    const int32_t call = b_.rule("call");
+    b_.define(call, seq({ws(), literal(syn.call_open), alt(std::move(bodies)),
+                         literal(syn.call_close), ws()}));
+    std::vector<Expr> opens;
+    for (const std::string& o : syn.opens) opens.push_back(literal(o));
+    if (opens.empty()) opens.push_back(empty());
+    std::vector<Expr> parts;
+    parts.push_back(alt(std::move(opens)));
+    parts.push_back(ref(call));
+    if (syn.max_calls > 1)
+      parts.push_back(repeat(seq({literal(syn.separator), ref(call)}), 0, syn.max_calls - 1));
+    parts.push_back(literal(syn.close));
+    const int32_t r = b_.rule("root");
+    b_.define(r, seq(std::move(parts)));
+    return b_.build(r);
+  }
+
   Grammar any_object() {
     const int32_t r = b_.rule("root");
     b_.define(r, seq({ws(), ref(object_rule()), ws()}));
@@ -189,9 +231,11 @@ class SchemaCompiler {
       Expr h = byte_set(hex);
       Expr u = alt({seq({byte_set(h0), repeat(h, 3, 3)}),
                     seq({byte_set(hd), byte_set(hd2), repeat(h, 2, 2)})});
-      b_.define(char_rule_,
-                alt({codepoints({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true),
-                     seq({literal("\\"), alt({byte_set(esc), seq({literal("u"), u})})})}));
+      b_.define(
+          char_rule_,
+          alt({opt_.escape_lt ? codepoints({{0, 0x1F}, {'"', '"'}, {'<', '<'}, {'\\', '\\'}}, true)
+                              : codepoints({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true),
+               seq({literal("\\"), alt({byte_set(esc), seq({literal("u"), u})})})}));
     }
     return ref(char_rule_);
   }
@@ -717,6 +761,54 @@ class SchemaCompiler {
     return seq({literal("{"), ws(), tail(0, false), ws(), literal("}")});
   }
 
+  // Qwen3-Coder's call body: <function=NAME>\n, each parameter as
+  // <parameter=KEY>\nVALUE\n</parameter>\n (VALUE compact JSON), </function>.
+  Opt xml_call(const Json& s, const std::string& ptr, const std::string& name) {
+    std::vector<Expr> parts;
+    parts.push_back(literal("<function=" + name + ">\n"));
+    auto param = [&](const std::string& key, Expr value) {
+      return seq(
+          {literal("<parameter=" + key + ">\n"), std::move(value), literal("\n</parameter>\n")});
+    };
+    if (s.is_object()) {
+      for (auto it = s.begin(); it != s.end(); ++it) {
+        const std::string& k = it.key();
+        if (k == "properties" || k == "required" || k == "additionalProperties" || !constrains(k))
+          continue;
+        if (k == "type" && it.value() == "object") continue;
+        return fail("'" + k + "' at " + ptr +
+                    " (the XML tool-call format takes parameters as an object with properties)");
+      }
+      std::set<std::string> required;
+      if (auto r = s.find("required"); r != s.end() && r->is_array()) {
+        for (const Json& x : *r) {
+          if (x.is_string()) required.insert(x.get<std::string>());
+        }
+      }
+      std::set<std::string> listed;
+      if (auto p = s.find("properties"); p != s.end()) {
+        if (!p->is_object()) return fail("properties at " + ptr + " is not an object");
+        for (auto it = p->begin(); it != p->end(); ++it) {
+          if (it.key().empty() || it.key().find_first_of("<>\n") != std::string::npos)
+            return fail("property name '" + it.key() + "' at " + ptr +
+                        " cannot be written in the XML tool-call format");
+          auto v = schema(*it, ptr + "/properties/" + escape_pointer(it.key()));
+          if (!v) return std::nullopt;
+          listed.insert(it.key());
+          Expr e = param(it.key(), std::move(*v));
+          parts.push_back(required.count(it.key()) ? std::move(e) : opt(std::move(e)));
+        }
+      }
+      for (const std::string& r : required) {
+        if (!listed.count(r)) parts.push_back(param(r, ref(value_rule())));
+      }
+    } else if (!(s.is_boolean() && s.get<bool>())) {
+      return fail("parameters at " + ptr + " is not an object schema");
+    }
+    parts.push_back(literal("</function>"));
+    return seq(std::move(parts));
+  }
+
   Opt array_schema(const Json& s, const std::string& ptr) {
     bool bad = false;
     auto min_items = get_int(s, "minItems", ptr, &bad);
@@ -840,6 +932,63 @@ Expected<Grammar> compile_tool_calls(std::string_view tools_json, std::string_vi
   options.compact = false;
   options.max_whitespace = 1;  // `{"name": "f", "arguments": {..}}`, no runs of spaces
   return compile_json_schema(schema.dump(), options);
+}
+
+Expected<Grammar> compile_tool_call_syntax(std::string_view tools_json,
+                                           const ToolCallSyntax& syntax) {
+  Json tools = Json::parse(tools_json, nullptr, false);
+  if (tools.is_discarded() || !tools.is_array() || tools.empty()) {
+    return err("tool calls: 'tools' must be a non-empty array");
+  }
+  const bool json_body = syntax.body == ToolCallSyntax::Body::kJson;
+  Json root = Json::object();
+  Json items = Json::array();
+  std::vector<std::string> names;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const Json& t = tools[i];
+    const Json* fn = t.is_object() && t.contains("function") ? &t["function"] : &t;
+    if (!fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+      return err("tool calls: tools[{}] has no function name", i);
+    }
+    const std::string name = (*fn)["name"].get<std::string>();
+    if (!json_body && (name.empty() || name.find_first_of(" \t\r\n<>`{") != std::string::npos)) {
+      return err("tool calls: tools[{}] ('{}'): this tool-call format cannot write that name", i,
+                 name);
+    }
+    Json params = fn->contains("parameters") ? (*fn)["parameters"] : Json::object();
+    if (params.is_null() || (params.is_object() && params.empty())) params = {{"type", "object"}};
+    // Each tool's schema is checked alone, so an error names the tool, not a branch.
+    if (auto alone = compile_json_schema(params.dump()); !alone.ok()) {
+      return err("tool calls: tools[{}] ('{}') parameters: {}", i, name, alone.error().message);
+    }
+    for (const char* defs : {"$defs", "definitions"}) {
+      if (params.is_object() && params.contains(defs) && params[defs].is_object()) {
+        for (auto it = params[defs].begin(); it != params[defs].end(); ++it) {
+          root[defs][it.key()] = it.value();
+        }
+      }
+    }
+    if (json_body) {
+      Json props = Json::object();
+      props["name"] = {{"const", name}};
+      props[syntax.arguments_key] = params;
+      items.push_back({{"type", "object"},
+                       {"properties", props},
+                       {"required", {"name", syntax.arguments_key}},
+                       {"additionalProperties", false}});
+    } else {
+      items.push_back(params);
+    }
+    names.push_back(name);
+  }
+  root["x-kiln-tools"] = std::move(items);
+  JsonSchemaOptions options;
+  options.escape_lt = !json_body;  // their parsers end a call at the first closing tag
+  if (json_body) {
+    options.compact = false;
+    options.max_whitespace = 1;  // `{"name": "f", "arguments": {..}}`, no runs of spaces
+  }
+  return SchemaCompiler(root, options).tool_calls(syntax, names);
 }
 
 Grammar json_object_grammar(const JsonSchemaOptions& options) {

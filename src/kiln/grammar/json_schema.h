@@ -14,7 +14,9 @@
 //    know (format is an annotation by default since draft 2019-09) are ignored.
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/grammar/grammar.h"
 #include "kiln/util/status.h"
@@ -33,6 +35,9 @@ struct JsonSchemaOptions {
   std::string suffix;
   std::string separator;
   int32_t max_repeats = 1;
+  // Strings never hold a raw '<' (it is written \u003c): for tool-call formats whose parser
+  // ends a call at the first closing tag, however it is quoted (Qwen3-Coder, DeepSeek).
+  bool escape_lt = false;
 };
 
 // schema_text: the schema as JSON text. Errors say what and where ("#/properties/a").
@@ -46,6 +51,32 @@ Expected<Grammar> compile_json_schema(std::string_view schema_text,
 // ({"type":"function","function":{"name","parameters"}}). Errors name the tool.
 Expected<Grammar> compile_tool_calls(std::string_view tools_json, std::string_view arguments_key,
                                      JsonSchemaOptions options);
+
+// How a model's chat format writes tool calls (the output parsers in chat/ read the same shapes):
+//   one of `opens`, then CALL (separator CALL){0, max_calls - 1}, then close
+//   CALL = call_open BODY call_close
+// BODY names one of the tools and gives arguments valid against that tool's `parameters`:
+//   kJson:  {"name": "NAME", "<arguments_key>": ARGS}, at most one whitespace character wherever
+//           JSON allows it (Hermes/Qwen, Llama 3, Mistral's array)
+//   kNamed: before_name NAME after_name ARGS, ARGS compact JSON (DeepSeek)
+//   kXml:   <function=NAME>\n then per parameter, in the schema's order (required ones always,
+//           optional ones may be left out) <parameter=KEY>\nVALUE\n</parameter>\n, then
+//           </function>; VALUE is the property's value as compact JSON (a string quoted), which
+//           the Qwen3-Coder parser reads back as that JSON value (Qwen3-Coder). Parameters must be
+//           an object schema with `properties`.
+struct ToolCallSyntax {
+  enum class Body : uint8_t { kJson, kNamed, kXml };
+  Body body = Body::kJson;
+  std::string arguments_key = "arguments";
+  std::string before_name, after_name;    // kNamed
+  std::vector<std::string> opens = {""};  // the block starts with one of these
+  std::string call_open, call_close, separator, close;
+  int32_t max_calls = 1;
+};
+
+// tools_json: the OpenAI `tools` array. Errors name the tool.
+Expected<Grammar> compile_tool_call_syntax(std::string_view tools_json,
+                                           const ToolCallSyntax& syntax);
 
 // Any JSON object (response_format json_object).
 Grammar json_object_grammar(const JsonSchemaOptions& options = {});

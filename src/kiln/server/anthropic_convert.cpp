@@ -416,11 +416,9 @@ std::variant<MessagesRequest, ApiError> parse_request(const Json& body,
     if (auto e = read_message((*it)[i], i, &out.turn)) return *e;
   if (auto e = read_tools(body, &out)) return *e;
   if (auto e = read_thinking(body, &out)) return *e;
-  // Anthropic's API refuses this pair too: the grammar of a forced call would leave no room
-  // for the thinking block.
-  if (out.thinking && out.turn.force_tool_call)
-    return invalid_request("Thinking may not be enabled when tool_choice forces tool use.",
-                           "tool_choice");
+  // Thinking with a forced tool_choice (which Anthropic's API refuses) works here: the grammar
+  // of the call applies from the end of the thinking block (server/constraint.h
+  // exempt_reasoning).
   if (auto e = read_stop_sequences(body, &out)) return *e;
   if (auto m = body.find("metadata"); m != body.end() && !m->is_null() && !m->is_object())
     return invalid_request("'metadata' must be an object", "metadata");

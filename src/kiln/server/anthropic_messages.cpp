@@ -210,10 +210,15 @@ HandlerResult handle_messages(ServerContext& ctx, const HttpRequest& req, HttpEx
   Prepared& p = std::get<Prepared>(prepared);
   params.request.stop = p.request.stop_sequences;
   // tool_choice any / tool: the reply is a call (one when disable_parallel_tool_use).
-  if (p.request.turn.force_tool_call)
+  // auto: free text, and any call that starts is a valid call of an offered tool.
+  if (p.request.turn.force_tool_call) {
     if (auto e = force_tool_call(p.request.turn.tools, !p.request.disable_parallel_tool_use, ctx,
                                  &params.request))
       return *e;
+  } else if (p.request.turn.parse_tools) {
+    lazy_tool_call(p.request.turn.tools, !p.request.disable_parallel_tool_use, ctx,
+                   &params.request);
+  }
   if (Status st = engine::validate_stops(params.request.stop); !st.ok())
     return invalid_request(st.error().message, "stop_sequences");
   if (auto e = check_ready(ctx)) return *e;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "kiln/engine/sampler.h"
+#include "kiln/server/constraint.h"
 
 namespace kiln::server {
 
@@ -40,6 +41,7 @@ std::vector<engine::GenerationRequest> fan_out(const PreparedChat& chat,
     // End-of-generation tokens never reach the text either way.
     if (chat.parser_config.format != chat::ToolFormat::kNone || chat.parser_config.reasoning)
       r.skip_special = false;
+    exempt_reasoning(chat.parser_config, chat.prompt.text, &r);
     requests.push_back(std::move(r));
   }
   return requests;

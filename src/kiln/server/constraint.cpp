@@ -4,6 +4,7 @@
 
 #include "kiln/engine/sequence.h"
 #include "kiln/grammar/constraint.h"
+#include "kiln/util/log.h"
 
 namespace kiln::server {
 
@@ -110,34 +111,117 @@ std::optional<ApiError> force_tool_call(const Json& body, const Json& tools, Ser
   return force_tool_call(tools, parallel, ctx, request);
 }
 
-std::optional<ApiError> force_tool_call(const Json& tools, bool parallel, ServerContext& ctx,
-                                        engine::GenerationRequest* request) {
-  ConstraintSpec spec;
-  spec.kind = ConstraintSpec::Kind::kToolCalls;
-  switch (ctx.parser_config.format) {
+std::optional<ToolCallFormat> tool_call_format(chat::ToolFormat format,
+                                               std::string_view chat_template, bool parallel) {
+  ToolCallFormat f;
+  grammar::ToolCallSyntax& syn = f.syntax;
+  syn.max_calls = parallel ? 8 : 1;
+  switch (format) {
     case chat::ToolFormat::kHermes:
-      spec.json.prefix = "<tool_call>\n";
-      spec.json.suffix = "\n</tool_call>";
-      spec.json.separator = "\n";
+      // Qwen3-Coder writes an XML body inside the same tags.
+      if (chat_template.find("<function=") != std::string::npos)
+        syn.body = grammar::ToolCallSyntax::Body::kXml;
+      syn.call_open = "<tool_call>\n";
+      syn.call_close = "\n</tool_call>";
+      syn.separator = "\n";
+      f.triggers = {{"<tool_call>", false}};
       break;
     case chat::ToolFormat::kLlama3:
-      spec.arguments_key = "parameters";
-      spec.json.separator = "; ";
+      syn.arguments_key = "parameters";
+      syn.opens = {"", "<|python_tag|>"};
+      syn.separator = "; ";
+      f.triggers = {{"<|python_tag|>", false}};
+      // A call is a JSON object at the start of the answer whose first key is "name" (or
+      // "type", which the parser also takes for a call and the grammar refuses).
+      for (const char* space : {"", " ", "\n"}) {
+        for (const char* key : {"name", "type"})
+          f.triggers.push_back({fmt::format("{{{}\"{}\"", space, key), true});
+      }
       break;
-    default:
-      return std::nullopt;  // no grammar for this format yet: the template's choice only
+    case chat::ToolFormat::kMistral:
+      // The array form: the newer NAME[ARGS]{..} form needs [ARGS], a control token a grammar
+      // over text tokens cannot write; the parser reads both.
+      syn.opens = {"[TOOL_CALLS]["};
+      syn.separator = ",";
+      syn.close = "]";
+      f.triggers = {{"[TOOL_CALLS]", false}};
+      break;
+    case chat::ToolFormat::kDeepSeek: {
+      syn.body = grammar::ToolCallSyntax::Body::kNamed;
+      syn.opens = {"<\uFF5Ctool\u2581calls\u2581begin\uFF5C>"};
+      syn.call_open = "<\uFF5Ctool\u2581call\u2581begin\uFF5C>";
+      syn.close = "<\uFF5Ctool\u2581calls\u2581end\uFF5C>";
+      const std::string call_end = "<\uFF5Ctool\u2581call\u2581end\uFF5C>";
+      const std::string sep = "<\uFF5Ctool\u2581sep\uFF5C>";
+      if (chat_template.find("```json") != std::string::npos) {  // V3, R1
+        syn.before_name = "function" + sep;
+        syn.after_name = "\n```json\n";
+        syn.call_close = "\n```" + call_end;
+        syn.separator = "\n";
+      } else {  // V3.1: NAME<sep>{..}
+        syn.after_name = sep;
+        syn.call_close = call_end;
+      }
+      f.triggers = {{syn.opens[0], false}};
+      break;
+    }
+    case chat::ToolFormat::kNone:
+      return std::nullopt;
   }
+  return f;
+}
+
+std::optional<ApiError> force_tool_call(const Json& tools, bool parallel, ServerContext& ctx,
+                                        engine::GenerationRequest* request) {
+  auto format = tool_call_format(ctx.parser_config.format, ctx.chat_template, parallel);
+  if (!format) return std::nullopt;  // no tool-call format: the template's choice only
   if (request->grammar)
     return invalid_request(
         "'tool_choice' required or named forces a tool call; it cannot be combined with "
         "response_format or guided_* constraints",
         "tool_choice");
-  spec.json.max_repeats = parallel ? 8 : 1;
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::kToolCallSyntax;
+  spec.syntax = std::move(format->syntax);
   spec.text = tools.dump();
   auto compiled = grammar_cache(ctx).get(spec);
   if (!compiled.ok()) return invalid_request(compiled.error().message, "tools");
   request->grammar = std::move(compiled).value();
   return std::nullopt;
+}
+
+void lazy_tool_call(const Json& tools, bool parallel, ServerContext& ctx,
+                    engine::GenerationRequest* request) {
+  if (request->grammar || !tools.is_array() || tools.empty()) return;
+  auto format = tool_call_format(ctx.parser_config.format, ctx.chat_template, parallel);
+  if (!format) return;
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::kToolCallSyntax;
+  spec.syntax = std::move(format->syntax);
+  spec.text = tools.dump();
+  auto compiled = grammar_cache(ctx).get(spec);
+  if (!compiled.ok()) {
+    log::warn("tool_choice auto: tool calls left unconstrained: {}", compiled.error().message);
+    return;
+  }
+  request->grammar = std::move(compiled).value();
+  request->grammar_start.triggers = std::move(format->triggers);
+}
+
+void exempt_reasoning(const chat::ParserConfig& config, std::string_view rendered_prompt,
+                      engine::GenerationRequest* request) {
+  if (!request->grammar || !config.reasoning) return;
+  // A prompt that closed the block itself (Qwen3 with enable_thinking false writes an empty
+  // one) asks for the answer: constrained from the first token.
+  const size_t end = rendered_prompt.find_last_not_of(" \t\r\n");
+  const std::string_view trimmed =
+      end == std::string_view::npos ? std::string_view() : rendered_prompt.substr(0, end + 1);
+  if (!config.think_close.empty() && trimmed.ends_with(config.think_close)) return;
+  engine::GrammarStart& start = request->grammar_start;
+  start.reasoning = true;
+  start.reasoning_open_at_start = config.reasoning_open_at_start;
+  start.think_open = config.think_open;
+  start.think_close = config.think_close;
 }
 
 }  // namespace kiln::server

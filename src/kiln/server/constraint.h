@@ -6,6 +6,8 @@
 #pragma once
 
 #include <optional>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -15,14 +17,25 @@
 
 namespace kiln::server {
 
+// A chat format's tool-call syntax (what its parser in chat/parsers reads back) and the strings
+// that open a call in free text. The template text tells Qwen3-Coder's XML body from
+// Hermes JSON and DeepSeek V3/R1 from V3.1. nullopt: kNone.
+struct ToolCallFormat {
+  grammar::ToolCallSyntax syntax;
+  std::vector<engine::GrammarStart::Trigger> triggers;
+};
+std::optional<ToolCallFormat> tool_call_format(chat::ToolFormat format,
+                                               std::string_view chat_template, bool parallel);
+
 std::optional<ApiError> read_constraint(const nlohmann::ordered_json& body, ServerContext& ctx,
                                         engine::GenerationRequest* request);
 
 // tool_choice required or named: the output is a tool call in the model's own format (its chat
-// template's: Hermes/Qwen <tool_call> JSON, Llama 3 JSON) naming one of `tools` with arguments
-// valid against its parameters; several calls unless parallel_tool_calls is false. Formats
-// without a grammar yet (Mistral, DeepSeek) are left unconstrained. A request that already has
-// a constraint (response_format, guided_*) is a 400.
+// template's: Hermes/Qwen <tool_call> JSON, Qwen3-Coder's XML body, Llama 3 JSON, Mistral's
+// [TOOL_CALLS] array, DeepSeek's call tokens) naming one of `tools` with arguments valid
+// against its parameters; several calls unless parallel_tool_calls is false. A template without
+// a tool-call format is left unconstrained. A request that already has a constraint
+// (response_format, guided_*) is a 400.
 std::optional<ApiError> force_tool_call(const nlohmann::ordered_json& body,
                                         const nlohmann::ordered_json& tools, ServerContext& ctx,
                                         engine::GenerationRequest* request);
@@ -30,5 +43,21 @@ std::optional<ApiError> force_tool_call(const nlohmann::ordered_json& body,
 // whose disable_parallel_tool_use turns `parallel` off): at most one call when false.
 std::optional<ApiError> force_tool_call(const nlohmann::ordered_json& tools, bool parallel,
                                         ServerContext& ctx, engine::GenerationRequest* request);
+
+// tool_choice auto: a lazy grammar (engine/constraint_gate.h). The output is free until it opens
+// a tool call in the format's syntax (its trigger: <tool_call>, [TOOL_CALLS], DeepSeek's
+// calls-begin token, Llama 3's <|python_tag|> or a {"name" object at the start), and from there
+// on it is calls of the offered tools with valid arguments, as with force_tool_call. Nothing is
+// set when the request already has a constraint (response_format keeps its grammar) or a
+// tool's parameters cannot be compiled (logged; the calls stay unconstrained, as before).
+void lazy_tool_call(const nlohmann::ordered_json& tools, bool parallel, ServerContext& ctx,
+                    engine::GenerationRequest* request);
+
+// The reasoning exemption: with a reasoning template, the request's grammar (if any) applies
+// from the end of the thinking block (engine::GrammarStart). `config`: the parser's
+// configuration refined for the rendered prompt (adjust_for_prompt). A prompt that ends with
+// the closing tag (thinking switched off by the template) gets no exemption.
+void exempt_reasoning(const chat::ParserConfig& config, std::string_view rendered_prompt,
+                      engine::GenerationRequest* request);
 
 }  // namespace kiln::server

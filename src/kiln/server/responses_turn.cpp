@@ -152,8 +152,13 @@ std::variant<std::unique_ptr<Turn>, ApiError> prepare_turn(ServerContext& ctx, R
   if (auto e = parse_common(sampling, Api::kChat, ctx, &params)) return *e;
   if (!options.text_only) {
     if (auto e = read_text_format(body, ctx, &params.request)) return *e;
-    if (r.turn.force_tool_call)
+    if (r.turn.force_tool_call) {
       if (auto e = force_tool_call(body, r.turn.tools, ctx, &params.request)) return *e;
+    } else if (r.turn.parse_tools) {
+      const auto parallel = body.find("parallel_tool_calls");
+      lazy_tool_call(r.turn.tools, parallel == body.end() || *parallel != false, ctx,
+                     &params.request);
+    }
   }
   if (auto e = check_ready(ctx)) return *e;
 

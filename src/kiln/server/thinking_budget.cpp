@@ -92,6 +92,9 @@ void BudgetedGeneration::continue_after_budget(HttpExchange& ex) {
   r.prompt_tokens.insert(r.prompt_tokens.end(), generated_.begin(), generated_.end());
   r.prompt_tokens.insert(r.prompt_tokens.end(), forced_.begin(), forced_.end());
   r.max_tokens = request_.max_tokens - used;
+  // The block is closed: a grammar (engine::GrammarStart) applies from the first token on.
+  r.grammar_start.reasoning = false;
+  r.grammar_start.reasoning_open_at_start = false;
   run_ = std::make_unique<MultiRun>(ctx_);
   if (on_idle_) run_->on_idle(idle_every_, on_idle_);
   std::vector<engine::GenerationRequest> one;

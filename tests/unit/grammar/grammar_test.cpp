@@ -366,6 +366,51 @@ TEST(ToolCalls, HermesFramingNamesAnOfferedToolWithValidArguments) {
   EXPECT_NE(bad.error().message.find("'not' at #/properties/a/not"), std::string::npos);
 }
 
+TEST(ToolCalls, SyntaxFramesOpensSeparatorsCloseAndBodies) {
+  const char* tools = R"([
+    {"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+      "properties":{"city":{"type":"string"},"days":{"type":"integer","minimum":1}},
+      "required":["city"]}}}])";
+  ToolCallSyntax mistral;  // one opener and close around a JSON array of calls
+  mistral.opens = {"[TOOL_CALLS]["};
+  mistral.separator = ",";
+  mistral.close = "]";
+  mistral.max_calls = 2;
+  auto m = compile_tool_call_syntax(tools, mistral);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const std::string call = R"({"name": "get_weather", "arguments": {"city": "Oslo"}})";
+  EXPECT_TRUE(matches(*m, "[TOOL_CALLS][" + call + "]"));
+  EXPECT_TRUE(matches(*m, "[TOOL_CALLS][" + call + ", " + call + "]"));
+  EXPECT_FALSE(matches(*m, "[TOOL_CALLS][" + call + "," + call + "," + call + "]"));  // 2 at most
+  EXPECT_FALSE(matches(*m, "[TOOL_CALLS][]"));
+  EXPECT_FALSE(matches(*m, call));
+
+  ToolCallSyntax named;  // DeepSeek V3.1's body: NAME<sep>ARGS, compact
+  named.body = ToolCallSyntax::Body::kNamed;
+  named.call_open = "<b>";
+  named.after_name = "<s>";
+  named.call_close = "<e>";
+  auto n = compile_tool_call_syntax(tools, named);
+  ASSERT_TRUE(n.ok()) << n.error().message;
+  EXPECT_TRUE(matches(*n, R"(<b>get_weather<s>{"city":"Oslo","days":3}<e>)"));
+  EXPECT_FALSE(matches(*n, R"(<b>get_weather<s>{"city":"Oslo","days":0}<e>)"));  // minimum 1
+  EXPECT_FALSE(matches(*n, R"(<b>get_weather<s>{"city":"a<b"}<e>)"));  // raw '<' in a string
+
+  ToolCallSyntax xml;  // Qwen3-Coder's body: parameters in schema order, values as JSON
+  xml.body = ToolCallSyntax::Body::kXml;
+  auto x = compile_tool_call_syntax(tools, xml);
+  ASSERT_TRUE(x.ok()) << x.error().message;
+  EXPECT_TRUE(matches(*x,
+                      "<function=get_weather>\n<parameter=city>\n\"Oslo\"\n</parameter>\n"
+                      "<parameter=days>\n2\n</parameter>\n</function>"));
+  EXPECT_TRUE(matches(*x,
+                      "<function=get_weather>\n<parameter=city>\n\"Oslo\"\n</parameter>\n"
+                      "</function>"));
+  EXPECT_FALSE(matches(*x,
+                       "<function=get_weather>\n<parameter=days>\n2\n</parameter>\n"
+                       "</function>"));  // city required
+}
+
 TEST(JsonObject, AnyObject) {
   const Grammar g = json_object_grammar();
   EXPECT_TRUE(matches(g, R"({})"));

@@ -175,13 +175,14 @@ TEST(AnthropicConvert, ServerToolsGetSchemasAndToolChoiceCanNameThem) {
   auto with_auto = parse_ok(
       json{{"messages", {user("hi")}}, {"tools", tools}, {"tool_choice", {{"type", "auto"}}}});
   EXPECT_FALSE(with_auto.turn.force_tool_call);
-  // A forced call leaves no room for thinking: refused, as Anthropic's API does.
-  EXPECT_EQ(parse_error(json{{"messages", {user("hi")}},
-                             {"tools", tools},
-                             {"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}},
-                             {"tool_choice", {{"type", "any"}}}})
-                .param,
-            "tool_choice");
+  // A forced call with thinking (which Anthropic's API refuses) is accepted: the call's grammar
+  // applies after the thinking block (the reasoning exemption).
+  auto forced_thinking = parse_ok(json{{"messages", {user("hi")}},
+                                       {"tools", tools},
+                                       {"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}},
+                                       {"tool_choice", {{"type", "any"}}}});
+  EXPECT_TRUE(forced_thinking.thinking);
+  EXPECT_TRUE(forced_thinking.turn.force_tool_call);
   EXPECT_TRUE(parse_ok(json{{"messages", {user("hi")}},
                             {"tools", tools},
                             {"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}},
@@ -451,9 +452,18 @@ TEST_F(AnthropicTest, ToolChoiceAnyAndToolForceACallThroughTheGrammar) {
   const std::string clock =
       "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>";
 
-  // auto: no grammar, the model chooses.
+  // auto: the model chooses; a call that starts (its trigger, <tool_call>) is constrained to
+  // a valid call of an offered tool (the lazy grammar).
   ASSERT_EQ(post("/v1/messages", b).status, 200);
-  EXPECT_EQ(engine_.requests().back().grammar, nullptr);
+  {
+    const auto req = engine_.requests().back();
+    ASSERT_NE(req.grammar, nullptr);
+    ASSERT_EQ(req.grammar_start.triggers.size(), 1u);
+    EXPECT_EQ(req.grammar_start.triggers[0].text, "<tool_call>");
+    EXPECT_TRUE(grammar_accepts(req, weather));
+    EXPECT_FALSE(grammar_accepts(
+        req, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+  }
 
   // any: a call of either tool, with arguments valid against its schema; no plain text.
   b["tool_choice"] = {{"type", "any"}};
@@ -477,6 +487,20 @@ TEST_F(AnthropicTest, ToolChoiceAnyAndToolForceACallThroughTheGrammar) {
   EXPECT_EQ(m["content"][0]["type"], "tool_use");
   EXPECT_EQ(m["content"][0]["name"], "get_time");
   EXPECT_EQ(m["content"][0]["input"], (json{{"zone", "UTC"}}));
+
+  // With thinking, the forced call's grammar applies from the end of the thinking block.
+  {
+    json t = b;
+    t["thinking"] = {{"type", "enabled"}, {"budget_tokens", 64}};
+    t["max_tokens"] = 256;
+    Reply tr = post("/v1/messages", t);
+    ASSERT_EQ(tr.status, 200) << tr.body;
+    const auto req = engine_.requests().back();
+    ASSERT_NE(req.grammar, nullptr);
+    EXPECT_TRUE(req.grammar_start.triggers.empty());  // forced, not lazy
+    EXPECT_TRUE(req.grammar_start.reasoning);
+    EXPECT_EQ(req.grammar_start.think_close, "</think>");
+  }
 
   // disable_parallel_tool_use: exactly one call.
   b["tool_choice"] = {{"type", "any"}, {"disable_parallel_tool_use", true}};

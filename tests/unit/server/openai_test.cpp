@@ -4,6 +4,7 @@
 
 #include "kiln/chat/template.h"
 #include "kiln/engine/sampler.h"
+#include "kiln/grammar/matcher.h"
 #include "unit/server/test_util.h"
 
 namespace kiln::server::testing {
@@ -260,6 +261,79 @@ TEST_F(OpenAiTest, ReasoningContent) {
   ASSERT_EQ(post("/v1/chat/completions", body).status, 200);
   const std::string prompt = qwen3_tokenizer().decode(engine_.requests().back().prompt_tokens);
   EXPECT_NE(prompt.find("<think>\n\n</think>"), std::string::npos) << prompt;
+}
+
+// What reaches the engine with a constraint on a reasoning template (Qwen3's): the grammar
+// applies from the end of the thinking block; tool_choice auto sets a lazy tool-call grammar
+// (its trigger, one call when parallel_tool_calls is false); response_format wins over it.
+TEST_F(OpenAiTest, ConstraintsStartAfterThinkingAndAutoToolCallsAreLazy) {
+  start();
+  auto accepts = [](const engine::GenerationRequest& req, const std::string& text) {
+    grammar::Matcher m(req.grammar);
+    return m.accept_bytes(text) && m.can_end();
+  };
+  json body = chat_body("A city?");
+  body["response_format"] = {{"type", "json_schema"},
+                             {"json_schema",
+                              {{"name", "c"},
+                               {"schema",
+                                {{"type", "object"},
+                                 {"properties", {{"city", {{"type", "string"}}}}},
+                                 {"required", {"city"}}}}}}};
+  ASSERT_EQ(post("/v1/chat/completions", body).status, 200);
+  {
+    const auto req = engine_.requests().back();
+    ASSERT_NE(req.grammar, nullptr);
+    EXPECT_TRUE(req.grammar_start.triggers.empty());
+    EXPECT_TRUE(req.grammar_start.reasoning);
+    EXPECT_FALSE(req.grammar_start.reasoning_open_at_start);
+    EXPECT_EQ(req.grammar_start.think_open, "<think>");
+    EXPECT_EQ(req.grammar_start.think_close, "</think>");
+  }
+
+  // Thinking switched off (Qwen3 writes an empty closed block in the prompt): no exemption.
+  body["chat_template_kwargs"] = {{"enable_thinking", false}};
+  ASSERT_EQ(post("/v1/chat/completions", body).status, 200);
+  EXPECT_FALSE(engine_.requests().back().grammar_start.reasoning);
+
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call>";
+  body = chat_body("Weather in Paris?");
+  body["tools"] = weather_tools();
+  ASSERT_EQ(post("/v1/chat/completions", body).status, 200);
+  {
+    const auto req = engine_.requests().back();
+    ASSERT_NE(req.grammar, nullptr);
+    ASSERT_EQ(req.grammar_start.triggers.size(), 1u);
+    EXPECT_EQ(req.grammar_start.triggers[0].text, "<tool_call>");
+    EXPECT_TRUE(accepts(req, call));
+    EXPECT_TRUE(accepts(req, call + "\n" + call));
+    EXPECT_FALSE(
+        accepts(req, "<tool_call>\n{\"name\": \"dictionary\", \"arguments\": {}}\n</tool_call>"));
+  }
+  body["parallel_tool_calls"] = false;
+  ASSERT_EQ(post("/v1/chat/completions", body).status, 200);
+  {
+    const auto req = engine_.requests().back();
+    EXPECT_TRUE(accepts(req, call));
+    EXPECT_FALSE(accepts(req, call + "\n" + call));
+  }
+
+  // response_format with tools auto: the response_format grammar, from the start of the answer.
+  body["response_format"] = {{"type", "json_object"}};
+  ASSERT_EQ(post("/v1/chat/completions", body).status, 200);
+  {
+    const auto req = engine_.requests().back();
+    EXPECT_TRUE(req.grammar_start.triggers.empty());
+    EXPECT_TRUE(accepts(req, "{}"));
+  }
+
+  // tool_choice none: no grammar at all.
+  body.erase("response_format");
+  body["tool_choice"] = "none";
+  ASSERT_EQ(post("/v1/chat/completions", body).status, 200);
+  EXPECT_EQ(engine_.requests().back().grammar, nullptr);
 }
 
 TEST_F(OpenAiTest, ChatLogprobsShape) {

@@ -1,0 +1,315 @@
+// ConstraintGate on scripted token streams over a small vocabulary: the lazy grammar of tool
+// calls (free text, then after the format's trigger only what the call grammar allows, the end
+// only after a complete call) and the reasoning exemption (free inside the thinking block,
+// constrained after it, the end masked before the constraint starts).
+#include "kiln/engine/constraint_gate.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kiln/grammar/json_schema.h"
+
+namespace kiln::engine {
+namespace {
+
+// id 0 is the end token.
+const std::vector<std::string> kVocab = {
+    "",                            // 0 end
+    "Hello",                       // 1
+    " world",                      // 2
+    "<tool_call>",                 // 3
+    "\n",                          // 4
+    "{\"name\": \"",               // 5
+    "get_weather",                 // 6
+    "dictionary",                  // 7
+    "\", \"arguments\": {",        // 8
+    "\"city\": \"",                // 9
+    "Paris",                       // 10
+    "\"}}",                        // 11
+    "\n</tool_call>",              // 12
+    "<think>",                     // 13
+    "</think>",                    // 14
+    "x",                           // 15
+    " ",                           // 16
+    "<tool",                       // 17
+    "_call>",                      // 18
+    "{",                           // 19
+    "}",                           // 20
+    "\"",                          // 21
+    "\n\n",                        // 22
+    "</think>{",                   // 23
+    "</think>x",                   // 24
+    "<tool_call>x",                // 25
+    "<tool_call>\n{\"name\": \"",  // 26
+    "\", \"parameters\": {",       // 27
+    "{\"type\": \"",               // 28
+    "\"city\":\"",                 // 29
+    "\"}",                         // 30
+    "<th",                         // 31
+    "ink>",                        // 32
+};
+
+constexpr int32_t kEnd = 0;
+
+const char* kTools = R"([{"type":"function","function":{"name":"get_weather","parameters":
+  {"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])";
+
+std::shared_ptr<const grammar::TokenIndex> vocab() {
+  static auto v = grammar::TokenIndex::create(kVocab, {kEnd});
+  return v;
+}
+
+std::shared_ptr<grammar::CompiledGrammar> hermes_calls() {
+  grammar::ToolCallSyntax syn;
+  syn.call_open = "<tool_call>\n";
+  syn.call_close = "\n</tool_call>";
+  syn.separator = "\n";
+  syn.max_calls = 2;
+  auto g = grammar::compile_tool_call_syntax(kTools, syn);
+  KILN_ASSERT(g.ok());
+  return std::make_shared<grammar::CompiledGrammar>(std::move(g).value(), vocab());
+}
+
+std::shared_ptr<grammar::CompiledGrammar> llama_calls() {
+  grammar::ToolCallSyntax syn;
+  syn.arguments_key = "parameters";
+  syn.opens = {"", "<|python_tag|>"};
+  auto g = grammar::compile_tool_call_syntax(kTools, syn);
+  KILN_ASSERT(g.ok());
+  return std::make_shared<grammar::CompiledGrammar>(std::move(g).value(), vocab());
+}
+
+std::shared_ptr<grammar::CompiledGrammar> city_schema() {
+  auto g = grammar::compile_json_schema(
+      R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]})");
+  KILN_ASSERT(g.ok());
+  return std::make_shared<grammar::CompiledGrammar>(std::move(g).value(), vocab());
+}
+
+ConstraintGate make_gate(std::shared_ptr<grammar::CompiledGrammar> g, GrammarStart start) {
+  return ConstraintGate(std::move(g), std::move(start),
+                        [](int32_t id) { return std::string_view(kVocab[id]); }, {});
+}
+
+GrammarStart hermes_lazy() {
+  GrammarStart s;
+  s.triggers = {{"<tool_call>", false}};
+  return s;
+}
+
+GrammarStart thinking(bool open_at_start) {
+  GrammarStart s;
+  s.reasoning = true;
+  s.reasoning_open_at_start = open_at_start;
+  s.think_open = "<think>";
+  s.think_close = "</think>";
+  return s;
+}
+
+// The ids the gate's mask allows (every id when it has no mask).
+std::vector<int32_t> allowed(ConstraintGate& gate) {
+  std::vector<uint64_t> mask;
+  const bool masked = gate.fill_mask(&mask);
+  std::vector<int32_t> out;
+  for (int32_t id = 0; id < static_cast<int32_t>(kVocab.size()); ++id) {
+    if (!masked || ((mask[id / 64] >> (id % 64)) & 1)) out.push_back(id);
+  }
+  return out;
+}
+
+bool allows(ConstraintGate& gate, int32_t id) {
+  const auto a = allowed(gate);
+  return std::find(a.begin(), a.end(), id) != a.end();
+}
+
+// The mask never leaves out a token accept() takes; under the grammar it allows exactly those
+// (before it, a token that crosses into the grammar with text it rejects is in the mask and
+// refused by accept(): the engine samples again).
+void expect_mask_agrees(ConstraintGate& gate) {
+  std::vector<uint64_t> mask;
+  if (!gate.fill_mask(&mask)) return;
+  for (int32_t id = 0; id < static_cast<int32_t>(kVocab.size()); ++id) {
+    const bool in_mask = (mask[id / 64] >> (id % 64)) & 1;
+    if (gate.phase() == ConstraintGate::Phase::kConstrained) {
+      EXPECT_EQ(in_mask, gate.probe(id)) << "token " << id << " '" << kVocab[id] << "'";
+    } else if (!in_mask) {
+      EXPECT_FALSE(gate.probe(id)) << "token " << id << " '" << kVocab[id] << "'";
+    }
+  }
+}
+
+void feed(ConstraintGate& gate, const std::vector<int32_t>& ids) {
+  for (int32_t id : ids) {
+    expect_mask_agrees(gate);
+    ASSERT_TRUE(gate.accept(id)) << "token " << id << " '" << kVocab[id] << "'";
+  }
+}
+
+TEST(ConstraintGateLazy, FreeTextThenOnlyTheCallAfterTheTrigger) {
+  ConstraintGate gate = make_gate(hermes_calls(), hermes_lazy());
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kFree);
+  EXPECT_EQ(allowed(gate).size(), kVocab.size());  // free text: no mask
+  EXPECT_TRUE(gate.probe(kEnd));                   // and it may end
+  feed(gate, {1, 2, 16, 7, 15});                   // "Hello world dictionaryx"
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kFree);
+  feed(gate, {3});  // <tool_call>
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kConstrained);
+  EXPECT_FALSE(allows(gate, kEnd));
+  EXPECT_FALSE(allows(gate, 1));
+  EXPECT_TRUE(allows(gate, 4));
+  feed(gate, {4, 5});
+  EXPECT_FALSE(allows(gate, 7));  // dictionary is not offered
+  EXPECT_FALSE(gate.accept(7));
+  EXPECT_TRUE(allows(gate, 6));
+  feed(gate, {6, 8, 9, 10, 11});
+  EXPECT_FALSE(allows(gate, kEnd));  // inside the call
+  feed(gate, {12});
+  EXPECT_TRUE(allows(gate, kEnd));  // exactly at the end of a complete call
+  EXPECT_FALSE(allows(gate, 1));    // no free text after the calls
+  EXPECT_TRUE(allows(gate, 4));     // a second call may follow
+  feed(gate, {kEnd});
+}
+
+TEST(ConstraintGateLazy, TriggerSplitAcrossTokensAndWithTextInTheSameToken) {
+  ConstraintGate split = make_gate(hermes_calls(), hermes_lazy());
+  feed(split, {1, 17});
+  EXPECT_EQ(split.phase(), ConstraintGate::Phase::kFree);
+  feed(split, {18});
+  EXPECT_EQ(split.phase(), ConstraintGate::Phase::kConstrained);
+  EXPECT_TRUE(allows(split, 4));
+  EXPECT_FALSE(allows(split, 1));
+
+  // A token that completes the trigger is taken only with text the grammar accepts after it.
+  ConstraintGate gate = make_gate(hermes_calls(), hermes_lazy());
+  feed(gate, {1});
+  EXPECT_FALSE(gate.probe(25));  // "<tool_call>x"
+  EXPECT_FALSE(gate.accept(25));
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kFree);  // unchanged
+  EXPECT_TRUE(gate.accept(26));                           // "<tool_call>\n{\"name\": \""
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kConstrained);
+  EXPECT_TRUE(allows(gate, 6));
+  EXPECT_FALSE(allows(gate, 7));
+  feed(gate, {6, 8, 9, 10, 11, 12, kEnd});
+}
+
+TEST(ConstraintGateLazy, Llama3CallsOnlyAtTheStartOfTheAnswer) {
+  GrammarStart start;
+  start.triggers = {{"<|python_tag|>", false}, {"{\"name\"", true}, {"{\"type\"", true}};
+  ConstraintGate gate = make_gate(llama_calls(), start);
+  feed(gate, {4, 5});  // "\n{\"name\": \""
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kConstrained);
+  EXPECT_FALSE(allows(gate, 7));
+  feed(gate, {6, 27, 9, 10, 11, kEnd});
+
+  // {"type" would be read as a call by the parser and is not one the grammar has: refused.
+  ConstraintGate typed = make_gate(llama_calls(), start);
+  EXPECT_FALSE(typed.accept(28));
+  EXPECT_EQ(typed.phase(), ConstraintGate::Phase::kFree);
+
+  // The same object after text is content, not a call.
+  ConstraintGate later = make_gate(llama_calls(), start);
+  feed(later, {1, 16, 5, 7, 21, kEnd});
+  EXPECT_EQ(later.phase(), ConstraintGate::Phase::kFree);
+}
+
+TEST(ConstraintGateThinking, FreeInsideConstrainedAfterEndMaskedBefore) {
+  ConstraintGate gate = make_gate(city_schema(), thinking(false));
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kUndecided);
+  // Before the model says whether it thinks: the open tag or the grammar's first tokens.
+  EXPECT_TRUE(allows(gate, 13));
+  EXPECT_TRUE(allows(gate, 31));  // "<th", the start of the open tag
+  EXPECT_TRUE(allows(gate, 19));
+  EXPECT_FALSE(allows(gate, 1));
+  EXPECT_FALSE(allows(gate, kEnd));
+  feed(gate, {31});
+  EXPECT_FALSE(allows(gate, 19));  // committed to the open tag
+  feed(gate, {32});
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kThinking);
+  // Inside: anything, even tool-call or JSON-looking text, but not the end.
+  for (int32_t id : {1, 2, 3, 15, 19, 20, 22}) EXPECT_TRUE(allows(gate, id)) << id;
+  EXPECT_FALSE(allows(gate, kEnd));
+  feed(gate, {1, 2, 3, 19, 15, 22});
+  // A close tag with text the grammar rejects in the same token is refused.
+  EXPECT_FALSE(gate.accept(24));
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kThinking);
+  feed(gate, {14, 22});  // "</think>" and leading whitespace of the answer
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kConstrained);
+  EXPECT_FALSE(allows(gate, 1));
+  EXPECT_FALSE(allows(gate, kEnd));
+  EXPECT_TRUE(allows(gate, 19));
+  feed(gate, {19, 29, 10, 30});
+  EXPECT_TRUE(allows(gate, kEnd));
+  feed(gate, {kEnd});
+}
+
+TEST(ConstraintGateThinking, CloseTagCarryingTheAnswersFirstBytes) {
+  ConstraintGate gate = make_gate(city_schema(), thinking(true));
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kThinking);
+  feed(gate, {1, 23});  // "Hello", "</think>{"
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kConstrained);
+  EXPECT_FALSE(allows(gate, 19));
+  feed(gate, {29, 10, 30, kEnd});
+}
+
+TEST(ConstraintGateThinking, NoThinkingBlockConstrainsFromTheFirstToken) {
+  ConstraintGate gate = make_gate(city_schema(), thinking(false));
+  feed(gate, {19});
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kConstrained);
+  feed(gate, {29, 10, 30, kEnd});
+  // The answer after a thinking budget closed the block (thinking_budget.h submits it with the
+  // exemption off): constrained at once.
+  ConstraintGate after_budget = make_gate(city_schema(), GrammarStart{});
+  EXPECT_EQ(after_budget.phase(), ConstraintGate::Phase::kConstrained);
+  EXPECT_FALSE(allows(after_budget, 13));
+  EXPECT_FALSE(allows(after_budget, 1));
+}
+
+TEST(ConstraintGateThinking, LazyTriggersWaitForTheEndOfThinking) {
+  GrammarStart start = thinking(true);
+  start.triggers = {{"<tool_call>", false}};
+  ConstraintGate gate = make_gate(hermes_calls(), start);
+  EXPECT_EQ(allowed(gate).size(), kVocab.size());  // free, and a lazy output may end anywhere
+  feed(gate, {1, 3, 7, 15});                       // a <tool_call> inside thinking is not a call
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kThinking);
+  feed(gate, {14, 22, 1});
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kFree);
+  feed(gate, {3});
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kConstrained);
+  feed(gate, {4, 5, 6, 8, 9, 10, 11, 12, kEnd});
+}
+
+// sample(): a drawn token the gate refuses is removed and drawn again; nothing left: nullopt.
+TEST(ConstraintGateSample, RedrawsRefusedTokensAndReportsADeadEnd) {
+  auto argmax = [](std::span<const float> l) {
+    return SampleResult{
+        static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin()), 0.0f, {}};
+  };
+  std::vector<float> logits(kVocab.size(), 0.0f);
+  logits[25] = 9.0f;  // "<tool_call>x": opens a call with text the grammar rejects
+  logits[3] = 8.0f;   // "<tool_call>"
+  ConstraintGate gate = make_gate(hermes_calls(), hermes_lazy());
+  auto r = gate.sample(logits, argmax);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->token, 3);
+  EXPECT_EQ(gate.phase(), ConstraintGate::Phase::kConstrained);
+  // Under the grammar: the mask, then the call's next token.
+  logits.assign(kVocab.size(), 0.0f);
+  logits[1] = 9.0f;  // "Hello": not allowed after the trigger
+  r = gate.sample(logits, argmax);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->token, 4);  // "\n", the only token the grammar allows here
+
+  ConstraintGate dead = make_gate(hermes_calls(), hermes_lazy());
+  const float ninf = -std::numeric_limits<float>::infinity();
+  logits.assign(kVocab.size(), ninf);
+  logits[25] = 1.0f;  // the only candidate, and refused
+  EXPECT_FALSE(dead.sample(logits, argmax).has_value());
+  EXPECT_EQ(dead.phase(), ConstraintGate::Phase::kFree);
+}
+
+}  // namespace
+}  // namespace kiln::engine
