@@ -376,8 +376,12 @@ std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> Engine::submit(Gene
     return SubmitRefusal{SubmitError::kInvalid, st.error().message};
   if (Status st = validate_stops(req.stop); !st.ok())
     return SubmitRefusal{SubmitError::kInvalid, st.error().message};
-  EngineStats s = stats();
-  if (s.num_waiting >= opts_.max_waiting)
+  return enqueue(std::move(req));
+}
+
+std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> Engine::enqueue(
+    GenerationRequest req) {
+  if (stats().num_waiting >= opts_.max_waiting)
     return SubmitRefusal{SubmitError::kQueueFull, "too many requests are waiting; retry later"};
   auto channel = std::make_shared<RequestChannel>();
   {
@@ -405,19 +409,10 @@ std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> Engine::submit_embe
   for (int32_t t : req.prompt_tokens)
     if (t < 0 || t >= n_vocab)
       return SubmitRefusal{SubmitError::kInvalid, fmt::format("token id {} is out of range", t)};
-  if (stats().num_waiting >= opts_.max_waiting)
-    return SubmitRefusal{SubmitError::kQueueFull, "too many requests are waiting; retry later"};
   req.max_tokens = 1;
   req.stop.clear();
   req.grammar.reset();
-  auto channel = std::make_shared<RequestChannel>();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    inbox_.push_back({std::move(req), channel});
-    num_queued_++;
-  }
-  cv_.notify_one();
-  return channel;
+  return enqueue(std::move(req));
 }
 
 EngineStats Engine::stats() const {

@@ -81,6 +81,8 @@ class Engine final : public EngineApi {
  private:
   struct Impl;  // the loop's state, owned by the engine thread
   std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> submit_embed(GenerationRequest req);
+  // A checked request into the inbox, or kQueueFull past max_waiting.
+  std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> enqueue(GenerationRequest req);
   void thread_main();
 
   EngineOptions opts_;
