@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <numeric>
 #include <thread>
 
 #include <unistd.h>
@@ -75,37 +74,9 @@ std::vector<int32_t> tokens(int32_t n, int32_t seed) {
   return t;
 }
 
-// Every row's final-norm hidden state of `seq` from one step: [n, n_embd].
-std::vector<float> reference_rows(const model::Model& m, const std::vector<int32_t>& seq) {
-  const int32_t n = static_cast<int32_t>(seq.size());
-  const int32_t n_blocks = (n + kv::kBlockTokens - 1) / kv::kBlockTokens;
-  auto be = model::test_backend();
-  model::ForwardOptions o;
-  o.max_tokens = n;
-  o.max_hidden_rows = n;
-  o.max_context = n_blocks * kv::kBlockTokens;
-  auto f = model::Forward::create(m, *be, o);
-  EXPECT_TRUE(f.ok()) << f.error().message;
-  auto kv = be->create_kv(model::kv_spec(m.hparams(), quant::Type::F32), n_blocks);
-  EXPECT_TRUE(kv.ok());
-  std::vector<int32_t> blocks(n_blocks), positions(n), rows(n);
-  std::iota(blocks.begin(), blocks.end(), 0);
-  std::iota(positions.begin(), positions.end(), 0);
-  std::iota(rows.begin(), rows.end(), 0);
-  const int32_t qo[2] = {0, n}, kv_ptr[2] = {0, n_blocks}, kv_len[1] = {n};
-  model::StepInput in;
-  in.tokens = seq;
-  in.attn = {1, qo, kv_ptr, blocks.data(), kv_len, positions.data()};
-  in.hidden_rows = rows;
-  std::vector<float> hidden(static_cast<size_t>(n) * m.hparams().n_embd);
-  Status st = (*f)->run(in, **kv, nullptr, hidden.data());
-  EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
-  return hidden;
-}
-
 std::vector<float> reference_pool(const model::Model& m, const std::vector<int32_t>& seq,
                                   model::Pooling p) {
-  const std::vector<float> rows = reference_rows(m, seq);
+  const std::vector<float> rows = model::hidden_rows_of(m, seq);
   const size_t w = m.hparams().n_embd, n = seq.size();
   std::vector<float> out(w, 0.0f);
   for (size_t k = 0; k < w; ++k) {

@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <fstream>
-#include <numeric>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -24,35 +23,6 @@ namespace kiln::model {
 namespace {
 
 const std::string kFixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/qwen3_embed";
-
-// Every row's final-norm hidden state of one sequence in one step: [n, n_embd].
-std::vector<float> hidden_rows(const Model& m, const std::vector<int32_t>& seq) {
-  const int32_t n = static_cast<int32_t>(seq.size());
-  const int32_t n_blocks = (n + kv::kBlockTokens - 1) / kv::kBlockTokens;
-  auto be = test_backend();
-  ForwardOptions o;
-  o.max_tokens = n;
-  o.max_hidden_rows = n;
-  o.max_context = n_blocks * kv::kBlockTokens;
-  auto f = Forward::create(m, *be, o);
-  EXPECT_TRUE(f.ok()) << f.error().message;
-  if (!f.ok()) return {};
-  auto kv = be->create_kv(kv_spec(m.hparams(), quant::Type::F32), n_blocks);
-  EXPECT_TRUE(kv.ok());
-  std::vector<int32_t> blocks(n_blocks), positions(n), rows(n);
-  std::iota(blocks.begin(), blocks.end(), 0);
-  std::iota(positions.begin(), positions.end(), 0);
-  std::iota(rows.begin(), rows.end(), 0);
-  const int32_t qo[2] = {0, n}, kv_ptr[2] = {0, n_blocks}, kv_len[1] = {n};
-  StepInput in;
-  in.tokens = seq;
-  in.attn = {1, qo, kv_ptr, blocks.data(), kv_len, positions.data()};
-  in.hidden_rows = rows;
-  std::vector<float> out(static_cast<size_t>(n) * m.hparams().n_embd);
-  Status st = (*f)->run(in, **kv, nullptr, out.data());
-  EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
-  return out;
-}
 
 TEST(EmbeddingGoldens, Qwen3LastTokenAndMeanMatchSentenceTransformers) {
   std::ifstream gf(kFixture + "/goldens.json");
@@ -81,7 +51,7 @@ TEST(EmbeddingGoldens, Qwen3LastTokenAndMeanMatchSentenceTransformers) {
     const Pooling p = std::string(mode) == "mean" ? Pooling::kMean : Pooling::kLast;
     for (size_t i = 0; i < seqs.size(); ++i) {
       const std::vector<int32_t> seq = seqs[i];
-      const std::vector<float> rows = hidden_rows(model, seq);
+      const std::vector<float> rows = hidden_rows_of(model, seq);
       ASSERT_EQ(rows.size(), seq.size() * width);
       PoolAccumulator acc(p, static_cast<int64_t>(width));
       std::vector<int32_t> wanted;
@@ -150,7 +120,7 @@ TEST(ForwardHiddenRows, BesideLogitRowsInOneStep) {
   in.hidden_rows = b_rows;
   ASSERT_TRUE((*f)->run(in, **kv, logits.data(), hidden.data()).ok());
   EXPECT_EQ(logits, logits_alone);
-  const std::vector<float> b_alone = hidden_rows(model, b);
+  const std::vector<float> b_alone = hidden_rows_of(model, b);
   ASSERT_EQ(b_alone.size(), hidden.size());
   for (size_t i = 0; i < hidden.size(); ++i) ASSERT_NEAR(hidden[i], b_alone[i], 1e-5f) << i;
   // Asking for hidden rows without room for them is an error, not a write past the buffer.

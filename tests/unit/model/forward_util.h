@@ -7,7 +7,9 @@
 
 #include <cstdlib>
 #include <memory>
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include "kiln/backend/backend.h"
 #include "kiln/backend/cpu/cpu_backend.h"
@@ -58,6 +60,37 @@ inline TestForward make_forward(const Model& m, int32_t max_tokens, int32_t n_bl
   EXPECT_TRUE(kv.ok()) << kv.error().message;
   if (kv.ok()) t.kv = std::move(*kv);
   return t;
+}
+
+// Every row's final-norm hidden state of one sequence in one step ([n, n_embd], F32 KV): the
+// reference the embedding tests pool.
+inline std::vector<float> hidden_rows_of(const Model& m, const std::vector<int32_t>& seq) {
+  const int32_t n = static_cast<int32_t>(seq.size());
+  const int32_t n_blocks = (n + kv::kBlockTokens - 1) / kv::kBlockTokens;
+  auto be = test_backend();
+  ForwardOptions o;
+  o.max_tokens = n;
+  o.max_hidden_rows = n;
+  o.max_context = n_blocks * kv::kBlockTokens;
+  auto f = Forward::create(m, *be, o);
+  EXPECT_TRUE(f.ok()) << f.error().message;
+  if (!f.ok()) return {};
+  auto kv = be->create_kv(kv_spec(m.hparams(), quant::Type::F32), n_blocks);
+  EXPECT_TRUE(kv.ok());
+  if (!kv.ok()) return {};
+  std::vector<int32_t> blocks(n_blocks), positions(n), rows(n);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::iota(positions.begin(), positions.end(), 0);
+  std::iota(rows.begin(), rows.end(), 0);
+  const int32_t qo[2] = {0, n}, kv_ptr[2] = {0, n_blocks}, kv_len[1] = {n};
+  StepInput in;
+  in.tokens = seq;
+  in.attn = {1, qo, kv_ptr, blocks.data(), kv_len, positions.data()};
+  in.hidden_rows = rows;
+  std::vector<float> out(static_cast<size_t>(n) * m.hparams().n_embd);
+  Status st = (*f)->run(in, **kv, nullptr, out.data());
+  EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
+  return out;
 }
 
 }  // namespace kiln::model
