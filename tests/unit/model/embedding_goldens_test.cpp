@@ -14,7 +14,6 @@
 #include <nlohmann/json.hpp>
 
 #include "forward_util.h"
-#include "kiln/model/convert/hf_to_gguf.h"
 #include "kiln/model/forward.h"
 #include "kiln/model/model.h"
 #include "kiln/model/pooling.h"
@@ -28,18 +27,9 @@ TEST(EmbeddingGoldens, Qwen3LastTokenAndMeanMatchSentenceTransformers) {
   std::ifstream gf(kFixture + "/goldens.json");
   ASSERT_TRUE(gf) << "fixture missing: run tools/record_embedding_goldens.py";
   const nlohmann::json g = nlohmann::json::parse(gf);
-  ConvertOptions co;
-  co.hf_dir = kFixture;
-  co.type = "f32";
-  auto w = convert_hf(co);
-  ASSERT_TRUE(w.ok()) << w.error().message;
-  auto bytes = w->to_bytes();
-  ASSERT_TRUE(bytes.ok());
-  auto file = gguf::File::parse(*bytes);
-  ASSERT_TRUE(file.ok()) << file.error().message;
-  auto m = Model::from_file(std::move(*file));
-  ASSERT_TRUE(m.ok()) << m.error().message;
-  const Model& model = **m;
+  const Loaded l = convert_and_load(kFixture, "f32");
+  ASSERT_NE(l.model, nullptr);
+  const Model& model = *l.model;
   EXPECT_EQ(model.hparams().arch, "qwen3");
   EXPECT_EQ(model.hparams().pooling, Pooling::kLast);  // from 1_Pooling/config.json
   EXPECT_TRUE(model.hparams().tied_embeddings);
@@ -78,18 +68,9 @@ TEST(EmbeddingGoldens, Qwen3LastTokenAndMeanMatchSentenceTransformers) {
 // of all its rows. A's logits are those of a step without hidden rows, B's hidden states those
 // of B alone (the hidden rows ride beside the logit rows through the same final norm).
 TEST(ForwardHiddenRows, BesideLogitRowsInOneStep) {
-  ConvertOptions co;
-  co.hf_dir = kFixture;
-  co.type = "f32";
-  auto w = convert_hf(co);
-  ASSERT_TRUE(w.ok()) << w.error().message;
-  auto bytes = w->to_bytes();
-  ASSERT_TRUE(bytes.ok());
-  auto file = gguf::File::parse(*bytes);
-  ASSERT_TRUE(file.ok());
-  auto m = Model::from_file(std::move(*file));
-  ASSERT_TRUE(m.ok()) << m.error().message;
-  const Model& model = **m;
+  const Loaded l = convert_and_load(kFixture, "f32");
+  ASSERT_NE(l.model, nullptr);
+  const Model& model = *l.model;
   const size_t width = model.hparams().n_embd, n_vocab = model.hparams().n_vocab;
   const std::vector<int32_t> a = {5, 9, 13, 200, 7, 3, 44}, b = {8, 100, 31, 17, 250};
   auto be = test_backend();

@@ -13,6 +13,8 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/backend/cpu/cpu_backend.h"
+#include "kiln/gguf/gguf.h"
+#include "kiln/model/convert/hf_to_gguf.h"
 #include "kiln/model/forward.h"
 #include "kiln/model/model.h"
 
@@ -60,6 +62,34 @@ inline TestForward make_forward(const Model& m, int32_t max_tokens, int32_t n_bl
   EXPECT_TRUE(kv.ok()) << kv.error().message;
   if (kv.ok()) t.kv = std::move(*kv);
   return t;
+}
+
+// A Hugging Face checkpoint folder converted by kiln's converter (`type`: f32, f16, q8_0...)
+// and loaded from the GGUF bytes in memory.
+struct Loaded {
+  std::vector<uint8_t> bytes;  // the GGUF in memory; the model's views point into it
+  std::unique_ptr<Model> model;
+};
+
+inline Loaded convert_and_load(const std::string& hf_dir, const std::string& type) {
+  Loaded l;
+  ConvertOptions o;
+  o.hf_dir = hf_dir;
+  o.type = type;
+  auto w = convert_hf(o);
+  EXPECT_TRUE(w.ok()) << w.error().message;
+  if (!w.ok()) return l;
+  auto bytes = w->to_bytes();
+  EXPECT_TRUE(bytes.ok());
+  if (!bytes.ok()) return l;
+  l.bytes = std::move(*bytes);
+  auto file = gguf::File::parse(l.bytes);
+  EXPECT_TRUE(file.ok()) << file.error().message;
+  if (!file.ok()) return l;
+  auto m = Model::from_file(std::move(*file));
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  if (m.ok()) l.model = std::move(*m);
+  return l;
 }
 
 // Every row's final-norm hidden state of one sequence in one step ([n, n_embd], F32 KV): the

@@ -16,7 +16,6 @@
 #include "forward_util.h"
 #include "kiln/backend/cpu/matmul.h"
 #include "kiln/backend/cpu/ops.h"
-#include "kiln/model/convert/hf_to_gguf.h"
 #include "kiln/model/forward.h"
 #include "kiln/model/model.h"
 #include "kiln/quant/convert.h"
@@ -25,30 +24,6 @@ namespace kiln::model {
 namespace {
 
 const std::string kFixtures = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/";
-
-struct Loaded {
-  std::vector<uint8_t> bytes;  // the GGUF in memory; the model's views point into it
-  std::unique_ptr<Model> model;
-};
-
-Loaded convert_and_load(const std::string& arch, const std::string& type) {
-  Loaded l;
-  ConvertOptions o;
-  o.hf_dir = kFixtures + arch;
-  o.type = type;
-  auto w = convert_hf(o);
-  EXPECT_TRUE(w.ok()) << w.error().message;
-  if (!w.ok()) return l;
-  auto bytes = w->to_bytes();
-  EXPECT_TRUE(bytes.ok());
-  l.bytes = std::move(*bytes);
-  auto file = gguf::File::parse(l.bytes);
-  EXPECT_TRUE(file.ok()) << file.error().message;
-  auto m = Model::from_file(std::move(*file));
-  EXPECT_TRUE(m.ok()) << m.error().message;
-  if (m.ok()) l.model = std::move(*m);
-  return l;
-}
 
 // Runs one sequence as a single prefill step, logits for every row: [n, vocab]. F32 KV by
 // default: the 1e-4 bound against transformers (fp32) leaves no room for F16 KV rounding
@@ -99,7 +74,7 @@ TEST_P(HfGoldens, LogitsAndGreedyMatchTransformers) {
   const std::vector<char> raw((std::istreambuf_iterator<char>(lf)), {});
   std::vector<float> want(raw.size() / 4);  // little-endian f32, [sum(len), vocab]
   std::memcpy(want.data(), raw.data(), want.size() * 4);
-  Loaded l = convert_and_load(arch, "f32");
+  Loaded l = convert_and_load(kFixtures + arch, "f32");
   ASSERT_NE(l.model, nullptr);
   const uint32_t v = l.model->hparams().n_vocab;
   ASSERT_EQ(v, g["vocab"].get<uint32_t>());
@@ -146,7 +121,7 @@ TEST(KvTypes, F16AndQ8_0KvStayNearF32Kv) {
     return max_diff / max_ref;
   };
   for (const char* arch : {"llama", "qwen2", "qwen3", "mistral_swa", "gemma2", "phi3"}) {
-    Loaded l = convert_and_load(arch, "f32");
+    Loaded l = convert_and_load(kFixtures + arch, "f32");
     ASSERT_NE(l.model, nullptr);
     const std::vector<float> f32 = all_logits(*l.model, seq, quant::Type::F32);
     const std::vector<float> f16 = all_logits(*l.model, seq, quant::Type::F16);
@@ -175,9 +150,9 @@ TEST(KvTypes, F16AndQ8_0KvStayNearF32Kv) {
 // activation quantization) keep 1e-3.
 TEST(HfGoldensQuant, QuantizedEqualsDequantizedF32) {
   for (const char* type : {"q8_0", "q4_0", "q6_k", "q4_k_m", "f16", "bf16"}) {
-    Loaded q = convert_and_load("llama", type);
+    Loaded q = convert_and_load(kFixtures + "llama", type);
     ASSERT_NE(q.model, nullptr);
-    Loaded f = convert_and_load("llama", "f32");
+    Loaded f = convert_and_load(kFixtures + "llama", "f32");
     ASSERT_NE(f.model, nullptr);
     // Overwrite f's weights with the dequantized quantized weights: build an F32 GGUF from q.
     gguf::Writer w;
