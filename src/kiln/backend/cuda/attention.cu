@@ -61,6 +61,7 @@ constexpr int kHeadChunk = 8;        // query heads of one kv head per CTA
 constexpr int kMaxSplits = 64;       // context splits of one decode row (a multiple of 32)
 constexpr int kMinSplitBlocks = 4;   // KV blocks a split takes at least
 constexpr int kMaxSplitRows = 1024;  // n_splits * n_tokens the workspace holds
+constexpr int kPrefetchBlocks = 8;   // KV blocks a decode CTA asks into L2 before its wait
 constexpr int kMaxHeadDim = 256;     // check_layer's bound
 
 // ---- fp16 and Q8_0 conversion, bit-exact with the CPU's quant:: functions ------------------
@@ -317,27 +318,38 @@ __global__ void __launch_bounds__(kThreads)
                          int n_heads_q, float* ks, const float* vs, int n_pairs, bool neox,
                          const float* cos, const float* sin) {
   __shared__ float row_s[kMaxHeadDim];
-  pdl_start();
   const int t = blockIdx.x;
   int h = blockIdx.y;
   const float* c = cos + int64_t{t} * n_pairs;
   const float* s = sin + int64_t{t} * n_pairs;
+  // The angles and the cache slot depend on no earlier kernel of the step's chain (the angles
+  // are the step's first kernel): read them before the wait. A thread's first pair (every pair
+  // when n_pairs <= blockDim.x, as in every model's head dim up to 256).
+  const int i0 = threadIdx.x;
+  const float c0 = i0 < n_pairs ? c[i0] : 0.0f, s0 = i0 < n_pairs ? s[i0] : 0.0f;
+  int64_t block = 0;
+  if (h >= n_heads_q) {
+    const int sq = seq_of_token(b.qo, b.num_seqs, t);
+    block = b.kv_idx[b.kv_ptr[sq] + b.pos[t] / block_tokens];
+  }
+  pdl_start();
   if (h < n_heads_q) {
     float* row = q + (int64_t{t} * n_heads_q + h) * k.dim;
-    for (int i = threadIdx.x; i < n_pairs; i += blockDim.x) rope_pair(row, i, n_pairs, neox, c[i], s[i]);
+    if (i0 < n_pairs) rope_pair(row, i0, n_pairs, neox, c0, s0);
+    for (int i = i0 + blockDim.x; i < n_pairs; i += blockDim.x)
+      rope_pair(row, i, n_pairs, neox, c[i], s[i]);
     return;
   }
   h -= n_heads_q;
   float* kr = ks + (int64_t{t} * n_kv_heads + h) * k.dim;
   for (int d = threadIdx.x; d < k.dim; d += blockDim.x) row_s[d] = kr[d];
   __syncthreads();
-  for (int i = threadIdx.x; i < n_pairs; i += blockDim.x) rope_pair(row_s, i, n_pairs, neox, c[i], s[i]);
+  if (i0 < n_pairs) rope_pair(row_s, i0, n_pairs, neox, c0, s0);
+  for (int i = i0 + blockDim.x; i < n_pairs; i += blockDim.x)
+    rope_pair(row_s, i, n_pairs, neox, c[i], s[i]);
   __syncthreads();
   for (int d = threadIdx.x; d < k.dim; d += blockDim.x) kr[d] = row_s[d];
-  const int sq = seq_of_token(b.qo, b.num_seqs, t);
-  const int pos = b.pos[t];
-  const int64_t block = b.kv_idx[b.kv_ptr[sq] + pos / block_tokens];
-  const int j = pos % block_tokens;
+  const int j = b.pos[t] % block_tokens;
   write_row<T>(k.data + block * k.block_bytes + h * k.head_bytes, k.dim, block_tokens, j, row_s);
   write_row<T>(v.data + block * v.block_bytes + h * v.head_bytes, v.dim, block_tokens, j,
                vs + (int64_t{t} * n_kv_heads + h) * v.dim);
@@ -471,9 +483,21 @@ size_t decode_smem_bytes(int dk, int dv) {
                                              kHeadChunk * kChunk + 3 * kHeadChunk);
 }
 
+// Blocks pb0..pb1 of kv head kvh's part of a K or V cache (its head_bytes in each) asked into
+// L2, a 128-byte line per thread and step.
+__device__ __forceinline__ void prefetch_blocks(const Cache& c, int kvh, const int32_t* blocks,
+                                                int pb0, int pb1) {
+  const int lines = static_cast<int>((c.head_bytes + 127) / 128);
+  for (int u = threadIdx.x; u < (pb1 - pb0 + 1) * lines; u += kThreads) {
+    const int bi = u / lines;
+    const uint8_t* p = c.data + int64_t{blocks[pb0 + bi]} * c.block_bytes +
+                       int64_t{kvh} * c.head_bytes + int64_t{u - bi * lines} * 128;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+  }
+}
+
 template <KvT T, int kDimMax>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
-  pdl_start();  // launched with launch_pdl (the prefill kernels are not)
   extern __shared__ float4 smem4[];
   const int dk = a.k.dim, dv = a.v.dim, ks = dk + 4, dk4 = dk / 4, dv4 = dv / 4;
   float* Ks = reinterpret_cast<float*>(smem4);  // [kChunk][ks]
@@ -508,6 +532,16 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
   const bool whole = a.n_splits == 1 || n_blocks <= per_split;
   const int n_active = whole ? 1 : (n_blocks + per_split - 1) / per_split;
   if (split >= n_active) return;  // past the context (or a row split 0 takes whole)
+  // Everything above reads the step's metadata, which no kernel writes. The cached keys and
+  // values before this token's own were written by earlier steps: start the first of this
+  // split's blocks towards L2 before waiting for the kernel before (the one that writes q and
+  // this token's k and v row; launched with launch_pdl, the prefill kernels are not).
+  if (kbeg < kend) {
+    const int pb0 = kbeg / bt, pb1 = min((kend - 1) / bt, pb0 + kPrefetchBlocks - 1);
+    prefetch_blocks(a.k, kvh, blocks, pb0, pb1);
+    prefetch_blocks(a.v, kvh, blocks, pb0, pb1);
+  }
+  pdl_start();
 
   for (int u = tid; u < gc * dk4; u += kThreads) {
     const int g = u / dk4, d4 = u - g * dk4;

@@ -218,10 +218,38 @@ int row_threads(int64_t n) {
 // With yq (vec only, n % 32 == 0): y is also quantized for the matvec (q8_group4).
 __global__ void rmsnorm_kernel(float* x, const float* r, const float* w, float* y, int64_t n,
                                float eps, bool vec, int8_t* yq, float2* yds) {
-  pdl_start();
   const int64_t row = blockIdx.x;
   float* xr = x + row * n;
   float* yr = y + row * n;
+  if (vec && n / 4 <= blockDim.x) {
+    // A row of at most one float4 per thread (every decode row up to 4096 values): the same
+    // arithmetic as below, with the norm weights read before the wait for the kernel before
+    // (they depend on none) and x kept in registers, not read back.
+    const int64_t i = threadIdx.x;
+    const bool active = i < n / 4;
+    float4 g = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    if (active && w != nullptr) g = reinterpret_cast<const float4*>(w)[i];
+    pdl_start();
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (active) {
+      v = reinterpret_cast<const float4*>(xr)[i];
+      if (r != nullptr) {
+        const float4 a = reinterpret_cast<const float4*>(r + row * n)[i];
+        v = make_float4(v.x + a.x, v.y + a.y, v.z + a.z, v.w + a.w);
+        reinterpret_cast<float4*>(xr)[i] = v;
+      }
+    }
+    const double sum = block_sum(static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y +
+                                 static_cast<double>(v.z) * v.z + static_cast<double>(v.w) * v.w);
+    const float inv = static_cast<float>(1.0 / sqrt(sum / static_cast<double>(n) + eps));
+    if (active) {
+      v = make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);
+      reinterpret_cast<float4*>(yr)[i] = v;
+    }
+    if (yq != nullptr) q8_group4(v, active, yq + row * n + 4 * i, yds + row * (n / 32) + i / 8);
+    return;
+  }
+  pdl_start();
   double sum = 0.0;
   if (vec) {
     float4* x4 = reinterpret_cast<float4*>(xr);
