@@ -114,10 +114,17 @@ std::unique_ptr<Engine> start_engine(std::optional<model::Pooling> pooling, int3
   o.max_seqs = 8;
   o.max_batch_tokens = 64;  // a 150-token input prefills in three chunks
   o.kv_type = quant::Type::F32;
+  // An explicit KV budget: on a GPU the default fills --gpu-memory-fraction of the card, and
+  // a test may hold two engines at once.
+  o.kv_memory_bytes = uint64_t{64} << 20;
   o.pooling = pooling;
   auto e = std::make_unique<Engine>(o);
   e->start();
-  EXPECT_TRUE(e->wait_ready().ok());
+  const Status ready = e->wait_ready();
+  if (!ready.ok()) {
+    ADD_FAILURE() << "engine not ready: " << ready.error().message;
+    return nullptr;
+  }
   return e;
 }
 
@@ -126,6 +133,7 @@ class EmbeddingEngineTest : public ::testing::TestWithParam<model::Pooling> {};
 TEST_P(EmbeddingEngineTest, PooledHiddenStatesMatchOneUnchunkedForward) {
   const model::Pooling pooling = GetParam();
   auto e = start_engine(pooling);
+  ASSERT_NE(e, nullptr);
   ASSERT_EQ(e->pooling(), pooling);
   ASSERT_EQ(e->embedding_width(), static_cast<int32_t>(e->model().hparams().n_embd));
   const std::vector<std::vector<int32_t>> inputs = {tokens(150, 1), tokens(40, 2), tokens(1, 3),
@@ -176,6 +184,7 @@ TEST(EmbeddingEngine, PrefixCacheOnlyWhereThePoolingAllows) {
   const std::vector<int32_t> prompt = tokens(100, 5);
   for (model::Pooling p : {model::Pooling::kMean, model::Pooling::kLast}) {
     auto e = start_engine(p);
+    ASSERT_NE(e, nullptr);
     drain(submit_ok(*e, greedy(prompt, 2)));
     const int64_t hits_before = e->stats().num_prefix_hit_tokens;
     const FinishEvent f = drain(submit_ok(*e, embed(prompt)));
@@ -194,6 +203,7 @@ TEST(EmbeddingEngine, PrefixCacheOnlyWhereThePoolingAllows) {
 
 TEST(EmbeddingEngine, RefusalsAndTheWholeContext) {
   auto none = start_engine(std::nullopt);  // stories260K has no pooling_type
+  ASSERT_NE(none, nullptr);
   EXPECT_EQ(none->pooling(), model::Pooling::kNone);
   auto r = none->submit(embed({1, 2, 3}));
   ASSERT_TRUE(std::holds_alternative<SubmitRefusal>(r));
@@ -201,6 +211,7 @@ TEST(EmbeddingEngine, RefusalsAndTheWholeContext) {
   EXPECT_NE(std::get<SubmitRefusal>(r).message.find("--pooling"), std::string::npos);
 
   auto e = start_engine(model::Pooling::kMean, 64);
+  ASSERT_NE(e, nullptr);
   auto too_long = e->submit(embed(tokens(65, 1)));
   ASSERT_TRUE(std::holds_alternative<SubmitRefusal>(too_long));
   EXPECT_EQ(std::get<SubmitRefusal>(too_long).error, SubmitError::kContextLengthExceeded);
