@@ -10,7 +10,7 @@
 #   graphs  tg128 with and without CUDA graphs
 #   serve   kiln serve under kiln bench http; profile: ncu over decode steps
 #   e2e     the node e2e suites against kiln on the GPU (E2E=1 tools/cuda_pack.sh)
-#   llama   build llama.cpp (build-llama/llama-src.tar.xz) in the background; side: kiln and
+#   llama   build llama.cpp (build-llama/llama-src.tar.xz, made by tools/llama_src.sh) in the background; side: kiln and
 #           llama-bench on each bench model in turn
 # Figures and logs go to $OUT when set. Default: tests bench.
 set -uo pipefail
