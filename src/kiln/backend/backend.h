@@ -240,6 +240,10 @@ class Backend {
   virtual void copy_cols(Mat src, int64_t col0, Mat dst) = 0;
   // dst[i] = src[rows[i]] for the dst.rows rows
   virtual void gather_rows(Mat src, const int32_t* rows, Mat dst) = 0;
+  // out[r] = the index of row r's largest value, for x.rows rows (out: backend memory, int32):
+  // the first on ties, a NaN never (a row whose first value is NaN, or all NaN, gives 0), as
+  // cpu::argmax and the sampler's greedy choice.
+  virtual void argmax_rows(Mat x, int32_t* out) = 0;
   // cos/sin [n, n_pairs] of the step's positions
   virtual void rope_angles(const RopeTable& t, const int32_t* positions, Mat cos, Mat sin) = 0;
   // Rotates the first 2 * cos.cols dims of each head of x [n, n_heads * head_dim] in place.

@@ -141,8 +141,16 @@ Expected<std::string> generate(Runtime& rt, const RunOptions& o, engine::Sampler
   auto t0 = Clock::now();
   // Only the first prompt is dumped (a chat's later turns are not).
   const bool dump = !o.dump_dir.empty() && rt.seq->tokens().empty();
-  KILN_TRY(std::span<const float> logits,
-           dump ? append_dumped(rt, o, tokens) : rt.seq->append(tokens));
+  // A plain greedy reply (no grammar) takes each step's argmax where the logits are: 4 bytes
+  // back a token instead of the vocabulary's logits, and no pass over them on the host.
+  const bool device_greedy = !rt.constraint && engine::is_plain_greedy(sampler.params());
+  std::span<const float> logits;
+  int32_t next_id = -1;  // the device's argmax of the last step, when it gave one
+  if (device_greedy && !dump) {
+    KILN_TRY(next_id, rt.seq->append_argmax(tokens));
+  } else {
+    KILN_TRY(logits, dump ? append_dumped(rt, o, tokens) : rt.seq->append(tokens));
+  }
   stats.num_prompt_tokens += static_cast<int64_t>(tokens.size());
   stats.prompt_seconds += seconds_since(t0);
 
@@ -174,17 +182,22 @@ Expected<std::string> generate(Runtime& rt, const RunOptions& o, engine::Sampler
                  o.n_ctx);
       break;
     }
-    std::span<const float> row = logits;
-    if (matcher) {
-      matcher->fill_mask(mask);
-      if (!grammar::mask_logits(logits, mask, &masked)) {
-        std::fflush(stdout);
-        fmt::print(stderr, "\nkiln: the grammar allows no further token; the reply stops here\n");
-        break;
+    engine::SampleResult r;
+    if (next_id >= 0) {
+      r.token = next_id;
+    } else {
+      std::span<const float> row = logits;
+      if (matcher) {
+        matcher->fill_mask(mask);
+        if (!grammar::mask_logits(logits, mask, &masked)) {
+          std::fflush(stdout);
+          fmt::print(stderr, "\nkiln: the grammar allows no further token; the reply stops here\n");
+          break;
+        }
+        row = masked;
       }
-      row = masked;
+      r = sampler.sample(row, rt.seq->tokens());
     }
-    const engine::SampleResult r = sampler.sample(row, rt.seq->tokens());
     if (matcher) matcher->accept_token(r.token);
     if (!o.ignore_eos && eog.contains(r.token)) break;
     stats.num_generated++;
@@ -195,12 +208,22 @@ Expected<std::string> generate(Runtime& rt, const RunOptions& o, engine::Sampler
       // The last token is not run through the model: nothing reads its logits.
       break;
     }
-    auto next = rt.seq->append(std::span<const int32_t>(&r.token, 1));
-    if (!next.ok()) {
-      log::warn("{}", next.error().message);
-      break;
+    const std::span<const int32_t> step(&r.token, 1);
+    if (device_greedy) {
+      auto next = rt.seq->append_argmax(step);
+      if (!next.ok()) {
+        log::warn("{}", next.error().message);
+        break;
+      }
+      next_id = *next;
+    } else {
+      auto next = rt.seq->append(step);
+      if (!next.ok()) {
+        log::warn("{}", next.error().message);
+        break;
+      }
+      logits = *next;
     }
-    logits = *next;
   }
   if (!stopped) emit(stop.feed(decoder.flush()).text + stop.flush());
   stats.generate_seconds += seconds_since(t0);

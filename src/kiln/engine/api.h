@@ -157,6 +157,10 @@ struct EngineStats {
   int64_t num_prefix_hit_tokens = 0;
   int64_t num_prefix_queried_tokens = 0;
   int64_t num_preemptions = 0;
+  int64_t num_steps = 0;
+  // Steps whose every logit row sampled plain greedy, so that only each row's argmax id came
+  // back from the device, not its logits.
+  int64_t num_argmax_steps = 0;
   int64_t num_prompt_tokens = 0;
   int64_t num_generated_tokens = 0;
   // Seconds since the engine thread last finished a step or idled (liveness for /health).

@@ -71,12 +71,16 @@ struct Engine::Impl {
   std::vector<int32_t> eog_ids;
   std::unordered_map<SeqId, Active> active;
   std::span<const float> logits;
+  // A step whose every logit row samples plain greedy (is_plain_greedy, no grammar) brings
+  // back each row's argmax id instead of its logits (Executor::execute_argmax).
+  std::span<const int32_t> argmax_ids;
   // The step's logit rows (generation sequences) and hidden rows (embed sequences), and for
   // each hidden row the sequence it belongs to.
   std::vector<int32_t> logit_rows, hidden_rows;
   std::vector<SeqId> hidden_owner;
   SeqId next_id = 1;
   int64_t num_steps = 0;
+  int64_t num_argmax_steps = 0;
 
   Impl(Engine& e, std::unique_ptr<backend::Backend> b, std::unique_ptr<Executor> x,
        const SchedulerConfig& cfg)
@@ -176,6 +180,18 @@ struct Engine::Impl {
     }
   }
 
+  bool all_plain_greedy(const StepPlan& plan) const {
+    bool any = false;
+    for (const ScheduledSeq& s : plan.seqs) {
+      if (!s.needs_logits) continue;
+      const Active& a = active.at(s.id);
+      if (a.req.embed) continue;
+      if (a.gate != nullptr || !is_plain_greedy(a.sampler.params())) return false;
+      any = true;
+    }
+    return any;
+  }
+
   // Samples each sequence that reached the end of its known tokens; emits token events.
   std::vector<SeqOutput> sample(const StepPlan& plan) {
     std::vector<SeqOutput> outputs;
@@ -185,11 +201,13 @@ struct Engine::Impl {
       if (!s.needs_logits) continue;
       Active& a = active.at(s.id);
       if (a.req.embed) continue;  // pool() ends it
-      const float* lg = logits.data() + static_cast<int64_t>(row++) * n_vocab;
+      const int64_t this_row = static_cast<int64_t>(row++);
       const Sequence* seq = sched.find(s.id);
-      std::span<const float> row_logits(lg, n_vocab);
       SampleResult r;
-      if (a.gate) {
+      if (!argmax_ids.empty()) {
+        r.token = argmax_ids[static_cast<size_t>(this_row)];
+      } else if (a.gate) {
+        std::span<const float> row_logits(logits.data() + this_row * n_vocab, n_vocab);
         std::optional<SampleResult> sampled = a.gate->sample(
             row_logits, [&](std::span<const float> l) { return a.sampler.sample(l, seq->tokens); });
         if (!sampled) {
@@ -200,7 +218,8 @@ struct Engine::Impl {
         }
         r = std::move(*sampled);
       } else {
-        r = a.sampler.sample(row_logits, seq->tokens);
+        r = a.sampler.sample(std::span<const float>(logits.data() + this_row * n_vocab, n_vocab),
+                             seq->tokens);
       }
       bool stop = false;
       if (!a.req.ignore_eos && a.eog.contains(r.token)) {
@@ -270,6 +289,8 @@ struct Engine::Impl {
     st.num_preemptions = sched.stats().num_preemptions;
     st.num_prefix_queried_tokens = sched.stats().num_prompt_tokens;
     st.num_prefix_hit_tokens = sched.stats().num_cached_prompt_tokens;
+    st.num_steps = num_steps;
+    st.num_argmax_steps = num_argmax_steps;
   }
 
   // One schedule -> execute -> update step. False when there was nothing to do.
@@ -293,14 +314,25 @@ struct Engine::Impl {
     size_t num_sampled = 0;  // outputs of generation sequences (embed ones follow)
     try {
       if (engine.opts_.before_step) engine.opts_.before_step(num_steps);
-      auto out = exec->execute(in);
-      if (out.ok()) {
-        logits = *out;
+      Status st;
+      argmax_ids = {};
+      logits = {};
+      if (all_plain_greedy(plan)) {
+        ++num_argmax_steps;
+        auto ids = exec->execute_argmax(in);
+        if (ids.ok()) argmax_ids = *ids;
+        st = ids.ok() ? Status{} : Status(std::move(ids).take_error());
+      } else {
+        auto out = exec->execute(in);
+        if (out.ok()) logits = *out;
+        st = out.ok() ? Status{} : Status(std::move(out).take_error());
+      }
+      if (st.ok()) {
         outputs = sample(plan);
         num_sampled = outputs.size();
         if (plan_has_embed(plan)) pool(plan, exec->hidden(), &outputs);
       } else {
-        failure = out.error().message;
+        failure = st.error().message;
       }
     } catch (const std::exception& e) {
       failure = fmt::format("internal error in the step: {}", e.what());

@@ -99,6 +99,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
   p.max_seqs_at_context = static_cast<int32_t>(blocks / blocks_per_seq);
   ex->logits_capacity_ = static_cast<size_t>(fo.max_logit_rows) * model.hparams().n_vocab;
   KILN_TRY(ex->logits_, be.alloc_host(ex->logits_capacity_ * sizeof(float)));
+  KILN_TRY(ex->ids_, be.alloc_host(static_cast<uint64_t>(fo.max_logit_rows) * sizeof(int32_t)));
   if (fo.max_hidden_rows > 0) {
     KILN_TRY(ex->hidden_buf_, be.alloc_host(static_cast<uint64_t>(fo.max_hidden_rows) *
                                             model.hparams().n_embd * sizeof(float)));
@@ -106,17 +107,29 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
   return ex;
 }
 
-Expected<std::span<const float>> Executor::execute(const model::StepInput& in) {
+Status Executor::run(const model::StepInput& in, int32_t* ids) {
   const size_t n = in.logit_rows.size() * model_.hparams().n_vocab;
   if (n > logits_capacity_)
     return err("executor: {} logit rows exceed the step capacity", in.logit_rows.size());
   auto* logits = static_cast<float*>(logits_->data());
   auto* hidden = hidden_buf_ != nullptr ? static_cast<float*>(hidden_buf_->data()) : nullptr;
   hidden_ = {};
-  KILN_TRY_STATUS(forward_->run(in, *kv_, logits, hidden));
+  KILN_TRY_STATUS(forward_->run(in, *kv_, logits, hidden, ids));
   if (!in.hidden_rows.empty())
     hidden_ = std::span<const float>(hidden, in.hidden_rows.size() * model_.hparams().n_embd);
-  return std::span<const float>(logits, n);
+  return {};
+}
+
+Expected<std::span<const float>> Executor::execute(const model::StepInput& in) {
+  KILN_TRY_STATUS(run(in, nullptr));
+  return std::span<const float>(static_cast<const float*>(logits_->data()),
+                                in.logit_rows.size() * model_.hparams().n_vocab);
+}
+
+Expected<std::span<const int32_t>> Executor::execute_argmax(const model::StepInput& in) {
+  auto* ids = static_cast<int32_t*>(ids_->data());
+  KILN_TRY_STATUS(run(in, ids));
+  return std::span<const int32_t>(ids, in.logit_rows.size());
 }
 
 }  // namespace kiln::engine

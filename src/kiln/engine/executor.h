@@ -59,6 +59,10 @@ class Executor {
   // Runs one step; the logits [in.logit_rows.size(), n_vocab] in host memory, valid until the
   // next call.
   Expected<std::span<const float>> execute(const model::StepInput& in);
+  // Runs one step whose logit rows are all sampled greedily with nothing else read from their
+  // logits: each row's argmax id (the first largest logit), the logits left on the device.
+  // Valid until the next call; hidden() as after execute.
+  Expected<std::span<const int32_t>> execute_argmax(const model::StepInput& in);
   // The final-norm hidden states of the last step's hidden_rows, [rows, n_embd] in host
   // memory, valid until the next call.
   std::span<const float> hidden() const { return hidden_; }
@@ -77,6 +81,8 @@ class Executor {
  private:
   Executor(const model::Model& model, backend::Backend& be, const ExecutorOptions& opts)
       : model_(model), be_(be), opts_(opts) {}
+  // The step; with ids, each logit row's argmax there instead of its logits.
+  Status run(const model::StepInput& in, int32_t* ids);
 
   const model::Model& model_;
   backend::Backend& be_;
@@ -85,6 +91,7 @@ class Executor {
   std::unique_ptr<backend::KvCache> kv_;
   std::unique_ptr<backend::Buffer> logits_;      // host memory, [max_logit_rows, n_vocab]
   size_t logits_capacity_ = 0;                   // floats
+  std::unique_ptr<backend::Buffer> ids_;         // host memory, [max_logit_rows] int32
   std::unique_ptr<backend::Buffer> hidden_buf_;  // host memory, [max_hidden_rows, n_embd]
   std::span<const float> hidden_;
   MemoryPlan plan_;

@@ -189,6 +189,13 @@ bool is_greedy(const SamplingParams& p) {
   return p.temperature == 0.0f || p.top_k == 1;
 }
 
+bool is_plain_greedy(const SamplingParams& p) {
+  const bool penalties =
+      p.penalty_last_n != 0 &&
+      (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
+  return is_greedy(p) && p.logit_bias.empty() && !penalties && !p.logprobs && p.top_logprobs == 0;
+}
+
 // ---------------------------------------------------------------------------
 // Bias and penalties
 // ---------------------------------------------------------------------------

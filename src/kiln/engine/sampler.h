@@ -65,6 +65,10 @@ Status validate(const SamplingParams& params, int32_t n_vocab);
 
 // Is this sampler deterministic argmax (temperature 0 or top_k 1)?
 bool is_greedy(const SamplingParams& params);
+// Greedy with nothing that moves the argmax or reads the distribution (no logit_bias, no
+// penalty, no logprobs): its token is the first largest raw logit, which the backend can
+// find where the logits are (Executor::execute_argmax), so the logits need not come back.
+bool is_plain_greedy(const SamplingParams& params);
 
 // logits[id] += bias for each logit_bias entry; a bias <= -100 sets the logit to -inf (a ban,
 // as OpenAI documents -100). Ids out of range are ignored (validate() rejects them).

@@ -43,8 +43,7 @@ void SequenceRunner::truncate(int32_t n) {
   if (n < static_cast<int32_t>(tokens_.size())) tokens_.resize(static_cast<size_t>(std::max(0, n)));
 }
 
-Expected<std::span<const float>> SequenceRunner::append(std::span<const int32_t> tokens) {
-  const uint32_t n_vocab = model_.hparams().n_vocab;
+Status SequenceRunner::run_steps(std::span<const int32_t> tokens, int32_t* argmax) {
   if (tokens.empty()) return err("append: no tokens");
   if (tokens_.size() + tokens.size() > static_cast<size_t>(n_ctx_))
     return err("context is full: {} + {} tokens exceed the context of {}", tokens_.size(),
@@ -58,7 +57,7 @@ Expected<std::span<const float>> SequenceRunner::append(std::span<const int32_t>
     std::vector<int32_t> positions(n), rows;
     std::iota(positions.begin(), positions.end(), start);
     const bool last_chunk = done + n == tokens.size();
-    if (keep_all_logits_) {
+    if (keep_all_logits_ && argmax == nullptr) {
       rows.resize(n);
       std::iota(rows.begin(), rows.end(), 0);
     } else if (last_chunk) {
@@ -71,15 +70,36 @@ Expected<std::span<const float>> SequenceRunner::append(std::span<const int32_t>
     in.tokens = std::span<const int32_t>(tokens_).subspan(static_cast<size_t>(start), n);
     in.attn = {1, qo, kv_ptr, blocks_.data(), kv_len, positions.data()};
     in.logit_rows = rows;
-    auto out = exec_->execute(in);
-    if (!out.ok()) {
-      tokens_.resize(static_cast<size_t>(start));
-      return std::move(out).take_error();
+    if (argmax != nullptr && last_chunk) {
+      auto ids = exec_->execute_argmax(in);
+      if (!ids.ok()) {
+        tokens_.resize(static_cast<size_t>(start));
+        return std::move(ids).take_error();
+      }
+      *argmax = (*ids)[0];
+    } else {
+      auto out = exec_->execute(in);
+      if (!out.ok()) {
+        tokens_.resize(static_cast<size_t>(start));
+        return std::move(out).take_error();
+      }
+      logits_.insert(logits_.end(), out->begin(), out->end());
     }
-    logits_.insert(logits_.end(), out->begin(), out->end());
     done += n;
   }
+  return {};
+}
+
+Expected<std::span<const float>> SequenceRunner::append(std::span<const int32_t> tokens) {
+  KILN_TRY_STATUS(run_steps(tokens, nullptr));
+  const uint32_t n_vocab = model_.hparams().n_vocab;
   return std::span<const float>(logits_).subspan(logits_.size() - n_vocab, n_vocab);
+}
+
+Expected<int32_t> SequenceRunner::append_argmax(std::span<const int32_t> tokens) {
+  int32_t id = 0;
+  KILN_TRY_STATUS(run_steps(tokens, &id));
+  return id;
 }
 
 std::vector<int32_t> end_of_generation_ids(const tokenizer::Tokenizer& tok) {

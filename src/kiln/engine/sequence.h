@@ -30,6 +30,9 @@ class SequenceRunner {
   // Runs `tokens` after those already held; returns the logits [n_vocab] after the last one.
   // Errors: the context would overflow, a token id out of range.
   Expected<std::span<const float>> append(std::span<const int32_t> tokens);
+  // append for a plain greedy choice (is_plain_greedy): the id of the largest logit after
+  // the last token (the first on ties), the logits left on the device.
+  Expected<int32_t> append_argmax(std::span<const int32_t> tokens);
   // Forgets tokens from position n on (their KV is overwritten by later appends).
   void truncate(int32_t n);
 
@@ -47,6 +50,8 @@ class SequenceRunner {
 
  private:
   SequenceRunner(const model::Model& model, int32_t n_ctx, std::unique_ptr<Executor> exec);
+  // The steps of append; with argmax, the last step's argmax id to *argmax and no logits kept.
+  Status run_steps(std::span<const int32_t> tokens, int32_t* argmax);
 
   const model::Model& model_;
   int32_t n_ctx_;

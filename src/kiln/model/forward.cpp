@@ -108,6 +108,7 @@ Status Forward::carve_arena() {
       {&out_rows_, std::min<int64_t>(t, int64_t{opts_.max_logit_rows} + opts_.max_hidden_rows),
        hp.n_embd},
       {&logits_, opts_.max_logit_rows, hp.n_vocab},
+      {&ids_, opts_.max_logit_rows, 1},
       {&row_scale_, hp.attn_temp_scale != 0 ? t : 0, 1},
   };
   const int64_t n_pairs = hp.n_rot / 2;
@@ -320,7 +321,20 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64
   if (hp.final_softcap > 0) be_.softcap(lg, hp.final_softcap);
 }
 
-Status Forward::run(const StepInput& in, backend::KvCache& cache, float* logits, float* hidden) {
+void Forward::download_logits(int64_t n_out, float* logits, int32_t* ids) {
+  if (n_out <= 0) return;
+  const Mat lg = logits_.first_rows(n_out);
+  if (ids != nullptr) {
+    int32_t* dev = reinterpret_cast<int32_t*>(ids_.data);
+    be_.argmax_rows(lg, dev);
+    be_.download(ids, dev, static_cast<uint64_t>(n_out) * sizeof(int32_t));
+    return;
+  }
+  be_.download(logits, lg.data, static_cast<uint64_t>(lg.size()) * sizeof(float));
+}
+
+Status Forward::run(const StepInput& in, backend::KvCache& cache, float* logits, float* hidden,
+                    int32_t* ids) {
   const HParams& hp = model_.hparams();
   const int64_t n = static_cast<int64_t>(in.tokens.size());
   if (n == 0) return {};
@@ -349,7 +363,7 @@ Status Forward::run(const StepInput& in, backend::KvCache& cache, float* logits,
   bool decode =
       !buckets_.empty() && !dump_ && n_hidden == 0 && in.attn.num_seqs == n && n <= buckets_.back();
   for (int64_t i = 0; decode && i < n_out; ++i) decode = in.logit_rows[i] == i;
-  if (decode) return run_graph(in, cache, logits);
+  if (decode) return run_graph(in, cache, logits, ids);
 
   // One row list for the final norm: the logit rows, then the hidden rows.
   std::span<const int32_t> out_rows = in.logit_rows;
@@ -365,10 +379,7 @@ Status Forward::run(const StepInput& in, backend::KvCache& cache, float* logits,
     be_.sync();
     return {};
   }
-  if (n_out > 0) {
-    const Mat lg = logits_.first_rows(n_out);
-    be_.download(logits, lg.data, static_cast<uint64_t>(lg.size()) * sizeof(float));
-  }
+  download_logits(n_out, logits, ids);
   if (n_hidden > 0) {  // rows [n_out, n_out + n_hidden) of the final norm's output
     const int64_t width = hp.n_embd;
     be_.download(hidden, xn_.data + n_out * width,
@@ -377,7 +388,8 @@ Status Forward::run(const StepInput& in, backend::KvCache& cache, float* logits,
   return {};
 }
 
-Status Forward::run_graph(const StepInput& in, backend::KvCache& cache, float* logits) {
+Status Forward::run_graph(const StepInput& in, backend::KvCache& cache, float* logits,
+                          int32_t* ids) {
   const int64_t n = static_cast<int64_t>(in.tokens.size());
   const int64_t n_out = static_cast<int64_t>(in.logit_rows.size());
   const size_t b = static_cast<size_t>(
@@ -423,8 +435,7 @@ Status Forward::run_graph(const StepInput& in, backend::KvCache& cache, float* l
   }
   be_.replay(graph_of_bucket_[b]);
   ++num_graph_replays_;
-  const Mat lg = logits_.first_rows(n_out);
-  be_.download(logits, lg.data, static_cast<uint64_t>(lg.size()) * sizeof(float));
+  download_logits(n_out, logits, ids);
   return {};
 }
 

@@ -49,9 +49,13 @@ class Forward {
                                                    const ForwardOptions& opts);
 
   // Writes logits [logit_rows.size(), n_vocab] and, when hidden_rows are asked for, their
-  // final-norm hidden states [hidden_rows.size(), n_embd] to host memory. Errors: too many
-  // tokens, sequences, blocks or rows for the step buffers, bad token ids or rows.
-  Status run(const StepInput& in, backend::KvCache& cache, float* logits, float* hidden = nullptr);
+  // final-norm hidden states [hidden_rows.size(), n_embd] to host memory. With `ids`, each
+  // logit row's argmax (Backend::argmax_rows: the first largest) goes to ids
+  // [logit_rows.size()] instead and `logits` is not written: the logits stay on the device (a
+  // greedy step brings back 4 bytes a row, not n_vocab floats). Errors: too many tokens,
+  // sequences, blocks or rows for the step buffers, bad token ids or rows.
+  Status run(const StepInput& in, backend::KvCache& cache, float* logits, float* hidden = nullptr,
+             int32_t* ids = nullptr);
 
   void set_dump(ActivationDump dump) { dump_ = std::move(dump); }
   int32_t max_tokens() const { return opts_.max_tokens; }
@@ -76,7 +80,9 @@ class Forward {
   void body(const backend::StepArgs& step, backend::KvCache& cache, int64_t n, int64_t n_out,
             int64_t n_hidden = 0);
   // The decode step padded to its bucket, run from its graph (captured on first use).
-  Status run_graph(const StepInput& in, backend::KvCache& cache, float* logits);
+  Status run_graph(const StepInput& in, backend::KvCache& cache, float* logits, int32_t* ids);
+  // The step's first n_out logit rows to the host: the logits, or with ids their argmax.
+  void download_logits(int64_t n_out, float* logits, int32_t* ids);
   void dump(std::string_view name, int layer, backend::Mat m);
 
   const Model& model_;
@@ -93,6 +99,7 @@ class Forward {
   // Activation arena, carved into [max_tokens, width] matrices.
   std::unique_ptr<backend::Buffer> arena_;
   backend::Mat x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, tmp2_, out_rows_, logits_, row_scale_;
+  backend::Mat ids_;  // [max_logit_rows] int32 (the size of a float): the logit rows' argmax
   backend::MoeScratch moe_;
   // Rope: [0] full-attention layers, [1] sliding layers (when their frequencies differ); the
   // step's cos/sin tables ([max_tokens, n_rot / 2]) are shared by Q, K and every layer.

@@ -86,6 +86,11 @@ std::string Metrics::render(const engine::EngineStats& s, engine::EngineState st
          static_cast<double>(s.num_prefix_queried_tokens));
   metric(&out, "kiln_preemptions_total", "counter", "Sequences preempted for KV blocks.",
          static_cast<double>(s.num_preemptions));
+  metric(&out, "kiln_engine_steps_total", "counter", "Engine steps (forward passes).",
+         static_cast<double>(s.num_steps));
+  metric(&out, "kiln_engine_argmax_steps_total", "counter",
+         "Steps whose rows all sampled plain greedy: argmax ids back, not logits.",
+         static_cast<double>(s.num_argmax_steps));
   metric(&out, "kiln_engine_heartbeat_age_seconds", "gauge",
          "Seconds since the engine thread last finished a step or idled.",
          s.seconds_since_heartbeat);

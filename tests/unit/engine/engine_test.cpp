@@ -164,6 +164,44 @@ TEST_F(EngineTest, ConcurrentEqualsAlone) {
   EXPECT_EQ(engine_->stats().num_running, 0);
 }
 
+// Plain greedy requests take their tokens from the device's argmax (the step's logits never
+// come back); the same requests with logprobs (which need the logits) take the sampler's
+// greedy choice: the same tokens, alone and in one batch with each other (a mixed step brings
+// the logits back for every row).
+TEST_F(EngineTest, DeviceArgmaxEqualsTheSamplersGreedyChoice) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p = {1};
+    for (int j = 0; j < 4 + 9 * i; ++j) p.push_back(5 + (i * 37 + j * 13) % 500);
+    prompts.push_back(p);
+  }
+  auto with_logprobs = [](GenerationRequest r) {
+    r.sampling.logprobs = true;
+    return r;
+  };
+  const int64_t argmax0 = engine_->stats().num_argmax_steps;
+  std::vector<Result> plain, sampled;
+  for (const auto& p : prompts) plain.push_back(drain(submit_ok(*engine_, greedy(p, 24))));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // stats follow each step
+  const int64_t argmax1 = engine_->stats().num_argmax_steps;
+  EXPECT_GE(argmax1 - argmax0, 24) << "plain greedy requests took the argmax path";
+  for (const auto& p : prompts)
+    sampled.push_back(drain(submit_ok(*engine_, with_logprobs(greedy(p, 24)))));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(engine_->stats().num_argmax_steps, argmax1) << "logprobs need the logits";
+  std::vector<std::shared_ptr<RequestChannel>> mixed;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    mixed.push_back(submit_ok(
+        *engine_, i % 2 == 0 ? greedy(prompts[i], 24) : with_logprobs(greedy(prompts[i], 24))));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(plain[i].tokens, sampled[i].tokens) << "request " << i;
+    EXPECT_EQ(plain[i].text, sampled[i].text) << "request " << i;
+    EXPECT_EQ(plain[i].finish.reason, sampled[i].finish.reason) << "request " << i;
+    const Result r = drain(mixed[i]);
+    EXPECT_EQ(r.tokens, plain[i].tokens) << "request " << i << " in a mixed batch";
+  }
+}
+
 TEST_F(EngineTest, StopStringAndPrefixCache) {
   std::ifstream f(kModels + "stories260K.greedy64.nodellamacpp.json");
   const nlohmann::json g = nlohmann::json::parse(f);

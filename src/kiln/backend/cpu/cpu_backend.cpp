@@ -193,6 +193,9 @@ void CpuBackend::gather_rows(Mat src, const int32_t* rows, Mat dst) {
     std::copy_n(src.data + int64_t{rows[i]} * src.cols, dst.cols, dst.data + i * dst.cols);
   }
 }
+void CpuBackend::argmax_rows(Mat x, int32_t* out) {
+  for (int64_t r = 0; r < x.rows; ++r) out[r] = argmax(x.data + r * x.cols, x.cols);
+}
 void CpuBackend::rope_angles(const RopeTable& t, const int32_t* positions, Mat cos, Mat sin) {
   cpu::rope_angles(t.inv_freq, t.n_pairs, positions, cos.rows, t.attn_factor, cos.data, sin.data);
 }

@@ -54,6 +54,7 @@ class CpuBackend final : public Backend {
   void geglu(Mat gate, Mat up, Mat out) override;
   void copy_cols(Mat src, int64_t col0, Mat dst) override;
   void gather_rows(Mat src, const int32_t* rows, Mat dst) override;
+  void argmax_rows(Mat x, int32_t* out) override;
   void rope_angles(const RopeTable& t, const int32_t* positions, Mat cos, Mat sin) override;
   void rope_apply(Mat x, int32_t n_heads, int32_t head_dim, bool neox, Mat cos, Mat sin) override;
   void kv_write(KvCache& kv, int32_t layer, const StepArgs& step, Mat k, Mat v) override;

@@ -403,6 +403,10 @@ class CudaBackend final : public Backend {
     forget_q8();
     cuda::gather_rows(src.data, rows, dst.data, dst.rows, dst.cols, stream_);
   }
+  void argmax_rows(Mat x, int32_t* out) override {
+    forget_q8();
+    cuda::argmax_rows(x.data, x.rows, x.cols, out, stream_);
+  }
   void rope_angles(const RopeTable& t, const int32_t* positions, Mat cos, Mat sin) override {
     forget_q8();
     cuda::rope_angles(t.inv_freq, t.n_pairs, positions, cos.rows, t.attn_factor, cos.data, sin.data,
