@@ -12,7 +12,9 @@
 //         allowed token each step: the states a noisy model reaches);
 //   warm: the same steps again on the same compiled grammar (a later request: the LRU hit).
 // Both are repeated kReps times on fresh grammars (the same steps); each step's time is the
-// median of its repetitions.
+// median of its repetitions. "inst" is the cold figure over the instance walks alone (what
+// the llama.cpp comparison in docs/performance.md times: the same compact instances, their
+// tokens one by one, then the end).
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -70,7 +72,8 @@ struct Stats {
 // the first pass so that the warm pass replays exactly the same steps).
 std::vector<std::vector<int32_t>> generation(const std::shared_ptr<CompiledGrammar>& cg,
                                              const kiln::tokenizer::Tokenizer& tok,
-                                             const Json& entry, Stats* stats) {
+                                             const Json& entry, Stats* stats,
+                                             size_t* instance_steps) {
   std::vector<std::vector<int32_t>> runs;
   std::vector<uint64_t> mask(cg->vocab().mask_words());
   for (const Json& inst : entry["valid"]) {
@@ -89,6 +92,7 @@ std::vector<std::vector<int32_t>> generation(const std::shared_ptr<CompiledGramm
     }
     runs.push_back(std::move(run));
   }
+  *instance_steps = stats->us.size();
   std::mt19937 rng(7);
   const TokenIndex& v = cg->vocab();
   for (int w = 0; w < 8; ++w) {
@@ -173,11 +177,11 @@ int main() {
     auto index = TokenIndex::create(*tok);
     std::printf("\n%s: %d tokens, %zu trie nodes, index built in %.1f ms\n", name,
                 index->num_tokens(), index->nodes().size(), us_since(t0) / 1000);
-    std::printf("%-18s %9s %9s %9s %9s %9s %9s %7s\n", "schema", "compile", "cold", "cold", "warm",
-                "warm", "cold", "steps");
-    std::printf("%-18s %9s %9s %9s %9s %9s %9s %7s\n", "", "p50 ms", "mean us", "p99 us", "mean us",
-                "p99 us", "max us", "");
-    Stats all_cold, all_warm, all_compile;
+    std::printf("%-18s %9s %9s %9s %9s %9s %9s %7s %9s %9s %5s\n", "schema", "compile", "cold",
+                "cold", "warm", "warm", "cold", "steps", "inst", "inst", "inst");
+    std::printf("%-18s %9s %9s %9s %9s %9s %9s %7s %9s %9s %5s\n", "", "p50 ms", "mean us",
+                "p99 us", "mean us", "p99 us", "max us", "", "mean us", "p99 us", "steps");
+    Stats all_cold, all_warm, all_compile, all_inst;
     for (const Json& entry : suite) {
       const std::string text = entry["schema"].dump();
       Stats compile;
@@ -191,27 +195,33 @@ int main() {
       // machine is shared: a median of kReps runs is steadier than one run).
       std::vector<Stats> colds(kReps), warms(kReps);
       std::vector<std::vector<int32_t>> runs;
+      size_t n_inst = 0;
       for (int rep = 0; rep < kReps; ++rep) {
         auto cg = std::make_shared<CompiledGrammar>(compile_json_schema(text).value(), index);
         if (rep == 0) {
-          runs = generation(cg, *tok, entry, &colds[rep]);
+          runs = generation(cg, *tok, entry, &colds[rep], &n_inst);
         } else {
           replay(cg, runs, &colds[rep]);
         }
         replay(cg, runs, &warms[rep]);
       }
       Stats cold = median_per_step(colds), warm = median_per_step(warms);
+      Stats inst;
+      for (size_t i = 0; i < n_inst; ++i) inst.add(cold.us[i]);
       const double c50 = compile.pct(0.5);
       all_compile.add(c50);
       for (double x : cold.us) all_cold.add(x);
       for (double x : warm.us) all_warm.add(x);
-      std::printf("%-18s %9.3f %9.1f %9.1f %9.1f %9.1f %9.0f %7zu\n",
+      for (double x : inst.us) all_inst.add(x);
+      std::printf("%-18s %9.3f %9.1f %9.1f %9.1f %9.1f %9.0f %7zu %9.1f %9.1f %5zu\n",
                   entry["name"].get<std::string>().c_str(), c50 / 1000, cold.mean(), cold.pct(0.99),
-                  warm.mean(), warm.pct(0.99), cold.pct(1.0), cold.us.size());
+                  warm.mean(), warm.pct(0.99), cold.pct(1.0), cold.us.size(), inst.mean(),
+                  inst.pct(0.99), inst.us.size());
     }
-    std::printf("%-18s %9.3f %9.1f %9.1f %9.1f %9.1f %9.0f %7zu\n", "ALL",
+    std::printf("%-18s %9.3f %9.1f %9.1f %9.1f %9.1f %9.0f %7zu %9.1f %9.1f %5zu\n", "ALL",
                 all_compile.pct(0.5) / 1000, all_cold.mean(), all_cold.pct(0.99), all_warm.mean(),
-                all_warm.pct(0.99), all_cold.pct(1.0), all_cold.us.size());
+                all_warm.pct(0.99), all_cold.pct(1.0), all_cold.us.size(), all_inst.mean(),
+                all_inst.pct(0.99), all_inst.us.size());
   }
   return 0;
 }
