@@ -176,6 +176,12 @@ class Backend {
   // for every op issued before it.
   virtual void upload(void* dst, const void* host_src, uint64_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, uint64_t bytes) = 0;
+  // download queued behind the work before it, without waiting: the bytes are in host_dst
+  // after sync() (pinned memory from alloc_host lets the host go on meanwhile). Backends that
+  // compute on the host copy at once.
+  virtual void download_async(void* host_dst, const void* src, uint64_t bytes) {
+    download(host_dst, src, bytes);
+  }
   // Waits for every op issued so far.
   virtual void sync() = 0;
 

@@ -246,7 +246,13 @@ bool ConstraintGate::accept(int32_t token) {
     return false;
   }
   state_ = std::move(next);
+  mask_ready_ = false;
   return true;
+}
+
+void ConstraintGate::prefetch_mask() {
+  mask_constrained_ = fill_mask(&mask_);
+  mask_ready_ = true;
 }
 
 std::optional<SampleResult> ConstraintGate::sample(
@@ -254,7 +260,9 @@ std::optional<SampleResult> ConstraintGate::sample(
     const std::function<SampleResult(std::span<const float>)>& draw) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   SampleResult r;
-  if (fill_mask(&mask_)) {
+  const bool constrained = mask_ready_ ? mask_constrained_ : fill_mask(&mask_);
+  mask_ready_ = false;
+  if (constrained) {
     if (!grammar::mask_logits(logits, mask_, &masked_logits_)) return std::nullopt;
     r = draw(masked_logits_);
     if (accept(r.token)) return r;

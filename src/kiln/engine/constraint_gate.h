@@ -47,6 +47,10 @@ class ConstraintGate {
   // Fills `mask` (resized to the vocabulary's mask words) with the tokens allowed next; false
   // when every token is allowed (free text), mask untouched.
   bool fill_mask(std::vector<uint64_t>* mask);
+  // Computes the next mask ahead of sample() (which then uses it): the engine calls it while
+  // the device runs the step whose logits sample() will get, so the mask costs no wall time.
+  // Valid until the next accept().
+  void prefetch_mask();
   // Advances by a sampled token; false (nothing changed) when the token is not allowed.
   bool accept(int32_t token);
   // Would accept(token) succeed? (Nothing changes.)
@@ -93,7 +97,9 @@ class ConstraintGate {
   int32_t num_tokens_ = 0;
   size_t max_trigger_bytes_ = 0;
   State state_;
-  std::vector<uint64_t> mask_;        // sample(): scratch
+  std::vector<uint64_t> mask_;        // sample(): scratch, or prefetch_mask()'s mask
+  bool mask_ready_ = false;           // mask_ holds the current state's (prefetch_mask)
+  bool mask_constrained_ = false;     // ... and fill_mask's answer for it
   std::vector<float> masked_logits_;  // sample(): scratch
   std::vector<int32_t> space_tokens_;
   bool space_tokens_known_ = false;

@@ -192,6 +192,16 @@ struct Engine::Impl {
     return any;
   }
 
+  // The next mask of each constrained sequence that samples this step (ConstraintGate::
+  // prefetch_mask), computed while the step runs.
+  void prefetch_masks(const StepPlan& plan) {
+    for (const ScheduledSeq& s : plan.seqs) {
+      if (!s.needs_logits) continue;
+      Active& a = active.at(s.id);
+      if (a.gate != nullptr && !a.req.embed) a.gate->prefetch_mask();
+    }
+  }
+
   // Samples each sequence that reached the end of its known tokens; emits token events.
   std::vector<SeqOutput> sample(const StepPlan& plan) {
     std::vector<SeqOutput> outputs;
@@ -314,20 +324,15 @@ struct Engine::Impl {
     size_t num_sampled = 0;  // outputs of generation sequences (embed ones follow)
     try {
       if (engine.opts_.before_step) engine.opts_.before_step(num_steps);
-      Status st;
-      argmax_ids = {};
-      logits = {};
-      if (all_plain_greedy(plan)) {
-        ++num_argmax_steps;
-        auto ids = exec->execute_argmax(in);
-        if (ids.ok()) argmax_ids = *ids;
-        st = ids.ok() ? Status{} : Status(std::move(ids).take_error());
-      } else {
-        auto out = exec->execute(in);
-        if (out.ok()) logits = *out;
-        st = out.ok() ? Status{} : Status(std::move(out).take_error());
-      }
+      const bool argmax = all_plain_greedy(plan);
+      if (argmax) ++num_argmax_steps;
+      const Status st = exec->launch(in, argmax);
       if (st.ok()) {
+        // While the device runs the step: the grammar masks its sampling will apply.
+        prefetch_masks(plan);
+        exec->wait();
+        logits = exec->logits();
+        argmax_ids = exec->argmax_ids();
         outputs = sample(plan);
         num_sampled = outputs.size();
         if (plan_has_embed(plan)) pool(plan, exec->hidden(), &outputs);
@@ -336,6 +341,7 @@ struct Engine::Impl {
       }
     } catch (const std::exception& e) {
       failure = fmt::format("internal error in the step: {}", e.what());
+      exec->wait();  // a step queued before the throw finishes before the next one's inputs
     }
     ++num_steps;
     if (!failure.empty()) {

@@ -107,29 +107,45 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
   return ex;
 }
 
-Status Executor::run(const model::StepInput& in, int32_t* ids) {
+Status Executor::launch(const model::StepInput& in, bool argmax) {
   const size_t n = in.logit_rows.size() * model_.hparams().n_vocab;
   if (n > logits_capacity_)
     return err("executor: {} logit rows exceed the step capacity", in.logit_rows.size());
   auto* logits = static_cast<float*>(logits_->data());
+  auto* ids = static_cast<int32_t*>(ids_->data());
   auto* hidden = hidden_buf_ != nullptr ? static_cast<float*>(hidden_buf_->data()) : nullptr;
+  logits_out_ = {};
+  ids_out_ = {};
   hidden_ = {};
-  KILN_TRY_STATUS(forward_->run(in, *kv_, logits, hidden, ids));
+  const Status st = forward_->launch(in, *kv_, logits, hidden, argmax ? ids : nullptr);
+  if (!st.ok()) {
+    be_.sync();  // whatever was queued before the error
+    return st;
+  }
+  if (argmax) {
+    ids_out_ = std::span<const int32_t>(ids, in.logit_rows.size());
+  } else {
+    logits_out_ = std::span<const float>(logits, n);
+  }
   if (!in.hidden_rows.empty())
     hidden_ = std::span<const float>(hidden, in.hidden_rows.size() * model_.hparams().n_embd);
   return {};
 }
 
+void Executor::wait() {
+  be_.sync();
+}
+
 Expected<std::span<const float>> Executor::execute(const model::StepInput& in) {
-  KILN_TRY_STATUS(run(in, nullptr));
-  return std::span<const float>(static_cast<const float*>(logits_->data()),
-                                in.logit_rows.size() * model_.hparams().n_vocab);
+  KILN_TRY_STATUS(launch(in, false));
+  wait();
+  return logits_out_;
 }
 
 Expected<std::span<const int32_t>> Executor::execute_argmax(const model::StepInput& in) {
-  auto* ids = static_cast<int32_t*>(ids_->data());
-  KILN_TRY_STATUS(run(in, ids));
-  return std::span<const int32_t>(ids, in.logit_rows.size());
+  KILN_TRY_STATUS(launch(in, true));
+  wait();
+  return ids_out_;
 }
 
 }  // namespace kiln::engine

@@ -63,6 +63,13 @@ class Executor {
   // logits: each row's argmax id (the first largest logit), the logits left on the device.
   // Valid until the next call; hidden() as after execute.
   Expected<std::span<const int32_t>> execute_argmax(const model::StepInput& in);
+  // execute (argmax: execute_argmax) in two halves: launch queues the step and returns; the
+  // host may work meanwhile (the engine computes grammar masks); wait() waits for it, then
+  // logits() / argmax_ids() / hidden() hold its outputs.
+  Status launch(const model::StepInput& in, bool argmax);
+  void wait();
+  std::span<const float> logits() const { return logits_out_; }
+  std::span<const int32_t> argmax_ids() const { return ids_out_; }
   // The final-norm hidden states of the last step's hidden_rows, [rows, n_embd] in host
   // memory, valid until the next call.
   std::span<const float> hidden() const { return hidden_; }
@@ -81,8 +88,8 @@ class Executor {
  private:
   Executor(const model::Model& model, backend::Backend& be, const ExecutorOptions& opts)
       : model_(model), be_(be), opts_(opts) {}
-  // The step; with ids, each logit row's argmax there instead of its logits.
-  Status run(const model::StepInput& in, int32_t* ids);
+  std::span<const float> logits_out_;
+  std::span<const int32_t> ids_out_;
 
   const model::Model& model_;
   backend::Backend& be_;

@@ -327,14 +327,21 @@ void Forward::download_logits(int64_t n_out, float* logits, int32_t* ids) {
   if (ids != nullptr) {
     int32_t* dev = reinterpret_cast<int32_t*>(ids_.data);
     be_.argmax_rows(lg, dev);
-    be_.download(ids, dev, static_cast<uint64_t>(n_out) * sizeof(int32_t));
+    be_.download_async(ids, dev, static_cast<uint64_t>(n_out) * sizeof(int32_t));
     return;
   }
-  be_.download(logits, lg.data, static_cast<uint64_t>(lg.size()) * sizeof(float));
+  be_.download_async(logits, lg.data, static_cast<uint64_t>(lg.size()) * sizeof(float));
 }
 
 Status Forward::run(const StepInput& in, backend::KvCache& cache, float* logits, float* hidden,
                     int32_t* ids) {
+  const Status st = launch(in, cache, logits, hidden, ids);
+  be_.sync();
+  return st;
+}
+
+Status Forward::launch(const StepInput& in, backend::KvCache& cache, float* logits, float* hidden,
+                       int32_t* ids) {
   const HParams& hp = model_.hparams();
   const int64_t n = static_cast<int64_t>(in.tokens.size());
   if (n == 0) return {};
@@ -375,15 +382,11 @@ Status Forward::run(const StepInput& in, backend::KvCache& cache, float* logits,
   backend::HostStep hs{in.tokens, in.attn, out_rows, row_scales(in.attn.positions, n)};
   KILN_TRY(const backend::StepArgs step, be_.upload_step(hs));
   body(step, cache, n, n_out, n_hidden);
-  if (n_out + n_hidden == 0) {
-    be_.sync();
-    return {};
-  }
   download_logits(n_out, logits, ids);
   if (n_hidden > 0) {  // rows [n_out, n_out + n_hidden) of the final norm's output
     const int64_t width = hp.n_embd;
-    be_.download(hidden, xn_.data + n_out * width,
-                 static_cast<uint64_t>(n_hidden * width) * sizeof(float));
+    be_.download_async(hidden, xn_.data + n_out * width,
+                       static_cast<uint64_t>(n_hidden * width) * sizeof(float));
   }
   return {};
 }

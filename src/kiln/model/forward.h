@@ -56,6 +56,11 @@ class Forward {
   // sequences, blocks or rows for the step buffers, bad token ids or rows.
   Status run(const StepInput& in, backend::KvCache& cache, float* logits, float* hidden = nullptr,
              int32_t* ids = nullptr);
+  // run without the wait: the step and its copies to logits / hidden / ids (host memory from
+  // Backend::alloc_host, for the copies to overlap) are queued; they are there after the
+  // backend's sync(). The host may meanwhile prepare what sampling the step will need.
+  Status launch(const StepInput& in, backend::KvCache& cache, float* logits,
+                float* hidden = nullptr, int32_t* ids = nullptr);
 
   void set_dump(ActivationDump dump) { dump_ = std::move(dump); }
   int32_t max_tokens() const { return opts_.max_tokens; }

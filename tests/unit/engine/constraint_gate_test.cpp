@@ -311,5 +311,44 @@ TEST(ConstraintGateSample, RedrawsRefusedTokensAndReportsADeadEnd) {
   EXPECT_EQ(dead.phase(), ConstraintGate::Phase::kFree);
 }
 
+// A mask prefetched while the step runs (the engine's order: prefetch_mask, then sample)
+// gives the draws sample() gives alone, through free text, the trigger and the call, and a
+// stale one is never used: accept() drops it.
+TEST(ConstraintGateSample, PrefetchedMaskDrawsAsSampleAlone) {
+  auto argmax = [](std::span<const float> l) {
+    return SampleResult{
+        static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin()), 0.0f, {}};
+  };
+  // Per step, the logits' favourite: free text, the trigger, then tokens the call must mask.
+  const std::vector<std::vector<int32_t>> favourites = {{1}, {2}, {3},  {1, 4}, {5},  {7, 6},
+                                                        {8}, {9}, {10}, {11},   {12}, {0}};
+  ConstraintGate plain = make_gate(hermes_calls(), hermes_lazy());
+  ConstraintGate ahead = make_gate(hermes_calls(), hermes_lazy());
+  for (size_t step = 0; step < favourites.size(); ++step) {
+    std::vector<float> logits(kVocab.size(), 0.0f);
+    float v = 9.0f;
+    for (int32_t id : favourites[step]) logits[id] = v--;
+    ahead.prefetch_mask();
+    const auto a = plain.sample(logits, argmax);
+    const auto b = ahead.sample(logits, argmax);
+    ASSERT_EQ(a.has_value(), b.has_value()) << "step " << step;
+    if (!a) break;
+    EXPECT_EQ(a->token, b->token) << "step " << step;
+    EXPECT_EQ(plain.phase(), ahead.phase()) << "step " << step;
+  }
+  EXPECT_EQ(ahead.phase(), ConstraintGate::Phase::kConstrained);
+  // Prefetched, then the state moves on by accept(): sample() must not use the old mask.
+  ConstraintGate gate = make_gate(hermes_calls(), hermes_lazy());
+  ASSERT_TRUE(gate.accept(3));  // "<tool_call>": under the grammar, "\n" comes next
+  gate.prefetch_mask();
+  ASSERT_TRUE(gate.accept(4));  // "\n": now only the call's opening brace
+  std::vector<float> logits(kVocab.size(), 0.0f);
+  logits[4] = 9.0f;  // allowed by the stale mask, not now
+  logits[5] = 1.0f;
+  const auto r = gate.sample(logits, argmax);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->token, 5);
+}
+
 }  // namespace
 }  // namespace kiln::engine

@@ -149,6 +149,9 @@ class CudaBackend final : public Backend {
     if (bytes > 0) cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_);
     sync();
   }
+  void download_async(void* host_dst, const void* src, uint64_t bytes) override {
+    if (bytes > 0) cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_);
+  }
   void sync() override {
     const cudaError_t e = cudaStreamSynchronize(stream_);
     // A kernel fault is sticky: the device cannot go on. Say so loudly rather than return
