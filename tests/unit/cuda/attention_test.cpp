@@ -230,20 +230,7 @@ void expect_same_cache(const PagedCase& c, const cuda::KvLayer& kv) {
   EXPECT_EQ(failures, 0) << sh.name();
 }
 
-enum class Variant {
-  Prefill,
-  PrefillTc,
-  DecodeNoSplit,
-  DecodeSplit,
-  DecodeWarpNoSplit,
-  DecodeWarpSplit,
-  Auto
-};
-
-bool decode_variant(Variant v) {
-  return v == Variant::DecodeNoSplit || v == Variant::DecodeSplit ||
-         v == Variant::DecodeWarpNoSplit || v == Variant::DecodeWarpSplit;
-}
+enum class Variant { Prefill, PrefillTc, DecodeNoSplit, DecodeSplit, Auto };
 
 const char* variant_name(Variant v) {
   switch (v) {
@@ -255,10 +242,6 @@ const char* variant_name(Variant v) {
       return "decode";
     case Variant::DecodeSplit:
       return "decode split-K";
-    case Variant::DecodeWarpNoSplit:
-      return "decode (warp slices)";
-    case Variant::DecodeWarpSplit:
-      return "decode split-K (warp slices)";
     default:
       return "auto";
   }
@@ -273,22 +256,19 @@ std::vector<float> run_cuda(DeviceCase& d, const PagedCase& c, Variant variant) 
   p.scale = 1.0f / std::sqrt(static_cast<float>(sh.dk));
   p.softcap = sh.softcap;
   p.sliding_window = sh.window;
-  if (variant == Variant::DecodeSplit || variant == Variant::DecodeWarpSplit ||
-      variant == Variant::Auto) {
+  if (variant == Variant::DecodeSplit || variant == Variant::Auto) {
     p.workspace = d.ws.get();
     p.workspace_bytes = cuda::attention_workspace_bytes(sh.n_heads(), sh.dv);
   }
-  const cuda::AttnKernel kernel =
-      variant == Variant::Prefill     ? cuda::AttnKernel::Prefill
-      : variant == Variant::PrefillTc ? cuda::AttnKernel::PrefillTc
-      : variant == Variant::Auto      ? cuda::AttnKernel::Auto
-      : variant == Variant::DecodeWarpNoSplit || variant == Variant::DecodeWarpSplit
-          ? cuda::AttnKernel::DecodeWarp
-          : cuda::AttnKernel::Decode;
+  const cuda::AttnKernel kernel = variant == Variant::Prefill     ? cuda::AttnKernel::Prefill
+                                  : variant == Variant::PrefillTc ? cuda::AttnKernel::PrefillTc
+                                  : variant == Variant::Auto      ? cuda::AttnKernel::Auto
+                                                                  : cuda::AttnKernel::Decode;
   // The decode kernel's int8 copy of its output (for the o projection's matvec): bit for bit
   // what quantize_q8_32 makes of the output, whoever wrote the row (split 0 alone, or the
   // last split to finish after merging).
-  const bool q8 = decode_variant(variant) && sh.dv % 32 == 0;
+  const bool q8 =
+      (variant == Variant::DecodeNoSplit || variant == Variant::DecodeSplit) && sh.dv % 32 == 0;
   const int64_t width = int64_t{sh.n_heads()} * sh.dv;
   test::DeviceVec<int8_t> xq(q8 ? out_n : 0), want_q(q8 ? out_n : 0);
   test::DeviceVec<float2> xds(q8 ? out_n / 32 : 0), want_ds(q8 ? out_n / 32 : 0);
@@ -332,13 +312,9 @@ double check_case(const PagedCase& c, bool check_cache = true) {
   for (float x : c.vf) v_max = std::max(v_max, std::fabs(x));
   double worst = 0;
   const bool tc = cuda::attention_prefill_tc_supports(d.kv);
-  const bool warp = cuda::attention_decode_warp_supports(d.kv);
-  for (Variant variant :
-       {Variant::Prefill, Variant::PrefillTc, Variant::DecodeNoSplit, Variant::DecodeSplit,
-        Variant::DecodeWarpNoSplit, Variant::DecodeWarpSplit, Variant::Auto}) {
+  for (Variant variant : {Variant::Prefill, Variant::PrefillTc, Variant::DecodeNoSplit,
+                          Variant::DecodeSplit, Variant::Auto}) {
     if (variant == Variant::PrefillTc && !tc) continue;
-    if ((variant == Variant::DecodeWarpNoSplit || variant == Variant::DecodeWarpSplit) && !warp)
-      continue;
     const std::vector<float> got = run_cuda(d, c, variant);
     // The tensor-core prefill (also what Auto runs for a batch with a prefill row) rounds Q and
     // P to fp16.

@@ -496,179 +496,7 @@ __device__ __forceinline__ void prefetch_blocks(const Cache& c, int kvh, const i
   }
 }
 
-// Two consecutive elements d, d + 1 (d even) of token j of one kv head's part of a block.
-template <KvT T>
-__device__ __forceinline__ float2 load_pair(const uint8_t* head, int dim, int block_tokens, int j,
-                                            int d) {
-  if constexpr (T == KvT::F32) {
-    return __ldg(reinterpret_cast<const float2*>(head + (int64_t{j} * dim + d) * 4));
-  } else if constexpr (T == KvT::F16) {
-    const uint32_t w = __ldg(reinterpret_cast<const unsigned int*>(head + (int64_t{j} * dim + d) * 2));
-    return make_float2(fp16_bits_to_fp32(w), fp16_bits_to_fp32(w >> 16));
-  } else {  // as unpack8: float(q) * float(d)
-    const unsigned short q =
-        __ldg(reinterpret_cast<const unsigned short*>(head + int64_t{j} * dim + d));
-    const float sc = fp16_bits_to_fp32(__ldg(reinterpret_cast<const unsigned short*>(
-        head + int64_t{block_tokens} * dim + (int64_t{j} * (dim / 32) + d / 32) * 2)));
-    return make_float2(static_cast<float>(static_cast<int8_t>(q & 0xffu)) * sc,
-                       static_cast<float>(static_cast<int8_t>(q >> 8)) * sc);
-  }
-}
-
-// Whether the warp-slice decode takes these head dims: keys read 8 elements at a time, the
-// output 2 dims per lane per 64.
-__host__ __device__ constexpr bool warp_decode_dims(int dk, int dv) {
-  return dk % 8 == 0 && dv % 64 == 0;
-}
-
-// The decode kernel's walk of keys [kbeg, kend) with no shared-memory staging and no barrier
-// inside the walk: warp w takes the 32-key chunks w, w + 4, ...; in a chunk, lane j reads key
-// j's row and scores it against each of the gc query heads (Qs, broadcast reads), the warp
-// runs the online softmax per head with shuffles, and lane l accumulates output dims
-// (2 l + 64 i, 2 l + 64 i + 1) of each head over the chunk's values (a row read whole by the
-// warp). The four warps' (m, l, acc) are merged once at the end, through shared memory, into
-// what the staged walk leaves: acc[r] (float4 u = tid + r kThreads of the [gc][dv / 4] block,
-// unnormalised) and ml_s (m, l per head). Pw (4 x kHeadChunk x 32 floats) and Ow (4 x
-// kHeadChunk x dv floats) are the caller's shared memory.
-template <KvT T, int kDimMax, int kAcc>
-__device__ __forceinline__ void decode_warp_slices(const AttnArgs& a, int kvh, int gc,
-                                                   const int32_t* blocks, int kbeg, int kend,
-                                                   const float* Qs, float* Pw, float* Ow,
-                                                   float* ml_s, float4 (&acc)[kAcc]) {
-  constexpr int kPairs = kDimMax / 64;  // output dim pairs per lane
-  constexpr int kWarps = kThreads / 32;
-  const int dk = a.k.dim, dv = a.v.dim, ks = dk + 4, bt = a.block_tokens;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint8_t* kbase = a.k.data + int64_t{kvh} * a.k.head_bytes;
-  const uint8_t* vbase = a.v.data + int64_t{kvh} * a.v.head_bytes;
-  float* pw = Pw + warp * kHeadChunk * 32;
-  float2 o[kHeadChunk][kPairs];
-  float m[kHeadChunk], l[kHeadChunk];
-#pragma unroll
-  for (int g = 0; g < kHeadChunk; ++g) {
-    m[g] = -INFINITY, l[g] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kPairs; ++i) o[g][i] = make_float2(0.0f, 0.0f);
-  }
-  __syncthreads();  // Qs written
-  for (int c0 = kbeg + 32 * warp; c0 < kend; c0 += 32 * kWarps) {
-    const int key = c0 + lane;
-    const bool visible = key < kend;
-    const int64_t block = visible ? blocks[key / bt] : 0;
-    float dot[kHeadChunk];
-#pragma unroll
-    for (int g = 0; g < kHeadChunk; ++g) dot[g] = 0.0f;
-    if (visible) {
-      const uint8_t* head = kbase + block * a.k.block_bytes;
-      for (int e = 0; e < dk; e += 8) {
-        float kf[8];
-        unpack8<T>(load8<T>(head, dk, bt, key % bt, e), kf);
-        const float4 k0 = make_float4(kf[0], kf[1], kf[2], kf[3]);
-        const float4 k1 = make_float4(kf[4], kf[5], kf[6], kf[7]);
-#pragma unroll
-        for (int g = 0; g < kHeadChunk; ++g) {
-          if (g < gc) {
-            const float4* q = reinterpret_cast<const float4*>(Qs + g * ks + e);
-            dot[g] = dot4(q[1], k1, dot4(q[0], k0, dot[g]));
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < kHeadChunk; ++g) {
-      if (g < gc) {
-        float corr;
-        const float p = softmax_step(visible ? score_of(dot[g], a) : -INFINITY, m[g], l[g], corr);
-        pw[g * 32 + lane] = p;
-#pragma unroll
-        for (int i = 0; i < kPairs; ++i) o[g][i] = make_float2(o[g][i].x * corr, o[g][i].y * corr);
-      }
-    }
-    __syncwarp();
-    const int n_keys = min(32, kend - c0);
-#pragma unroll 4
-    for (int j = 0; j < n_keys; ++j) {
-      const int64_t bj = __shfl_sync(0xffffffffu, block, j);
-      const uint8_t* head = vbase + bj * a.v.block_bytes;
-      float2 v[kPairs];
-#pragma unroll
-      for (int i = 0; i < kPairs; ++i) {
-        const int d = 2 * lane + 64 * i;
-        v[i] = d < dv ? load_pair<T>(head, dv, bt, (c0 + j) % bt, d) : make_float2(0.0f, 0.0f);
-      }
-#pragma unroll
-      for (int g = 0; g < kHeadChunk; ++g) {
-        if (g < gc) {
-          const float p = pw[g * 32 + j];
-#pragma unroll
-          for (int i = 0; i < kPairs; ++i)
-            o[g][i] = make_float2(fmaf(p, v[i].x, o[g][i].x), fmaf(p, v[i].y, o[g][i].y));
-        }
-      }
-    }
-    __syncwarp();
-  }
-  // The warps' partial results, merged: per head, M = max m_w, L = sum l_w e^(m_w - M),
-  // acc = sum acc_w e^(m_w - M) (a warp that saw no key has l = 0 and weighs nothing).
-  float* mlw = Pw;  // [kWarps][kHeadChunk][2], Pw's per-warp weights no longer needed
-  __syncthreads();
-#pragma unroll
-  for (int g = 0; g < kHeadChunk; ++g) {
-    if (g < gc) {
-#pragma unroll
-      for (int i = 0; i < kPairs; ++i) {
-        const int d = 2 * lane + 64 * i;
-        if (d < dv)
-          *reinterpret_cast<float2*>(Ow + (warp * kHeadChunk + g) * dv + d) = o[g][i];
-      }
-      if (lane == 0) {
-        mlw[(warp * kHeadChunk + g) * 2] = m[g];
-        mlw[(warp * kHeadChunk + g) * 2 + 1] = l[g];
-      }
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x < gc) {
-    const int g = threadIdx.x;
-    float mm = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w)
-      if (mlw[(w * kHeadChunk + g) * 2 + 1] > 0.0f) mm = fmaxf(mm, mlw[(w * kHeadChunk + g) * 2]);
-    float ll = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float lw = mlw[(w * kHeadChunk + g) * 2 + 1];
-      if (lw > 0.0f) ll += lw * expf(mlw[(w * kHeadChunk + g) * 2] - mm);
-    }
-    ml_s[2 * g] = mm;
-    ml_s[2 * g + 1] = ll;
-  }
-  const int dv4 = dv / 4;
-#pragma unroll
-  for (int r = 0; r < kAcc; ++r) {
-    const int u = threadIdx.x + r * kThreads;
-    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (u < gc * dv4) {
-      const int g = u / dv4, d4 = u - g * dv4;
-      float mm = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w)
-        if (mlw[(w * kHeadChunk + g) * 2 + 1] > 0.0f)
-          mm = fmaxf(mm, mlw[(w * kHeadChunk + g) * 2]);
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        if (mlw[(w * kHeadChunk + g) * 2 + 1] > 0.0f) {
-          const float e = expf(mlw[(w * kHeadChunk + g) * 2] - mm);
-          sum = fma4(e, reinterpret_cast<const float4*>(Ow + (w * kHeadChunk + g) * dv)[d4], sum);
-        }
-      }
-    }
-    acc[r] = sum;
-  }
-  __syncthreads();  // ml_s written
-}
-
-template <KvT T, int kDimMax, bool kWarp>
+template <KvT T, int kDimMax>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
   extern __shared__ float4 smem4[];
   const int dk = a.k.dim, dv = a.v.dim, ks = dk + 4, dk4 = dk / 4, dv4 = dv / 4;
@@ -729,73 +557,70 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
 #pragma unroll
   for (int i = 0; i < kHeadChunk / 4; ++i) m[i] = -INFINITY, l[i] = 0.0f;
 
-  if constexpr (kWarp) {
-    decode_warp_slices<T, kDimMax, kAcc>(a, kvh, gc, blocks, kbeg, kend, Qs, Ks, Vs, ml_s, acc);
-  } else {
-    // Software pipeline: the next chunk's loads are in flight while this one is computed.
-    Raw8 raw_k[chunk_iters<kDimMax>()], raw_v[chunk_iters<kDimMax>()];
-    if (kbeg < kend) {
-      load_chunk_raw<T, kDimMax>(raw_k, a.k, kvh, bt, blocks, kbeg, kbeg, kend);
-      load_chunk_raw<T, kDimMax>(raw_v, a.v, kvh, bt, blocks, kbeg, kbeg, kend);
+  // Software pipeline: the next chunk's loads are in flight while this one is computed.
+  Raw8 raw_k[chunk_iters<kDimMax>()], raw_v[chunk_iters<kDimMax>()];
+  if (kbeg < kend) {
+    load_chunk_raw<T, kDimMax>(raw_k, a.k, kvh, bt, blocks, kbeg, kbeg, kend);
+    load_chunk_raw<T, kDimMax>(raw_v, a.v, kvh, bt, blocks, kbeg, kbeg, kend);
+  }
+  for (int c0 = kbeg; c0 < kend; c0 += kChunk) {
+    __syncthreads();  // Qs written; the previous chunk's readers done
+    store_chunk<T, kDimMax>(raw_k, dk, Ks, ks);
+    store_chunk<T, kDimMax>(raw_v, dv, Vs, dv);
+    __syncthreads();
+    if (c0 + kChunk < kend) {
+      load_chunk_raw<T, kDimMax>(raw_k, a.k, kvh, bt, blocks, c0 + kChunk, kbeg, kend);
+      load_chunk_raw<T, kDimMax>(raw_v, a.v, kvh, bt, blocks, c0 + kChunk, kbeg, kend);
     }
-    for (int c0 = kbeg; c0 < kend; c0 += kChunk) {
-      __syncthreads();  // Qs written; the previous chunk's readers done
-      store_chunk<T, kDimMax>(raw_k, dk, Ks, ks);
-      store_chunk<T, kDimMax>(raw_v, dv, Vs, dv);
-      __syncthreads();
-      if (c0 + kChunk < kend) {
-        load_chunk_raw<T, kDimMax>(raw_k, a.k, kvh, bt, blocks, c0 + kChunk, kbeg, kend);
-        load_chunk_raw<T, kDimMax>(raw_v, a.v, kvh, bt, blocks, c0 + kChunk, kbeg, kend);
+    for (int u = tid; u < gc * kChunk; u += kThreads) {
+      const int g = u / kChunk, j = u - g * kChunk;
+      float sc = -INFINITY;
+      if (c0 + j < kend) {
+        const float4* qr = reinterpret_cast<const float4*>(Qs + g * ks);
+        const float4* kr = reinterpret_cast<const float4*>(Ks + j * ks);
+        float dot = 0.0f;
+#pragma unroll 8
+        for (int d4 = 0; d4 < dk4; ++d4) dot = dot4(qr[d4], kr[d4], dot);
+        sc = score_of(dot, a);
       }
-      for (int u = tid; u < gc * kChunk; u += kThreads) {
-        const int g = u / kChunk, j = u - g * kChunk;
-        float sc = -INFINITY;
-        if (c0 + j < kend) {
-          const float4* qr = reinterpret_cast<const float4*>(Qs + g * ks);
-          const float4* kr = reinterpret_cast<const float4*>(Ks + j * ks);
-          float dot = 0.0f;
-  #pragma unroll 8
-          for (int d4 = 0; d4 < dk4; ++d4) dot = dot4(qr[d4], kr[d4], dot);
-          sc = score_of(dot, a);
-        }
-        Ps[g * kChunk + j] = sc;
-      }
-      __syncthreads();
-  #pragma unroll
-      for (int i = 0; i < kHeadChunk / 4; ++i) {
-        const int g = warp + 4 * i;
-        if (g < gc) {
-          float corr;
-          const float p = softmax_step(Ps[g * kChunk + lane], m[i], l[i], corr);
-          Ps[g * kChunk + lane] = p;
-          if (lane == 0) corr_s[g] = corr;
-        }
-      }
-      __syncthreads();
-  #pragma unroll
-      for (int r = 0; r < kAcc; ++r) {
-        const int u = tid + r * kThreads;
-        if (u < gc * dv4) {
-          const int g = u / dv4, d4 = u - g * dv4;
-          const float c = corr_s[g];
-          float4 o = make_float4(acc[r].x * c, acc[r].y * c, acc[r].z * c, acc[r].w * c);
-          const float* pr = Ps + g * kChunk;
-          const float4* vc = reinterpret_cast<const float4*>(Vs) + d4;
-  #pragma unroll 8
-          for (int j = 0; j < kChunk; ++j) o = fma4(pr[j], vc[j * dv4], o);
-          acc[r] = o;
-        }
-      }
+      Ps[g * kChunk + j] = sc;
     }
-    if (lane == 0) {
-  #pragma unroll
-      for (int i = 0; i < kHeadChunk / 4; ++i) {
-        const int g = warp + 4 * i;
-        if (g < gc) ml_s[2 * g] = m[i], ml_s[2 * g + 1] = l[i];
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kHeadChunk / 4; ++i) {
+      const int g = warp + 4 * i;
+      if (g < gc) {
+        float corr;
+        const float p = softmax_step(Ps[g * kChunk + lane], m[i], l[i], corr);
+        Ps[g * kChunk + lane] = p;
+        if (lane == 0) corr_s[g] = corr;
       }
     }
     __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kAcc; ++r) {
+      const int u = tid + r * kThreads;
+      if (u < gc * dv4) {
+        const int g = u / dv4, d4 = u - g * dv4;
+        const float c = corr_s[g];
+        float4 o = make_float4(acc[r].x * c, acc[r].y * c, acc[r].z * c, acc[r].w * c);
+        const float* pr = Ps + g * kChunk;
+        const float4* vc = reinterpret_cast<const float4*>(Vs) + d4;
+#pragma unroll 8
+        for (int j = 0; j < kChunk; ++j) o = fma4(pr[j], vc[j * dv4], o);
+        acc[r] = o;
+      }
+    }
   }
+
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < kHeadChunk / 4; ++i) {
+      const int g = warp + 4 * i;
+      if (g < gc) ml_s[2 * g] = m[i], ml_s[2 * g + 1] = l[i];
+    }
+  }
+  __syncthreads();
   const int64_t rows = int64_t{a.n_tokens} * a.n_heads;
   if (whole) {
     write_heads<kAcc>(a, t, h0, gc, [&](int r, int g, int) {
@@ -1030,28 +855,22 @@ void check_layer(const KvLayer& kv) {
   KILN_CUDA_ASSERT(kv.block_tokens > 0 && kv.n_kv_heads > 0);
 }
 
-template <int D, bool kWarp>
+template <int D>
 AttnKernelFn pick(bool decode, KvT t) {
   switch (t) {
     case KvT::F32:
-      return decode ? decode_kernel<KvT::F32, D, kWarp> : prefill_kernel<KvT::F32, D>;
+      return decode ? decode_kernel<KvT::F32, D> : prefill_kernel<KvT::F32, D>;
     case KvT::F16:
-      return decode ? decode_kernel<KvT::F16, D, kWarp> : prefill_kernel<KvT::F16, D>;
+      return decode ? decode_kernel<KvT::F16, D> : prefill_kernel<KvT::F16, D>;
     default:
-      return decode ? decode_kernel<KvT::Q8, D, kWarp> : prefill_kernel<KvT::Q8, D>;
+      return decode ? decode_kernel<KvT::Q8, D> : prefill_kernel<KvT::Q8, D>;
   }
 }
 
-// warp: the decode kernel's warp-slice walk (decode only; the dims must suit it).
-AttnKernelFn pick(bool decode, KvT t, int bucket, bool warp) {
-  if (warp) {
-    if (bucket == 64) return pick<64, true>(decode, t);
-    if (bucket == 128) return pick<128, true>(decode, t);
-    return pick<256, true>(decode, t);
-  }
-  if (bucket == 64) return pick<64, false>(decode, t);
-  if (bucket == 128) return pick<128, false>(decode, t);
-  return pick<256, false>(decode, t);
+AttnKernelFn pick(bool decode, KvT t, int bucket) {
+  if (bucket == 64) return pick<64>(decode, t);
+  if (bucket == 128) return pick<128>(decode, t);
+  return pick<256>(decode, t);
 }
 
 // Raises a kernel's dynamic shared memory limit to the most it can ask for, once per device
@@ -1168,10 +987,6 @@ void rope_kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, floa
   }
 }
 
-bool attention_decode_warp_supports(const KvLayer& kv) {
-  return warp_decode_dims(kv.head_dim_k, kv.head_dim_v);
-}
-
 int32_t attention_decode_splits(const KvLayer& kv, int64_t n_tokens, const AttnParams& p) {
   if (p.workspace == nullptr || n_tokens <= 0) return 1;
   const int group = p.n_heads / kv.n_kv_heads;
@@ -1198,8 +1013,8 @@ bool attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
   if (n_tokens <= 0 || b.num_seqs <= 0) return false;
   check_layer(kv);
   KILN_CUDA_ASSERT(p.n_heads > 0 && p.n_heads % kv.n_kv_heads == 0);
-  const bool decode = kernel == AttnKernel::Decode || kernel == AttnKernel::DecodeWarp ||
-                      (kernel == AttnKernel::Auto && max_q_len <= 1);
+  const bool decode =
+      kernel == AttnKernel::Decode || (kernel == AttnKernel::Auto && max_q_len <= 1);
   static const bool tc_enabled = [] {
     const char* e = std::getenv("KILN_CUDA_ATTN_TC");
     return e == nullptr || std::strcmp(e, "0") != 0;
@@ -1223,15 +1038,7 @@ bool attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
   a.window = p.sliding_window;
   a.scale = p.scale;
   a.softcap = p.softcap;
-  // The decode walk: staged, or warp slices (where the dims suit them) with
-  // KILN_CUDA_ATTN_DECODE=warp (AttnKernel::DecodeWarp for the tests).
-  static const bool warp_default = [] {
-    const char* e = std::getenv("KILN_CUDA_ATTN_DECODE");
-    return e != nullptr && std::strcmp(e, "warp") == 0;
-  }();
-  const bool warp = decode && attention_decode_warp_supports(kv) &&
-                    (kernel == AttnKernel::DecodeWarp || (kernel == AttnKernel::Auto && warp_default));
-  const AttnKernelFn fn = pick(decode, kv_t(kv.type), bucket, warp);
+  const AttnKernelFn fn = pick(decode, kv_t(kv.type), bucket);
   allow_smem(fn, decode, bucket);
   const unsigned gy = static_cast<unsigned>(kv.n_kv_heads * a.n_hchunks);
   if (decode) {

@@ -11,13 +11,8 @@
 namespace kiln::backend::cuda {
 
 enum class AttnKernel {
-  Auto,    // Decode when max_q_len <= 1, else Prefill
-  Decode,  // one CTA per (query row, kv head, <= 8 query heads, context split); split-K;
-           // keys staged in shared memory 32 at a time
-  // The same grid and split-K, each warp walking its own 32-key slices with no staging (where
-  // attention_decode_warp_supports, else Decode). Auto takes it for max_q_len <= 1 with
-  // KILN_CUDA_ATTN_DECODE=warp.
-  DecodeWarp,
+  Auto,     // Decode when max_q_len <= 1, else Prefill
+  Decode,   // one CTA per (query row, kv head, <= 8 query heads, context split); split-K
   Prefill,  // one CTA per (sequence, tile of query rows, kv head, <= 8 query heads)
   // The tensor-core prefill (attention_tc.cu) where it takes the cache (F16, dk == dv in
   // {64, 128}), else Prefill. Auto takes it for max_q_len > 1 unless KILN_CUDA_ATTN_TC=0.
@@ -35,9 +30,6 @@ bool attention_prefill_tc_supports(const KvLayer& kv);
 bool attention_prefill_tc(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens,
                           int32_t max_q_len, const float* q, float* out, const AttnParams& p,
                           cudaStream_t s);
-
-// Whether the warp-slice decode takes this cache's head dims (dk % 8 == 0, dv % 64 == 0).
-bool attention_decode_warp_supports(const KvLayer& kv);
 
 // The context splits the decode kernel uses for this shape (1 = no split-K).
 int32_t attention_decode_splits(const KvLayer& kv, int64_t n_tokens, const AttnParams& p);
