@@ -70,10 +70,6 @@ struct Engine::Impl {
   Scheduler sched;
   std::vector<int32_t> eog_ids;
   std::unordered_map<SeqId, Active> active;
-  std::span<const float> logits;
-  // A step whose every logit row samples plain greedy (is_plain_greedy, no grammar) brings
-  // back each row's argmax id instead of its logits (Executor::execute_argmax).
-  std::span<const int32_t> argmax_ids;
   // The step's logit rows (generation sequences) and hidden rows (embed sequences), and for
   // each hidden row the sequence it belongs to.
   std::vector<int32_t> logit_rows, hidden_rows;
@@ -205,31 +201,37 @@ struct Engine::Impl {
   // Samples each sequence that reached the end of its known tokens; emits token events.
   std::vector<SeqOutput> sample(const StepPlan& plan) {
     std::vector<SeqOutput> outputs;
-    const int64_t n_vocab = engine.model_->hparams().n_vocab;
+    const size_t n_vocab = engine.model_->hparams().n_vocab;
+    // A step whose every logit row samples plain greedy (all_plain_greedy) brought back each
+    // row's argmax id instead of its logits.
+    const std::span<const float> logits = exec->logits();
+    const std::span<const int32_t> argmax_ids = exec->argmax_ids();
     size_t row = 0;
     for (const ScheduledSeq& s : plan.seqs) {
       if (!s.needs_logits) continue;
       Active& a = active.at(s.id);
       if (a.req.embed) continue;  // pool() ends it
-      const int64_t this_row = static_cast<int64_t>(row++);
+      const size_t this_row = row++;
       const Sequence* seq = sched.find(s.id);
       SampleResult r;
       if (!argmax_ids.empty()) {
-        r.token = argmax_ids[static_cast<size_t>(this_row)];
-      } else if (a.gate) {
-        std::span<const float> row_logits(logits.data() + this_row * n_vocab, n_vocab);
-        std::optional<SampleResult> sampled = a.gate->sample(
-            row_logits, [&](std::span<const float> l) { return a.sampler.sample(l, seq->tokens); });
-        if (!sampled) {
-          // Nothing allowed: end here (never emit a token outside the grammar).
-          a.grammar_dead_end = true;
-          outputs.push_back({s.id, eog_ids.empty() ? 0 : eog_ids[0], true});
-          continue;
-        }
-        r = std::move(*sampled);
+        r.token = argmax_ids[this_row];
       } else {
-        r = a.sampler.sample(std::span<const float>(logits.data() + this_row * n_vocab, n_vocab),
-                             seq->tokens);
+        const std::span<const float> row_logits = logits.subspan(this_row * n_vocab, n_vocab);
+        if (a.gate) {
+          std::optional<SampleResult> sampled = a.gate->sample(
+              row_logits,
+              [&](std::span<const float> l) { return a.sampler.sample(l, seq->tokens); });
+          if (!sampled) {
+            // Nothing allowed: end here (never emit a token outside the grammar).
+            a.grammar_dead_end = true;
+            outputs.push_back({s.id, eog_ids.empty() ? 0 : eog_ids[0], true});
+            continue;
+          }
+          r = std::move(*sampled);
+        } else {
+          r = a.sampler.sample(row_logits, seq->tokens);
+        }
       }
       bool stop = false;
       if (!a.req.ignore_eos && a.eog.contains(r.token)) {
@@ -331,8 +333,6 @@ struct Engine::Impl {
         // While the device runs the step: the grammar masks its sampling will apply.
         prefetch_masks(plan);
         exec->wait();
-        logits = exec->logits();
-        argmax_ids = exec->argmax_ids();
         outputs = sample(plan);
         num_sampled = outputs.size();
         if (plan_has_embed(plan)) pool(plan, exec->hidden(), &outputs);

@@ -136,16 +136,10 @@ void Executor::wait() {
   be_.sync();
 }
 
-Expected<std::span<const float>> Executor::execute(const model::StepInput& in) {
-  KILN_TRY_STATUS(launch(in, false));
+Status Executor::run(const model::StepInput& in, bool argmax) {
+  KILN_TRY_STATUS(launch(in, argmax));
   wait();
-  return logits_out_;
-}
-
-Expected<std::span<const int32_t>> Executor::execute_argmax(const model::StepInput& in) {
-  KILN_TRY_STATUS(launch(in, true));
-  wait();
-  return ids_out_;
+  return {};
 }
 
 }  // namespace kiln::engine

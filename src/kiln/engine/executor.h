@@ -56,16 +56,13 @@ class Executor {
   static Expected<std::unique_ptr<Executor>> create(const model::Model& model, backend::Backend& be,
                                                     const ExecutorOptions& opts);
 
-  // Runs one step; the logits [in.logit_rows.size(), n_vocab] in host memory, valid until the
-  // next call.
-  Expected<std::span<const float>> execute(const model::StepInput& in);
-  // Runs one step whose logit rows are all sampled greedily with nothing else read from their
-  // logits: each row's argmax id (the first largest logit), the logits left on the device.
-  // Valid until the next call; hidden() as after execute.
-  Expected<std::span<const int32_t>> execute_argmax(const model::StepInput& in);
-  // execute (argmax: execute_argmax) in two halves: launch queues the step and returns; the
-  // host may work meanwhile (the engine computes grammar masks); wait() waits for it, then
-  // logits() / argmax_ids() / hidden() hold its outputs.
+  // Runs one step: launch, then wait. Its outputs, valid until the next step, in host memory:
+  // logits() [in.logit_rows.size(), n_vocab], or with argmax (for rows all sampled greedily
+  // with nothing else read from their logits) argmax_ids() [in.logit_rows.size()], each row's
+  // first largest logit, the logits left on the device; hidden() for in.hidden_rows.
+  Status run(const model::StepInput& in, bool argmax);
+  // run in two halves: launch queues the step and returns; the host may work meanwhile (the
+  // engine computes grammar masks); wait() waits for it.
   Status launch(const model::StepInput& in, bool argmax);
   void wait();
   std::span<const float> logits() const { return logits_out_; }

@@ -67,7 +67,7 @@ Status validate(const SamplingParams& params, int32_t n_vocab);
 bool is_greedy(const SamplingParams& params);
 // Greedy with nothing that moves the argmax or reads the distribution (no logit_bias, no
 // penalty, no logprobs): its token is the first largest raw logit, which the backend can
-// find where the logits are (Executor::execute_argmax), so the logits need not come back.
+// find where the logits are (Executor::run with argmax), so the logits need not come back.
 bool is_plain_greedy(const SamplingParams& params);
 
 // logits[id] += bias for each logit_bias entry; a bias <= -100 sets the logit to -inf (a ban,

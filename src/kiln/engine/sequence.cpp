@@ -70,20 +70,15 @@ Status SequenceRunner::run_steps(std::span<const int32_t> tokens, int32_t* argma
     in.tokens = std::span<const int32_t>(tokens_).subspan(static_cast<size_t>(start), n);
     in.attn = {1, qo, kv_ptr, blocks_.data(), kv_len, positions.data()};
     in.logit_rows = rows;
-    if (argmax != nullptr && last_chunk) {
-      auto ids = exec_->execute_argmax(in);
-      if (!ids.ok()) {
-        tokens_.resize(static_cast<size_t>(start));
-        return std::move(ids).take_error();
-      }
-      *argmax = (*ids)[0];
+    const bool want_id = argmax != nullptr && last_chunk;
+    if (Status st = exec_->run(in, want_id); !st.ok()) {
+      tokens_.resize(static_cast<size_t>(start));
+      return st;
+    }
+    if (want_id) {
+      *argmax = exec_->argmax_ids()[0];
     } else {
-      auto out = exec_->execute(in);
-      if (!out.ok()) {
-        tokens_.resize(static_cast<size_t>(start));
-        return std::move(out).take_error();
-      }
-      logits_.insert(logits_.end(), out->begin(), out->end());
+      logits_.insert(logits_.end(), exec_->logits().begin(), exec_->logits().end());
     }
     done += n;
   }

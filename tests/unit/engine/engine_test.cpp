@@ -58,6 +58,17 @@ GenerationRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
   return r;
 }
 
+// n prompts of different lengths (5 + 7 i tokens after BOS) and contents.
+std::vector<std::vector<int32_t>> varied_prompts(int n) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = {1};
+    for (int j = 0; j < 5 + 7 * i; ++j) p.push_back(3 + (i * 31 + j * 17) % 500);
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+
 // The device the engine tests run on: KILN_TEST_DEVICE (cpu by default; the GPU machine
 // runs them with cuda).
 std::string test_device() {
@@ -143,12 +154,7 @@ TEST_F(EngineTest, GreedyMatchesLlamaCpp) {
 }
 
 TEST_F(EngineTest, ConcurrentEqualsAlone) {
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 12; ++i) {
-    std::vector<int32_t> p = {1};
-    for (int j = 0; j < 5 + 7 * i; ++j) p.push_back(3 + (i * 31 + j * 17) % 500);
-    prompts.push_back(p);
-  }
+  const std::vector<std::vector<int32_t>> prompts = varied_prompts(12);
   std::vector<Result> alone;
   for (const auto& p : prompts) alone.push_back(drain(submit_ok(*engine_, greedy(p, 20))));
   std::vector<std::shared_ptr<RequestChannel>> chans;
@@ -169,12 +175,7 @@ TEST_F(EngineTest, ConcurrentEqualsAlone) {
 // greedy choice: the same tokens, alone and in one batch with each other (a mixed step brings
 // the logits back for every row).
 TEST_F(EngineTest, DeviceArgmaxEqualsTheSamplersGreedyChoice) {
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 6; ++i) {
-    std::vector<int32_t> p = {1};
-    for (int j = 0; j < 4 + 9 * i; ++j) p.push_back(5 + (i * 37 + j * 13) % 500);
-    prompts.push_back(p);
-  }
+  const std::vector<std::vector<int32_t>> prompts = varied_prompts(6);
   auto with_logprobs = [](GenerationRequest r) {
     r.sampling.logprobs = true;
     return r;
