@@ -475,7 +475,7 @@ void Engine::thread_main() {
     } else if (static_cast<uint32_t>(opts_.n_ctx) > hp.n_ctx_train) {
       const char* scaling = hp.rope_scaling == model::RopeScaling::kYarn     ? "YaRN"
                             : hp.rope_scaling == model::RopeScaling::kLinear ? "linear"
-                            : model_->rope_freqs() != nullptr                ? "llama3"
+                            : model_->weights().rope_freqs != nullptr        ? "llama3"
                                                                              : "none";
       log::warn(
           "context {} exceeds the model's trained context {} (rope scaling in force: {}, "

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <variant>
 
 namespace kiln::model {
 
@@ -33,41 +35,50 @@ Expected<std::unique_ptr<Forward>> Forward::create(const Model& model, backend::
   return f;
 }
 
-// The model's weights and vectors as the backend's ops take them (uploaded, repacked).
+// The model's weights and vectors as the backend's ops take them (uploaded, repacked): every
+// field the manifest binds, the embedding table as rows to gather, the rest as matmul weights
+// (the output weight too when it is the tied embedding table).
 Status Forward::prepare() {
   using Use = backend::Backend::WeightUse;
-  auto weight = [&](backend::Weight& w, Use use = Use::kMatmul) -> Status {
+  const HParams& hp = model_.hparams();
+  weights_ = model_.weights();
+  layers_ = model_.layers();
+  auto weight = [&](backend::Weight& w, Use use) -> Status {
     if (w.empty()) return {};
     KILN_TRY(w, be_.prepare_weight(w, use));
     return {};
   };
-  const HParams& hp = model_.hparams();
-  auto vec = [&](const float*& v, int64_t n) -> Status {
+  auto vec = [&](const float*& v, const std::vector<int64_t>& ne) -> Status {
     if (v == nullptr) return {};
+    int64_t n = 1;
+    for (int64_t e : ne) n *= e;
     KILN_TRY(v, be_.prepare_vector(v, n));
     return {};
   };
-  tok_embd_ = model_.tok_embd();
-  output_ = model_.output();
-  output_norm_ = model_.output_norm();
-  KILN_TRY_STATUS(weight(tok_embd_, Use::kRows));
-  KILN_TRY_STATUS(weight(output_));
-  KILN_TRY_STATUS(vec(output_norm_, hp.n_embd));
-  layers_ = model_.layers();
-  for (LayerWeights& l : layers_) {
-    for (backend::Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down,
-                               &l.w_gate_inp, &l.w_gate_exps, &l.w_up_exps, &l.w_down_exps})
-      KILN_TRY_STATUS(weight(*w));
-    for (const float** v : {&l.attn_norm, &l.ffn_norm, &l.attn_post_norm, &l.ffn_post_norm})
-      KILN_TRY_STATUS(vec(*v, hp.n_embd));
-    KILN_TRY_STATUS(vec(l.bq, int64_t{hp.n_head} * hp.head_dim_k));
-    KILN_TRY_STATUS(vec(l.bk, int64_t{hp.n_head_kv} * hp.head_dim_k));
-    KILN_TRY_STATUS(vec(l.bv, int64_t{hp.n_head_kv} * hp.head_dim_v));
-    KILN_TRY_STATUS(vec(l.q_norm, hp.head_dim_k));
-    KILN_TRY_STATUS(vec(l.k_norm, hp.head_dim_k));
+  for (const TensorSpec& spec : tensor_manifest(model_.arch(), hp)) {
+    LayerWeights* l = spec.layer >= 0 ? &layers_[static_cast<size_t>(spec.layer)] : nullptr;
+    KILN_TRY_STATUS(std::visit(
+        [&](auto field) -> Status {
+          using F = decltype(field);
+          if constexpr (std::is_same_v<F, std::monostate>) {
+            return {};
+          } else if constexpr (std::is_same_v<F, backend::Weight LayerWeights::*>) {
+            return weight(l->*field, Use::kMatmul);
+          } else if constexpr (std::is_same_v<F, backend::Weight ModelWeights::*>) {
+            return weight(weights_.*field,
+                          field == &ModelWeights::tok_embd ? Use::kRows : Use::kMatmul);
+          } else if constexpr (std::is_same_v<F, const float * LayerWeights::*>) {
+            return vec(l->*field, spec.ne);
+          } else {
+            // rope_freqs stays on the host: it only feeds the rope tables below.
+            if (field == &ModelWeights::rope_freqs) return {};
+            return vec(weights_.*field, spec.ne);
+          }
+        },
+        spec.field));
   }
-  rope_[0] = rope_freqs(hp, false, model_.rope_freqs());
-  rope_[1] = rope_freqs(hp, true, model_.rope_freqs());
+  rope_[0] = rope_freqs(hp, false, model_.weights().rope_freqs);
+  rope_[1] = rope_freqs(hp, true, model_.weights().rope_freqs);
   rope_swa_differs_ = hp.sliding_window > 0 && (rope_[1].inv_freq != rope_[0].inv_freq ||
                                                 rope_[1].attn_factor != rope_[0].attn_factor);
   for (int i = 0; i < 2; ++i) {
@@ -171,112 +182,6 @@ void Forward::dump(std::string_view name, int layer, Mat m) {
   dump_(name, layer, dump_host_.data(), m.rows, m.cols);
 }
 
-void Forward::attention_block(int il, const backend::StepArgs& step, backend::KvCache& cache,
-                              int64_t n) {
-  const HParams& hp = model_.hparams();
-  const LayerWeights& l = layers_[il];
-  const ArchFeatures& f = model_.arch().features;
-  const int64_t q_width = int64_t{hp.n_head} * hp.head_dim_k;
-  const int64_t k_width = int64_t{hp.n_head_kv} * hp.head_dim_k;
-  const int64_t v_width = int64_t{hp.n_head_kv} * hp.head_dim_v;
-  const Mat x = x_.first_rows(n), xn = xn_.as(n, hp.n_embd);
-  const Mat q = q_.first_rows(n), k = k_.first_rows(n), v = v_.first_rows(n);
-  if (il > 0) {  // the previous layer's FFN output is still to be added: x += tmp, then norm
-    be_.add_rmsnorm(x, tmp_.first_rows(n), l.attn_norm, xn, hp.rms_eps);
-    dump("layer_out", il - 1, x);
-  } else {
-    be_.rmsnorm(x, l.attn_norm, xn, hp.rms_eps);
-  }
-  dump("attn_norm", il, xn);
-  if (f.fused_qkv) {  // [n, q | k | v] -> q, k, v
-    const Mat qkv = gate_.as(n, q_width + k_width + v_width);
-    be_.matmul(l.wqkv, xn, qkv);
-    be_.copy_cols(qkv, 0, q);
-    be_.copy_cols(qkv, q_width, k);
-    be_.copy_cols(qkv, q_width + k_width, v);
-  } else {
-    const backend::Weight* ws[] = {&l.wq, &l.wk, &l.wv};
-    const Mat ys[] = {q, k, v};
-    be_.matmuls(ws, xn, ys);
-  }
-  if (f.qkv_bias) {
-    be_.add_bias(q, l.bq);
-    be_.add_bias(k, l.bk);
-    be_.add_bias(v, l.bv);
-  }
-  if (f.qk_norm) {  // per head, before rope
-    const Mat qh = q.as(n * hp.n_head, hp.head_dim_k), kh = k.as(n * hp.n_head_kv, hp.head_dim_k);
-    be_.rmsnorm(qh, l.q_norm, qh, hp.rms_eps);
-    be_.rmsnorm(kh, l.k_norm, kh, hp.rms_eps);
-  }
-  const bool swa = hp.swa_layer(static_cast<uint32_t>(il));
-  const int table = swa && rope_swa_differs_ ? 1 : 0;
-  const Mat cos = rope_cos_[table].first_rows(n), sin = rope_sin_[table].first_rows(n);
-  be_.rope_kv_write(q, static_cast<int32_t>(hp.n_head), k, static_cast<int32_t>(hp.n_head_kv),
-                    static_cast<int32_t>(hp.head_dim_k), f.rope_neox, cos, sin, cache, il, step, v);
-  if (step.row_scale != nullptr) be_.scale_rows(q, step.row_scale);
-  dump("q", il, q);
-  dump("k", il, k);
-  dump("v", il, v);
-  backend::AttnParams ap;
-  ap.n_heads = static_cast<int32_t>(hp.n_head);
-  ap.scale =
-      hp.attn_scale != 0 ? hp.attn_scale : 1.0f / std::sqrt(static_cast<float>(hp.head_dim_k));
-  ap.softcap = hp.attn_softcap;
-  ap.sliding_window = swa ? static_cast<int32_t>(hp.sliding_window) : 0;
-  const Mat attn = attn_.first_rows(n), tmp = tmp_.first_rows(n);
-  be_.attention(cache, il, step, q, attn, ap);
-  dump("attn_out", il, attn);
-  be_.matmul(l.wo, attn, tmp);
-  if (f.sandwich_norm) be_.rmsnorm(tmp, l.attn_post_norm, tmp, hp.rms_eps);
-  // x += tmp is left to ffn_block, which fuses it with its norm.
-}
-
-void Forward::ffn_block(int il, int64_t n) {
-  const HParams& hp = model_.hparams();
-  const LayerWeights& l = layers_[il];
-  const ArchFeatures& f = model_.arch().features;
-  const Mat x = x_.first_rows(n), xn = xn_.as(n, hp.n_embd), tmp = tmp_.first_rows(n);
-  be_.add_rmsnorm(x, tmp, l.ffn_norm, xn, hp.rms_eps);  // the attention's residual, then norm
-  dump("attn_residual", il, x);
-  dump("ffn_norm", il, xn);
-  if (f.moe) {
-    backend::MoeWeights mw;
-    mw.router = &l.w_gate_inp;
-    mw.gate_exps = &l.w_gate_exps;
-    mw.up_exps = &l.w_up_exps;
-    mw.down_exps = &l.w_down_exps;
-    mw.n_expert = static_cast<int32_t>(hp.n_expert);
-    mw.n_expert_used = static_cast<int32_t>(hp.n_expert_used);
-    mw.n_ff = hp.n_ff_expert;
-    be_.moe(mw, xn, tmp, moe_);
-    dump("ffn_moe_logits", il, moe_.router.as(n, hp.n_expert));
-    dump("ffn_moe_out", il, tmp);
-  } else {
-    const int64_t ff = hp.n_ff;
-    const Mat gate = gate_.as(n, ff), up = up_.first_rows(n);
-    if (f.fused_gate_up) {  // ffn_up rows are [gate | up]
-      const Mat both = tmp2_.first_rows(n);
-      be_.matmul(l.w_up, xn, both);
-      be_.copy_cols(both, 0, gate);
-      be_.copy_cols(both, ff, up);
-    } else {
-      const backend::Weight* ws[] = {&l.w_gate, &l.w_up};
-      const Mat ys[] = {gate, up};
-      be_.matmuls(ws, xn, ys);
-    }
-    if (f.gelu) {
-      be_.geglu(gate, up, gate);
-    } else {
-      be_.swiglu(gate, up, gate);
-    }
-    be_.matmul(l.w_down, gate, tmp);
-    if (f.sandwich_norm) be_.rmsnorm(tmp, l.ffn_post_norm, tmp, hp.rms_eps);
-  }
-  // x += tmp is left to the next layer's attention_block (fused with its norm), or to body()
-  // after the last layer.
-}
-
 std::span<const float> Forward::row_scales(const int32_t* positions, int64_t n) {
   const HParams& hp = model_.hparams();
   if (hp.attn_temp_scale == 0) return {};
@@ -294,7 +199,7 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64
                    int64_t n_hidden) {
   const HParams& hp = model_.hparams();
   const Mat x = x_.first_rows(n);
-  be_.embed(tok_embd_, step.tokens, x);
+  be_.embed(weights_.tok_embd, step.tokens, x);
   if (model_.arch().features.embed_scale) be_.scale(x, std::sqrt(static_cast<float>(hp.n_embd)));
   dump("embed", -1, x);
   // The step's cos/sin tables, once for all layers (and the sliding layers' own when they
@@ -302,9 +207,24 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64
   for (int i = 0; i < (rope_swa_differs_ ? 2 : 1); ++i)
     be_.rope_angles(rope_table_[i], step.attn.positions, rope_cos_[i].first_rows(n),
                     rope_sin_[i].first_rows(n));
+  // Each layer: its mixer, then its FFN, by the architecture's description of the layer. A
+  // block leaves its output in tmp_ for the next block to add to x_ (fused with its norm).
+  const std::vector<LayerDesc>& descs = model_.layer_descs();
   for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
-    attention_block(il, step, cache, n);
-    ffn_block(il, n);
+    const LayerDesc& d = descs[static_cast<size_t>(il)];
+    switch (d.mixer) {
+      case Mixer::kAttention:
+        attention_block(il, d, step, cache, n);
+        break;
+    }
+    switch (d.ffn) {
+      case FfnKind::kDense:
+        dense_ffn_block(il, n);
+        break;
+      case FfnKind::kMoe:
+        moe_ffn_block(il, n);
+        break;
+    }
   }
   be_.add(x, tmp_.first_rows(n));  // the last layer's FFN output
   dump("layer_out", static_cast<int>(hp.n_layer) - 1, x);
@@ -313,11 +233,11 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64
   // the first n_out.
   const Mat rows = out_rows_.first_rows(n_out + n_hidden), xn = xn_.as(n_out + n_hidden, hp.n_embd);
   be_.gather_rows(x, step.logit_rows, rows);
-  be_.rmsnorm(rows, output_norm_, xn, hp.rms_eps);
+  be_.rmsnorm(rows, weights_.output_norm, xn, hp.rms_eps);
   dump("output_norm", -1, xn);
   if (n_out == 0) return;
   const Mat lg = logits_.first_rows(n_out);
-  be_.matmul(output_, xn.first_rows(n_out), lg);
+  be_.matmul(weights_.output, xn.first_rows(n_out), lg);
   if (hp.final_softcap > 0) be_.softcap(lg, hp.final_softcap);
 }
 

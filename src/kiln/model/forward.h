@@ -76,9 +76,14 @@ class Forward {
   Forward(const Model& model, backend::Backend& be, const ForwardOptions& opts);
   Status prepare();
   Status carve_arena();
-  void attention_block(int layer, const backend::StepArgs& step, backend::KvCache& cache,
-                       int64_t n);
-  void ffn_block(int layer, int64_t n);
+  // The blocks of a layer (model/blocks/), one per kind of LayerDesc: each reads x_ (adding
+  // the previous block's output, left in tmp_, fused with its norm) and leaves its own output
+  // in tmp_.
+  void attention_block(int layer, const LayerDesc& desc, const backend::StepArgs& step,
+                       backend::KvCache& cache, int64_t n);
+  void ffn_input(int layer, int64_t n);
+  void dense_ffn_block(int layer, int64_t n);
+  void moe_ffn_block(int layer, int64_t n);
   // The ops of a step of n rows whose inputs are uploaded, up to the logits of its first
   // n_out logit rows in logits_; the n_hidden rows after them (step.logit_rows holds both
   // lists) stop at the final norm, rows [n_out, n_out + n_hidden) of xn_.
@@ -97,8 +102,7 @@ class Forward {
   std::vector<float> dump_host_;
 
   // The model's weights as the backend's ops take them.
-  backend::Weight tok_embd_, output_;
-  const float* output_norm_ = nullptr;
+  ModelWeights weights_;
   std::vector<LayerWeights> layers_;
 
   // Activation arena, carved into [max_tokens, width] matrices.

@@ -83,8 +83,6 @@ Status read_rope_scaling(const gguf::File& f, HParams& hp) {
   hp.yarn_beta_fast = static_cast<float>(beta_fast);
   hp.yarn_beta_slow = static_cast<float>(beta_slow);
   hp.attn_temp_scale = static_cast<float>(temp);
-  // gemma3's local (sliding) layers keep the plain rope (llama.cpp: rope_freq_scale_train_swa).
-  hp.rope_scaling_swa = a != "gemma3";
   return {};
 }
 
@@ -115,14 +113,16 @@ Expected<HParams> read_hparams(const gguf::File& f) {
   KILN_TRY(double base, f.get_float_or(key(a, "rope.freq_base"), 10000.0));
   hp.rms_eps = static_cast<float>(eps);
   hp.rope_freq_base = static_cast<float>(base);
-  // Sliding windows, soft-capping and score scale (gemma, mistral); llama.cpp's defaults
-  // where the file has no key: gemma2 slides every other layer, gemma3 five of six layers
-  // with a local rope base of 10000.
+  // Sliding windows, soft-capping and score scale (gemma, mistral); the architecture's
+  // defaults (llama.cpp's) where the file has no key: gemma2 slides every other layer, gemma3
+  // five of six layers with a local rope base of 10000 and no rope scaling on them.
+  const ArchDefaults& dflt = def->defaults;
   KILN_TRY(hp.sliding_window, get_u32(f, key(a, "attention.sliding_window"), 0));
-  const uint32_t default_pattern = a == "gemma2" ? 2 : a == "gemma3" ? 6 : 0;
-  KILN_TRY(hp.swa_pattern, get_u32(f, key(a, "attention.sliding_window_pattern"), default_pattern));
+  KILN_TRY(hp.swa_pattern,
+           get_u32(f, key(a, "attention.sliding_window_pattern"), dflt.swa_pattern));
   KILN_TRY(double base_swa,
-           f.get_float_or(key(a, "rope.freq_base_swa"), a == "gemma3" ? 10000.0 : base));
+           f.get_float_or(key(a, "rope.freq_base_swa"),
+                          dflt.rope_freq_base_swa != 0 ? dflt.rope_freq_base_swa : base));
   KILN_TRY(double scale, f.get_float_or(key(a, "attention.scale"), 0.0));
   KILN_TRY(double attn_cap, f.get_float_or(key(a, "attn_logit_softcapping"), 0.0));
   KILN_TRY(double final_cap, f.get_float_or(key(a, "final_logit_softcapping"), 0.0));
@@ -147,6 +147,7 @@ Expected<HParams> read_hparams(const gguf::File& f) {
                pooling, kMaxPooling);
   hp.pooling = static_cast<Pooling>(pooling);
   KILN_TRY_STATUS(read_rope_scaling(f, hp));
+  hp.rope_scaling_swa = dflt.rope_scaling_swa;
   if (def->features.moe && hp.n_expert == 0)
     return err("model: architecture '{}' needs {}.expert_count", a, a);
   KILN_TRY_STATUS(validate(hp));
@@ -211,7 +212,7 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
 
 Status check_manifest(const gguf::File& f, const ArchDef& arch, const HParams& hp) {
   std::set<std::string, std::less<>> expected;
-  for (const TensorSpec& spec : arch.manifest(hp)) {
+  for (const TensorSpec& spec : tensor_manifest(arch, hp)) {
     expected.insert(spec.name);
     const gguf::TensorInfo* t = f.find_tensor(spec.name);
     if (t == nullptr) {

@@ -156,7 +156,7 @@ Expected<gguf::Writer> make_model(const MakeModelOptions& o) {
     uint64_t seed;
   };
   std::deque<Job> jobs;
-  for (const TensorSpec& spec : arch->manifest(hp)) {
+  for (const TensorSpec& spec : tensor_manifest(*arch, hp)) {
     Job& j = jobs.emplace_back();
     j.spec = spec;
     if (spec.name == "rope_freqs.weight" && hf_rope_type(rope) == "llama3") {

@@ -1,5 +1,8 @@
 #include "kiln/model/model.h"
 
+#include <type_traits>
+#include <variant>
+
 #include "kiln/model/hparams.h"
 #include "kiln/quant/convert.h"
 
@@ -21,30 +24,47 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
   return from_file(std::move(file));
 }
 
-Expected<backend::Weight> Model::weight(const std::string& name) const {
-  const gguf::TensorInfo* t = file_->find_tensor(name);
-  if (t == nullptr) return err("model: missing tensor '{}'", name);
-  if (t->ne.size() < 2) return err("model: tensor '{}' is not a matrix", name);
+backend::Weight Model::weight(const gguf::TensorInfo& t) const {
+  // check_manifest has checked the shape (2-D, or 3-D for stacked experts) and the type.
   backend::Weight w;
-  w.type = t->type;
-  w.n_in = t->ne[0];
-  w.n_out = t->ne[1];
-  w.n_mats = t->ne.size() > 2 ? t->ne[2] : 1;
-  w.data = t->data;
-  w.row_bytes = *quant::row_bytes(t->type, static_cast<uint64_t>(t->ne[0]));
+  w.type = t.type;
+  w.n_in = t.ne[0];
+  w.n_out = t.ne[1];
+  w.n_mats = t.ne.size() > 2 ? t.ne[2] : 1;
+  w.data = t.data;
+  w.row_bytes = *quant::row_bytes(t.type, static_cast<uint64_t>(t.ne[0]));
   return w;
 }
 
-Expected<const float*> Model::vector(const std::string& name, bool required) {
-  const gguf::TensorInfo* t = file_->find_tensor(name);
-  if (t == nullptr) {
-    if (required) return err("model: missing tensor '{}'", name);
-    return static_cast<const float*>(nullptr);
-  }
-  std::vector<float> v(static_cast<size_t>(t->num_elements()));
-  KILN_TRY_STATUS(quant::dequantize_row(t->type, t->data, v.data(), t->num_elements()));
+Expected<const float*> Model::vector(const gguf::TensorInfo& t) {
+  std::vector<float> v(static_cast<size_t>(t.num_elements()));
+  KILN_TRY_STATUS(quant::dequantize_row(t.type, t.data, v.data(), t.num_elements()));
   f32_vectors_.push_back(std::move(v));
   return static_cast<const float*>(f32_vectors_.back().data());
+}
+
+Status Model::bind(const TensorSpec& spec, const gguf::TensorInfo& t) {
+  if (spec.layer >= static_cast<int32_t>(layers_.size()))
+    return err("model: tensor '{}' of layer {} past the {} layers", spec.name, spec.layer,
+               layers_.size());
+  LayerWeights* layer = spec.layer >= 0 ? &layers_[static_cast<size_t>(spec.layer)] : nullptr;
+  return std::visit(
+      [&](auto field) -> Status {
+        using F = decltype(field);
+        if constexpr (std::is_same_v<F, std::monostate>) {
+          return {};
+        } else if constexpr (std::is_same_v<F, backend::Weight LayerWeights::*>) {
+          layer->*field = weight(t);
+        } else if constexpr (std::is_same_v<F, backend::Weight ModelWeights::*>) {
+          weights_.*field = weight(t);
+        } else if constexpr (std::is_same_v<F, const float * LayerWeights::*>) {
+          KILN_TRY(layer->*field, vector(t));
+        } else {
+          KILN_TRY(weights_.*field, vector(t));
+        }
+        return {};
+      },
+      spec.field);
 }
 
 Expected<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<gguf::File> file) {
@@ -53,48 +73,15 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<gguf::File> fi
   KILN_TRY(m->hp_, read_hparams(*m->file_));
   m->arch_ = find_arch(m->hp_.arch);
   KILN_TRY_STATUS(check_manifest(*m->file_, *m->arch_, m->hp_));
-  const ArchFeatures& f = m->arch_->features;
-  KILN_TRY(m->tok_embd_, m->weight("token_embd.weight"));
-  if (m->hp_.tied_embeddings) {
-    m->output_ = m->tok_embd_;
-  } else {
-    KILN_TRY(m->output_, m->weight("output.weight"));
-  }
-  KILN_TRY(m->output_norm_, m->vector("output_norm.weight", true));
-  KILN_TRY(m->rope_freqs_, m->vector("rope_freqs.weight", false));
   m->layers_.resize(m->hp_.n_layer);
-  for (uint32_t i = 0; i < m->hp_.n_layer; ++i) {
-    LayerWeights& l = m->layers_[i];
-    KILN_TRY(l.attn_norm, m->vector(blk(i, "attn_norm.weight"), true));
-    if (f.fused_qkv) {
-      KILN_TRY(l.wqkv, m->weight(blk(i, "attn_qkv.weight")));
-    } else {
-      KILN_TRY(l.wq, m->weight(blk(i, "attn_q.weight")));
-      KILN_TRY(l.wk, m->weight(blk(i, "attn_k.weight")));
-      KILN_TRY(l.wv, m->weight(blk(i, "attn_v.weight")));
-    }
-    KILN_TRY(l.attn_post_norm, m->vector(blk(i, "post_attention_norm.weight"), f.sandwich_norm));
-    KILN_TRY(l.ffn_post_norm, m->vector(blk(i, "post_ffw_norm.weight"), f.sandwich_norm));
-    KILN_TRY(l.wo, m->weight(blk(i, "attn_output.weight")));
-    KILN_TRY(l.bq, m->vector(blk(i, "attn_q.bias"), f.qkv_bias));
-    KILN_TRY(l.bk, m->vector(blk(i, "attn_k.bias"), f.qkv_bias));
-    KILN_TRY(l.bv, m->vector(blk(i, "attn_v.bias"), f.qkv_bias));
-    KILN_TRY(l.q_norm, m->vector(blk(i, "attn_q_norm.weight"), f.qk_norm));
-    KILN_TRY(l.k_norm, m->vector(blk(i, "attn_k_norm.weight"), f.qk_norm));
-    KILN_TRY(l.ffn_norm, m->vector(blk(i, "ffn_norm.weight"), true));
-    if (f.moe) {
-      KILN_TRY(l.w_gate_inp, m->weight(blk(i, "ffn_gate_inp.weight")));
-      KILN_TRY(l.w_gate_exps, m->weight(blk(i, "ffn_gate_exps.weight")));
-      KILN_TRY(l.w_up_exps, m->weight(blk(i, "ffn_up_exps.weight")));
-      KILN_TRY(l.w_down_exps, m->weight(blk(i, "ffn_down_exps.weight")));
-      continue;
-    }
-    if (!f.fused_gate_up) {
-      KILN_TRY(l.w_gate, m->weight(blk(i, "ffn_gate.weight")));
-    }
-    KILN_TRY(l.w_up, m->weight(blk(i, "ffn_up.weight")));
-    KILN_TRY(l.w_down, m->weight(blk(i, "ffn_down.weight")));
+  for (uint32_t i = 0; i < m->hp_.n_layer; ++i)
+    m->layer_descs_.push_back(describe_layer(*m->arch_, m->hp_, i));
+  // check_manifest has checked that every required tensor is there.
+  for (const TensorSpec& spec : tensor_manifest(*m->arch_, m->hp_)) {
+    if (const gguf::TensorInfo* t = m->file_->find_tensor(spec.name))
+      KILN_TRY_STATUS(m->bind(spec, *t));
   }
+  if (m->weights_.output.empty()) m->weights_.output = m->weights_.tok_embd;  // tied
   return m;
 }
 

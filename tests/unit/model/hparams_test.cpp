@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
+#include <type_traits>
+#include <variant>
+
 #include "kiln/gguf/gguf.h"
 #include "kiln/gguf/writer.h"
 #include "kiln/model/arch/arch.h"
+#include "kiln/model/model.h"
 
 namespace kiln::model {
 namespace {
@@ -31,7 +36,7 @@ std::vector<uint8_t> file_for(const HParams& hp, const ArchDef& arch, std::strin
                               std::string_view reshape = "") {
   gguf::Writer w;
   write_hparams(w, hp);
-  for (const TensorSpec& spec : arch.manifest(hp)) {
+  for (const TensorSpec& spec : tensor_manifest(arch, hp)) {
     if (!spec.required || spec.name == skip) continue;
     std::vector<int64_t> ne = spec.ne;
     if (spec.name == reshape) ne[0] += 1;
@@ -131,6 +136,86 @@ TEST(HParams, RejectsBadValues) {
   EXPECT_NE(type.error().message.find("llama.block_count"), std::string::npos);
   auto zero = read([](gguf::Writer& w) { w.set_uint32("llama.embedding_length", 0); });
   ASSERT_FALSE(zero.ok());
+}
+
+// Every tensor of every architecture's manifest goes into a field of its kind, each field of a
+// layer at most once; and the loader puts each tensor of a file into that field: a file whose
+// every element of tensor i is i + 1 loads with each field holding its tensor's value.
+TEST(Manifest, EveryTensorIsBoundToOneFieldOfItsKind) {
+  for (std::string_view name : arch_names()) {
+    SCOPED_TRACE(name);
+    HParams hp = small_hparams(std::string(name));
+    if (name == "qwen3moe") {
+      hp.n_expert = 4;
+      hp.n_expert_used = 2;
+      hp.n_ff_expert = 16;
+    }
+    const ArchDef* arch = find_arch(name);
+    ASSERT_NE(arch, nullptr);
+    const std::vector<TensorSpec> specs = tensor_manifest(*arch, hp);
+    std::vector<std::pair<int32_t, WeightField>> seen;  // (layer, field) of the specs so far
+    gguf::Writer w;
+    write_hparams(w, hp);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const TensorSpec& spec = specs[i];
+      SCOPED_TRACE(spec.name);
+      ASSERT_FALSE(std::holds_alternative<std::monostate>(spec.field));
+      const bool is_weight = std::holds_alternative<backend::Weight LayerWeights::*>(spec.field) ||
+                             std::holds_alternative<backend::Weight ModelWeights::*>(spec.field);
+      EXPECT_EQ(is_weight, spec.kind == TensorKind::kWeight);
+      const bool layer_field =
+          std::holds_alternative<backend::Weight LayerWeights::*>(spec.field) ||
+          std::holds_alternative<const float * LayerWeights::*>(spec.field);
+      EXPECT_EQ(layer_field, spec.layer >= 0);
+      EXPECT_LT(spec.layer, static_cast<int32_t>(hp.n_layer));
+      for (const auto& [layer, field] : seen)
+        EXPECT_FALSE(layer == spec.layer && field == spec.field) << "bound twice";
+      seen.emplace_back(spec.layer, spec.field);
+      int64_t n = 1;
+      for (int64_t d : spec.ne) n *= d;
+      std::vector<float> data(static_cast<size_t>(n), static_cast<float>(i + 1));
+      ASSERT_TRUE(w.add_tensor(spec.name, quant::Type::F32, spec.ne,
+                               std::span(reinterpret_cast<const uint8_t*>(data.data()),
+                                         data.size() * sizeof(float)))
+                      .ok());
+    }
+    auto bytes = w.to_bytes();
+    ASSERT_TRUE(bytes.ok());
+    auto file = gguf::File::parse(*bytes);
+    ASSERT_TRUE(file.ok()) << file.error().message;
+    auto model = Model::from_file(std::move(*file));
+    ASSERT_TRUE(model.ok()) << model.error().message;
+    const Model& m = **model;
+    ASSERT_EQ(m.layer_descs().size(), hp.n_layer);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const TensorSpec& spec = specs[i];
+      SCOPED_TRACE(spec.name);
+      const float want = static_cast<float>(i + 1);
+      const LayerWeights* l =
+          spec.layer >= 0 ? &m.layers()[static_cast<size_t>(spec.layer)] : nullptr;
+      std::visit(
+          [&](auto field) {
+            using F = decltype(field);
+            if constexpr (std::is_same_v<F, backend::Weight LayerWeights::*>) {
+              const backend::Weight& wt = l->*field;
+              ASSERT_FALSE(wt.empty());
+              EXPECT_EQ(wt.n_in, spec.ne[0]);
+              EXPECT_EQ(reinterpret_cast<const float*>(wt.data)[0], want);
+            } else if constexpr (std::is_same_v<F, backend::Weight ModelWeights::*>) {
+              const backend::Weight& wt = m.weights().*field;
+              ASSERT_FALSE(wt.empty());
+              EXPECT_EQ(reinterpret_cast<const float*>(wt.data)[0], want);
+            } else if constexpr (std::is_same_v<F, const float * LayerWeights::*>) {
+              ASSERT_NE(l->*field, nullptr);
+              EXPECT_EQ((l->*field)[0], want);
+            } else if constexpr (std::is_same_v<F, const float * ModelWeights::*>) {
+              ASSERT_NE(m.weights().*field, nullptr);
+              EXPECT_EQ((m.weights().*field)[0], want);
+            }
+          },
+          spec.field);
+    }
+  }
 }
 
 }  // namespace

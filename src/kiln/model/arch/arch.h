@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "kiln/model/pooling.h"
+#include "kiln/model/weights.h"
 
 namespace kiln::model {
 
@@ -84,11 +86,37 @@ enum class TensorKind : uint8_t {
   kNorm,    // 1-D norm weight or bias: F32 (F16/BF16 accepted)
 };
 
+// Where the loader puts a tensor: a field of its layer's weights or of the model's. The kind
+// follows from the field (a backend::Weight is a matmul weight, a const float* a vector).
+using WeightField =
+    std::variant<std::monostate, backend::Weight LayerWeights::*, const float * LayerWeights::*,
+                 backend::Weight ModelWeights::*, const float * ModelWeights::*>;
+
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> ne;  // ggml order: ne[0] is the contiguous row length
   TensorKind kind = TensorKind::kWeight;
   bool required = true;
+  int32_t layer = -1;  // the block the tensor belongs to; -1: model-wide
+  WeightField field;   // monostate: checked, not loaded
+};
+
+// What mixes a layer's tokens, and what kind of feed-forward follows. Each architecture says
+// which layer is which (ArchDef::layer); the manifest lists each layer's tensors from it and
+// the forward dispatches on it, one block file per kind (model/blocks/).
+enum class Mixer : uint8_t {
+  kAttention,  // softmax attention over the paged KV cache
+};
+
+enum class FfnKind : uint8_t {
+  kDense,  // gate/up -> activation -> down
+  kMoe,    // routed experts
+};
+
+struct LayerDesc {
+  Mixer mixer = Mixer::kAttention;
+  FfnKind ffn = FfnKind::kDense;
+  bool sliding = false;  // attention over a sliding window (HParams::sliding_window)
 };
 
 // Switches that distinguish the llama-family forwards.
@@ -104,10 +132,22 @@ struct ArchFeatures {
   bool sandwich_norm = false;  // gemma2/3: RMSNorm after attention and after the FFN too
 };
 
+// An architecture's defaults for keys that files may omit (llama.cpp's defaults).
+struct ArchDefaults {
+  uint32_t swa_pattern = 0;         // attention.sliding_window_pattern
+  float rope_freq_base_swa = 0.0f;  // rope.freq_base_swa; 0: rope.freq_base
+  bool rope_scaling_swa = true;     // whether sliding layers use the rope scaling too
+};
+
 struct ArchDef {
   std::string_view name;
   ArchFeatures features;
-  std::vector<TensorSpec> (*manifest)(const HParams&);
+  // Every tensor of a file of this architecture, and where it is loaded (tensor_manifest).
+  std::vector<TensorSpec> (*manifest)(const ArchDef& arch, const HParams& hp);
+  ArchDefaults defaults{};
+  // The kind of layer il; null: attention, a MoE FFN when features.moe (else dense), sliding
+  // where hp.swa_layer(il) says (describe_layer).
+  LayerDesc (*layer)(const HParams& hp, uint32_t il) = nullptr;
 };
 
 // The architecture registered under `name` (general.architecture), or nullptr.
@@ -115,18 +155,28 @@ const ArchDef* find_arch(std::string_view name);
 // Names of every registered architecture, for messages and --help.
 std::vector<std::string_view> arch_names();
 
+std::vector<TensorSpec> tensor_manifest(const ArchDef& arch, const HParams& hp);
+LayerDesc describe_layer(const ArchDef& arch, const HParams& hp, uint32_t il);
+
 // Shared manifest pieces (arch/common.cpp).
+std::string blk(uint32_t layer, std::string_view suffix);
+// A tensor of block il bound to a field of its LayerWeights (a Weight: a matmul weight; a
+// const float*: a norm or bias vector).
+TensorSpec layer_tensor(uint32_t il, std::string_view suffix, std::vector<int64_t> ne,
+                        backend::Weight LayerWeights::*field, bool required = true);
+TensorSpec layer_tensor(uint32_t il, std::string_view suffix, std::vector<int64_t> ne,
+                        const float* LayerWeights::*field, bool required = true);
 void add_embeddings(std::vector<TensorSpec>& out, const HParams& hp);
 void add_attention(std::vector<TensorSpec>& out, const HParams& hp, uint32_t layer,
                    const ArchFeatures& f);
 void add_dense_ffn(std::vector<TensorSpec>& out, const HParams& hp, uint32_t layer,
                    const ArchFeatures& f);
 void add_moe_ffn(std::vector<TensorSpec>& out, const HParams& hp, uint32_t layer);
-// The whole llama-family manifest for `f`: embeddings, then attention and FFN per layer.
-std::vector<TensorSpec> standard_manifest(const HParams& hp, const ArchFeatures& f);
-std::string blk(uint32_t layer, std::string_view suffix);
+// The whole llama-family manifest: embeddings, then per layer its mixer's and its FFN's
+// tensors by describe_layer.
+std::vector<TensorSpec> standard_manifest(const ArchDef& arch, const HParams& hp);
 // Llama's manifest (arch/llama.cpp): the standard one plus the optional rope_freqs.weight of
 // Llama 3.x files; mistral3 files have the same tensors.
-std::vector<TensorSpec> llama_manifest(const HParams& hp);
+std::vector<TensorSpec> llama_manifest(const ArchDef& arch, const HParams& hp);
 
 }  // namespace kiln::model

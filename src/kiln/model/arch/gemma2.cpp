@@ -10,12 +10,8 @@ namespace {
 constexpr ArchFeatures kFeatures{
     .rope_neox = true, .gelu = true, .embed_scale = true, .sandwich_norm = true};
 
-std::vector<TensorSpec> manifest(const HParams& hp) {
-  return standard_manifest(hp, kFeatures);
-}
-
 }  // namespace
 
-const ArchDef kArchGemma2{"gemma2", kFeatures, manifest};
+const ArchDef kArchGemma2{"gemma2", kFeatures, standard_manifest, {.swa_pattern = 2}};
 
 }  // namespace kiln::model

@@ -10,12 +10,12 @@ namespace {
 constexpr ArchFeatures kFeatures{
     .qk_norm = true, .rope_neox = true, .gelu = true, .embed_scale = true, .sandwich_norm = true};
 
-std::vector<TensorSpec> manifest(const HParams& hp) {
-  return standard_manifest(hp, kFeatures);
-}
-
 }  // namespace
 
-const ArchDef kArchGemma3{"gemma3", kFeatures, manifest};
+const ArchDef kArchGemma3{
+    "gemma3",
+    kFeatures,
+    standard_manifest,
+    {.swa_pattern = 6, .rope_freq_base_swa = 10000.0f, .rope_scaling_swa = false}};
 
 }  // namespace kiln::model

@@ -6,16 +6,15 @@
 
 namespace kiln::model {
 
-std::vector<TensorSpec> llama_manifest(const HParams& hp) {
-  constexpr ArchFeatures kFeatures{};
-  std::vector<TensorSpec> out;
-  add_embeddings(out, hp);
+std::vector<TensorSpec> llama_manifest(const ArchDef& arch, const HParams& hp) {
+  std::vector<TensorSpec> out = standard_manifest(arch, hp);
   // Llama 3.x files with rope scaling may carry precomputed frequency factors.
-  out.push_back({"rope_freqs.weight", {hp.n_rot / 2}, TensorKind::kNorm, false});
-  for (uint32_t i = 0; i < hp.n_layer; ++i) {
-    add_attention(out, hp, i, kFeatures);
-    add_dense_ffn(out, hp, i, kFeatures);
-  }
+  out.insert(out.begin() + 3, {"rope_freqs.weight",
+                               {hp.n_rot / 2},
+                               TensorKind::kNorm,
+                               false,
+                               -1,
+                               &ModelWeights::rope_freqs});
   return out;
 }
 

@@ -8,12 +8,8 @@ namespace {
 
 constexpr ArchFeatures kFeatures{.rope_neox = true, .fused_qkv = true, .fused_gate_up = true};
 
-std::vector<TensorSpec> manifest(const HParams& hp) {
-  return standard_manifest(hp, kFeatures);
-}
-
 }  // namespace
 
-const ArchDef kArchPhi3{"phi3", kFeatures, manifest};
+const ArchDef kArchPhi3{"phi3", kFeatures, standard_manifest};
 
 }  // namespace kiln::model

@@ -7,12 +7,8 @@ namespace {
 
 constexpr ArchFeatures kFeatures{.qkv_bias = true, .rope_neox = true};
 
-std::vector<TensorSpec> manifest(const HParams& hp) {
-  return standard_manifest(hp, kFeatures);
-}
-
 }  // namespace
 
-const ArchDef kArchQwen2{"qwen2", kFeatures, manifest};
+const ArchDef kArchQwen2{"qwen2", kFeatures, standard_manifest};
 
 }  // namespace kiln::model

@@ -7,12 +7,8 @@ namespace {
 
 constexpr ArchFeatures kFeatures{.qk_norm = true, .rope_neox = true};
 
-std::vector<TensorSpec> manifest(const HParams& hp) {
-  return standard_manifest(hp, kFeatures);
-}
-
 }  // namespace
 
-const ArchDef kArchQwen3{"qwen3", kFeatures, manifest};
+const ArchDef kArchQwen3{"qwen3", kFeatures, standard_manifest};
 
 }  // namespace kiln::model

@@ -8,12 +8,8 @@ namespace {
 
 constexpr ArchFeatures kFeatures{.qk_norm = true, .moe = true, .rope_neox = true};
 
-std::vector<TensorSpec> manifest(const HParams& hp) {
-  return standard_manifest(hp, kFeatures);
-}
-
 }  // namespace
 
-const ArchDef kArchQwen3Moe{"qwen3moe", kFeatures, manifest};
+const ArchDef kArchQwen3Moe{"qwen3moe", kFeatures, standard_manifest};
 
 }  // namespace kiln::model

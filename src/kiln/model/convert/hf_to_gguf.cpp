@@ -355,7 +355,7 @@ Expected<gguf::Writer> convert_hf(const ConvertOptions& o) {
     tokenizer::write_vocab(w, vocab);
   }
   const nlohmann::json rope = hf_rope_settings(config);
-  for (const TensorSpec& spec : arch->manifest(hp)) {
+  for (const TensorSpec& spec : tensor_manifest(*arch, hp)) {
     if (spec.name == "rope_freqs.weight") {
       if (hf_rope_type(rope) == "llama3")
         KILN_TRY_STATUS(add_tensor_f32(w, spec, quant::Type::F32, llama3_rope_factors(rope, hp)));

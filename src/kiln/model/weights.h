@@ -1,0 +1,36 @@
+// The weights of a loaded model as the forward uses them: matmul weights as views of the file
+// (backend::Weight), norm and bias vectors as F32 copies. Which tensor goes into which field is
+// written once, in each architecture's manifest (arch/arch.h, TensorSpec::field).
+#pragma once
+
+#include "kiln/backend/weight.h"
+
+namespace kiln::model {
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [n_embd]
+  backend::Weight wq, wk, wv, wo;
+  backend::Weight wqkv;       // phi3: fused [q | k | v] rows (then wq/wk/wv are empty)
+  const float* bq = nullptr;  // qkv biases (qwen2)
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  const float* q_norm = nullptr;  // [head_dim] (qwen3)
+  const float* k_norm = nullptr;
+  const float* attn_post_norm = nullptr;  // gemma: after attention, before the residual add
+  const float* ffn_norm = nullptr;
+  const float* ffn_post_norm = nullptr;  // gemma: after the FFN, before the residual add
+  backend::Weight w_gate, w_up, w_down;  // phi3: w_up holds [gate | up] rows, w_gate empty
+  // MoE (qwen3moe): router [n_embd -> n_expert] and the stacked experts; expert e of a stacked
+  // weight is expert(w, e).
+  backend::Weight w_gate_inp, w_gate_exps, w_up_exps, w_down_exps;
+};
+
+// The weights outside the layers.
+struct ModelWeights {
+  backend::Weight tok_embd;
+  backend::Weight output;  // tok_embd when the embeddings are tied
+  const float* output_norm = nullptr;
+  const float* rope_freqs = nullptr;  // null unless llama 3 rope scaling
+};
+
+}  // namespace kiln::model
