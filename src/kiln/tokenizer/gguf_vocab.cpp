@@ -26,6 +26,8 @@ constexpr IdKey kIdKeys[] = {
     {"tokenizer.ggml.unknown_token_id", &VocabData::unk_id},
     {"tokenizer.ggml.padding_token_id", &VocabData::pad_id},
     {"tokenizer.ggml.seperator_token_id", &VocabData::sep_id},
+    {"tokenizer.ggml.cls_token_id", &VocabData::cls_id},
+    {"tokenizer.ggml.mask_token_id", &VocabData::mask_id},
 };
 
 struct FlagKey {
@@ -36,6 +38,8 @@ constexpr FlagKey kFlagKeys[] = {
     {kAddBos, &VocabData::add_bos_token},
     {kAddEos, &VocabData::add_eos_token},
     {kAddSpacePrefix, &VocabData::add_space_prefix},
+    {"kiln.tokenizer.bert.lowercase", &VocabData::bert_lowercase},
+    {"kiln.tokenizer.bert.strip_accents", &VocabData::bert_strip_accents},
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/tokenizer/pretokenizer.h"
+#include "kiln/tokenizer/wordpiece.h"
 
 namespace kiln::tokenizer {
 namespace {
@@ -189,6 +190,13 @@ void template_specials(const json& pp, std::optional<std::string>& first,
     for (const json& p : pp.at("processors")) template_specials(p, first, last);
     return;
   }
+  if (type == "BertProcessing" || type == "RobertaProcessing") {  // cls A sep
+    if (pp.contains("cls") && pp["cls"].is_array() && !pp["cls"].empty())
+      first = pp["cls"].front().get<std::string>();
+    if (pp.contains("sep") && pp["sep"].is_array() && !pp["sep"].empty())
+      last = pp["sep"].front().get<std::string>();
+    return;
+  }
   if (type != "TemplateProcessing") return;
   const json& single = pp.at("single");
   if (single.empty()) return;
@@ -200,11 +208,65 @@ void template_specials(const json& pp, std::optional<std::string>& first,
   }
 }
 
+// WordPiece (BERT): BertNormalizer + BertPreTokenizer + WordPiece with "##" continuations.
+Status convert_wordpiece_kind(const json& tok, VocabData& v) {
+  const json& model = tok.at("model");
+  v.model = "bert";
+  v.pre = "default";
+  if (model.value("continuing_subword_prefix", "##") != "##")
+    return err("WordPiece continuing_subword_prefix '{}' is not supported (kiln: ##)",
+               model.value("continuing_subword_prefix", ""));
+  if (model.value("max_input_chars_per_word", wordpiece::kMaxInputCharsPerWord) !=
+      wordpiece::kMaxInputCharsPerWord)
+    return err("WordPiece max_input_chars_per_word {} is not supported (kiln: {})",
+               model.value("max_input_chars_per_word", 0), wordpiece::kMaxInputCharsPerWord);
+  const json& n = field(tok, "normalizer");
+  if (n.value("type", "") != "BertNormalizer")
+    return err(
+        "WordPiece tokenizer.json with normalizer '{}' is not supported (kiln: "
+        "BertNormalizer)",
+        n.value("type", ""));
+  if (!n.value("clean_text", true) || !n.value("handle_chinese_chars", true))
+    return err("BertNormalizer without clean_text or handle_chinese_chars is not supported");
+  const bool lowercase = n.value("lowercase", true);
+  // Keys only where the model differs from uncased BERT (what llama.cpp assumes).
+  if (!lowercase) v.bert_lowercase = false;
+  const json& strip = field(n, "strip_accents");
+  if (strip.is_boolean() && strip.get<bool>() != lowercase)
+    v.bert_strip_accents = strip.get<bool>();
+  const std::string pre = field(tok, "pre_tokenizer").value("type", "");
+  if (pre != "BertPreTokenizer")
+    return err(
+        "WordPiece tokenizer.json with pre_tokenizer '{}' is not supported (kiln: "
+        "BertPreTokenizer)",
+        pre);
+  return {};
+}
+
+// llama.cpp's phantom-space vocabulary: "##ing" -> "ing", "the" -> "▁the"; special tokens
+// keep their text (kiln also keeps user-defined added tokens literal, so text matches them).
+void to_phantom_space(VocabData& v) {
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    const auto type = static_cast<TokenType>(v.token_type[i]);
+    if (type != TokenType::kNormal) continue;
+    std::string& t = v.tokens[i];
+    if (t.starts_with("##")) {
+      t.erase(0, 2);
+    } else {
+      t.insert(0, kSpaceMark);
+    }
+  }
+}
+
 // model, pre and add_space_prefix; returns whether the vocabulary is byte-level.
 Expected<bool> convert_kind(const json& tok, VocabData& v) {
   const json& model = tok.at("model");
+  if (model.value("type", "BPE") == "WordPiece") {
+    KILN_TRY_STATUS(convert_wordpiece_kind(tok, v));
+    return false;
+  }
   if (model.value("type", "BPE") != "BPE") {
-    return err("tokenizer.json model type '{}' is not supported (kiln supports BPE)",
+    return err("tokenizer.json model type '{}' is not supported (kiln supports BPE, WordPiece)",
                model.value("type", ""));
   }
   const bool byte_level =
@@ -264,7 +326,7 @@ Status convert_tokens(const json& tok, bool byte_level, std::optional<size_t> vo
     std::string text = it->second;
     TokenType type = TokenType::kNormal;
     auto a = added_by_id.find(static_cast<int64_t>(i));
-    if (!byte_level && is_byte_token_text(text)) {
+    if (!byte_level && v.model != "bert" && is_byte_token_text(text)) {
       type = TokenType::kByte;
     } else if (!byte_level && unk_text && text == *unk_text) {
       type = TokenType::kUnknown;
@@ -339,12 +401,19 @@ void convert_specials(const json& tok, const json& cfg, const std::vector<AddedT
   v.unk_id = special("unk_token");
   v.pad_id = special("pad_token");
   v.sep_id = special("sep_token");
+  v.cls_id = special("cls_token");
+  v.mask_id = special("mask_token");
   if (!v.unk_id && unk_text) v.unk_id = find_added(*unk_text);
 
   std::optional<std::string> first, last;
   template_specials(field(tok, "post_processor"), first, last);
   if (first && !v.bos_id) v.bos_id = find_added(*first);
   if (last && !v.eos_id) v.eos_id = find_added(*last);
+  if (v.model == "bert") {
+    // gguf-py: cls/sep name the template's ends when the config does not.
+    if (first && !v.cls_id) v.cls_id = find_added(*first);
+    if (last && !v.sep_id) v.sep_id = find_added(*last);
+  }
   v.add_bos_token = first.has_value() && v.bos_id && find_added(*first) == v.bos_id;
   v.add_eos_token = last.has_value() && v.eos_id && find_added(*last) == v.eos_id;
   if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean()) {
@@ -373,8 +442,12 @@ Expected<VocabData> convert(const json& tok, const json& cfg, std::optional<size
   KILN_TRY(const bool byte_level, convert_kind(tok, v));
   std::vector<AddedToken> added;
   KILN_TRY_STATUS(convert_tokens(tok, byte_level, vocab_size, v, added));
-  KILN_TRY_STATUS(convert_merges(tok.at("model"), v));
-  if (!byte_level) derive_scores(v);
+  if (v.model == "bert") {
+    to_phantom_space(v);
+  } else {
+    KILN_TRY_STATUS(convert_merges(tok.at("model"), v));
+    if (!byte_level) derive_scores(v);
+  }
   convert_specials(tok, cfg, added, v);
   convert_chat_template(cfg, v);
   return v;

@@ -11,6 +11,7 @@
 #include "kiln/tokenizer/bpe.h"
 #include "kiln/tokenizer/byte_level.h"
 #include "kiln/tokenizer/pretokenizer.h"
+#include "kiln/tokenizer/wordpiece.h"
 #include "kiln/util/log.h"
 #include "kiln/util/utf8.h"
 
@@ -89,6 +90,8 @@ std::string replace_all(std::string_view s, std::string_view from, std::string_v
 struct Tokenizer::Impl {
   VocabData vocab;
   bool byte_level = false;
+  bool wordpiece = false;  // "bert"
+  wordpiece::NormalizerOptions bert_norm;
   bool add_bos = false;
   bool add_eos = false;
   bool add_space_prefix = false;
@@ -145,6 +148,7 @@ struct Tokenizer::Impl {
   bool cache_lookup(std::string_view word, std::vector<int32_t>& out) const;
   void cache_store(std::string_view word, std::vector<int32_t> ids) const;
   void encode_sentencepiece(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_wordpiece(std::string_view text, std::vector<int32_t>& out) const;
   void emit_unknown_bytes(std::string_view bytes, std::vector<int32_t>& out) const;
 };
 
@@ -160,9 +164,9 @@ Status Tokenizer::Impl::init() {
     return err("tokenizer.ggml.scores has {} entries for {} tokens", vocab.scores.size(), n);
   }
   const std::pair<const char*, const std::optional<int32_t>*> ids[] = {
-      {"bos", &vocab.bos_id},      {"eos", &vocab.eos_id},     {"eot", &vocab.eot_id},
-      {"eom", &vocab.eom_id},      {"unknown", &vocab.unk_id}, {"padding", &vocab.pad_id},
-      {"seperator", &vocab.sep_id}};
+      {"bos", &vocab.bos_id},       {"eos", &vocab.eos_id},     {"eot", &vocab.eot_id},
+      {"eom", &vocab.eom_id},       {"unknown", &vocab.unk_id}, {"padding", &vocab.pad_id},
+      {"seperator", &vocab.sep_id}, {"cls", &vocab.cls_id},     {"mask", &vocab.mask_id}};
   for (const auto& [name, id] : ids) {
     if (id->has_value() && (**id < 0 || static_cast<size_t>(**id) >= n)) {
       return err("tokenizer.ggml.{}_token_id = {} is outside the vocabulary of {} tokens", name,
@@ -181,7 +185,7 @@ Status Tokenizer::Impl::init() {
   index_byte_tokens();
   build_pieces();
   KILN_TRY_STATUS(build_pairs());
-  if (!byte_level) spm_segmentable = check_spm_segmentable();
+  if (!byte_level && !wordpiece) spm_segmentable = check_spm_segmentable();
   index_specials();
   return {};
 }
@@ -210,19 +214,32 @@ Status Tokenizer::Impl::configure_model() {
   } else if (vocab.model == "llama") {
     add_bos = vocab.add_bos_token.value_or(true);
     add_space_prefix = vocab.add_space_prefix.value_or(true);
+  } else if (vocab.model == "bert") {
+    // [CLS] text [SEP]: gguf-py writes cls as bos and sep as eos when the tokenizer names
+    // no bos/eos; files that only carry cls/sep ids get the same here.
+    wordpiece = true;
+    if (!vocab.bos_id) vocab.bos_id = vocab.cls_id;
+    if (!vocab.eos_id) vocab.eos_id = vocab.sep_id;
+    add_bos = vocab.add_bos_token.value_or(true);
+    bert_norm.lowercase = vocab.bert_lowercase.value_or(true);
+    bert_norm.strip_accents = vocab.bert_strip_accents.value_or(bert_norm.lowercase);
   } else {
     return err(
-        "unsupported tokenizer model '{}' (tokenizer.ggml.model); kiln supports gpt2 and "
-        "llama",
+        "unsupported tokenizer model '{}' (tokenizer.ggml.model); kiln supports gpt2, llama "
+        "and bert",
         vocab.model);
   }
-  add_eos = vocab.add_eos_token.value_or(false);
+  add_eos = vocab.add_eos_token.value_or(wordpiece);
   if (add_bos && !vocab.bos_id) return err("add_bos_token is set but there is no bos_token_id");
   if (add_eos && !vocab.eos_id) return err("add_eos_token is set but there is no eos_token_id");
   unk_id = vocab.unk_id;
   if (!unk_id) {
     auto it = text_to_id.find("<unk>");
     if (it != text_to_id.end() && types[it->second] == TokenType::kUnknown) unk_id = it->second;
+  }
+  if (!unk_id && wordpiece) {
+    auto it = text_to_id.find("[UNK]");
+    if (it != text_to_id.end()) unk_id = it->second;
   }
   return {};
 }
@@ -274,6 +291,13 @@ void Tokenizer::Impl::build_pieces() {
   pieces.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const std::string& text = vocab.tokens[i];
+    if (wordpiece) {
+      pieces[i] = types[i] == TokenType::kUnused
+                      ? std::string()
+                      : wordpiece::decode_piece(text, types[i] != TokenType::kNormal &&
+                                                          types[i] != TokenType::kUndefined);
+      continue;
+    }
     switch (types[i]) {
       case TokenType::kUnused:
         break;
@@ -304,6 +328,7 @@ void Tokenizer::Impl::build_pieces() {
 }
 
 Status Tokenizer::Impl::build_pairs() {
+  if (wordpiece) return {};  // greedy longest match: no merges
   if (!vocab.merges.empty()) {
     if (vocab.merges.size() > (1u << 24)) {
       return err("{} merges: more than kiln's 2^24 (ranks are stored as floats)",
@@ -499,6 +524,25 @@ void Tokenizer::Impl::encode_sentencepiece(std::string_view text, std::vector<in
   encode_spm_word(all.substr(start), out);
 }
 
+void Tokenizer::Impl::encode_wordpiece(std::string_view text, std::vector<int32_t>& out) const {
+  const std::string normalized = wordpiece::normalize(text, bert_norm);
+  std::vector<std::string_view> words;
+  wordpiece::pre_tokenize(normalized, words);
+  // Word pieces are the vocabulary's normal tokens ("▁word" or a continuation).
+  const auto lookup = [this](std::string_view piece) -> std::optional<int32_t> {
+    auto it = text_to_id.find(piece);
+    if (it == text_to_id.end() || types[it->second] != TokenType::kNormal) return std::nullopt;
+    return it->second;
+  };
+  for (std::string_view w : words) {
+    if (cache_lookup(w, out)) continue;
+    std::vector<int32_t> ids;
+    wordpiece::encode_word(w, lookup, unk_id, ids);
+    out.insert(out.end(), ids.begin(), ids.end());
+    cache_store(w, std::move(ids));
+  }
+}
+
 Expected<Tokenizer> Tokenizer::create(VocabData vocab) {
   auto impl = std::make_shared<Impl>();
   impl->vocab = std::move(vocab);
@@ -536,6 +580,8 @@ Expected<std::vector<int32_t>> Tokenizer::encode(std::string_view text, bool add
       out.push_back(f.token);
     } else if (m.byte_level) {
       KILN_TRY_STATUS(m.encode_byte_level(f.text, out));
+    } else if (m.wordpiece) {
+      m.encode_wordpiece(f.text, out);
     } else {
       m.encode_sentencepiece(f.text, out);
     }
@@ -576,7 +622,8 @@ int32_t Tokenizer::num_tokens() const {
   return static_cast<int32_t>(impl_->vocab.tokens.size());
 }
 bool Tokenizer::strips_leading_space() const {
-  return !impl_->byte_level && impl_->add_space_prefix;
+  // WordPiece: every word's piece starts with " " and the decoder drops the first.
+  return impl_->wordpiece || (!impl_->byte_level && impl_->add_space_prefix);
 }
 bool Tokenizer::add_bos() const {
   return impl_->add_bos;

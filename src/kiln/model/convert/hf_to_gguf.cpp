@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/model/arch/arch.h"
+#include "kiln/model/convert/bert.h"
 #include "kiln/model/convert/safetensors.h"
 #include "kiln/model/file_type.h"
 #include "kiln/model/hparams.h"
@@ -108,10 +109,10 @@ Status rope_scaling_from_config(const nlohmann::json& rope_all, HParams& hp) {
   return {};
 }
 
-// The pooling of a sentence-transformers folder, as llama.cpp's converter reads it: the
-// Pooling module named in modules.json, its config's pooling_mode_* switch. None when the
-// folder has no modules.json (a generation model).
-Expected<Pooling> pooling_from_sentence_transformers(const fs::path& dir) {
+}  // namespace
+
+Expected<Pooling> pooling_from_sentence_transformers(const std::string& dir_name) {
+  const fs::path dir(dir_name);
   std::ifstream mf(dir / "modules.json");
   if (!mf) return Pooling::kNone;
   const nlohmann::json modules = nlohmann::json::parse(mf, nullptr, false);
@@ -132,8 +133,6 @@ Expected<Pooling> pooling_from_sentence_transformers(const fs::path& dir) {
   }
   return Pooling::kNone;
 }
-
-}  // namespace
 
 nlohmann::json hf_rope_settings(const nlohmann::json& c) {
   if (c.contains("rope_parameters") && c["rope_parameters"].is_object())
@@ -338,6 +337,7 @@ Expected<gguf::Writer> convert_hf(const ConvertOptions& o) {
   if (!cf) return err("convert: cannot read '{}/config.json'", o.hf_dir);
   const nlohmann::json config = nlohmann::json::parse(cf, nullptr, false);
   if (config.is_discarded()) return err("convert: config.json is not valid JSON");
+  if (is_bert_config(config)) return convert_bert(o, config);  // an encoder: convert/bert.cpp
   KILN_TRY(HParams hp, hparams_from_hf_config(config));
   KILN_TRY(FileType ft, parse_file_type(o.type));
   KILN_TRY(Checkpoint ck, open_checkpoint(o.hf_dir));

@@ -34,6 +34,11 @@ std::string hf_rope_type(const nlohmann::json& rope);
 // llama.cpp's converter writes as rope_freqs.weight ([n_rot / 2]).
 std::vector<float> llama3_rope_factors(const nlohmann::json& rope, const HParams& hp);
 
+// The pooling of a sentence-transformers folder, as llama.cpp's converter reads it: the
+// Pooling module named in modules.json, its config's pooling_mode_* switch. None when the
+// folder has no modules.json (a generation model).
+Expected<Pooling> pooling_from_sentence_transformers(const std::string& dir);
+
 Expected<gguf::Writer> convert_hf(const ConvertOptions& opts);
 Status convert_hf_file(const ConvertOptions& opts, const std::string& out_path);
 
