@@ -228,6 +228,15 @@ class Backend {
     add(x, r);
     rmsnorm(x, w, y, eps);
   }
+  // out = (x - mean) / sqrt(var + eps) * w + b per row, var the biased variance (as
+  // torch.nn.LayerNorm); w, b may be null (1, 0). out may alias x.
+  virtual void layernorm(Mat x, const float* w, const float* b, Mat out, float eps) = 0;
+  // x += y, then out = layernorm(x) * w + b (the post-norm residual: BERT's
+  // x = LayerNorm(x + sublayer(x))). out may alias x or y.
+  virtual void add_layernorm(Mat x, Mat y, const float* w, const float* b, Mat out, float eps) {
+    add(x, y);
+    layernorm(x, w, b, out, eps);
+  }
   // y[t] = W x[t]: x [n, w.n_in], y [n, w.n_out]
   virtual void matmul(const Weight& w, Mat x, Mat y) = 0;
   // y_i = W_i x[t] for weights that share the input (q/k/v, gate/up; each W_i.n_in == x.cols):
@@ -242,6 +251,8 @@ class Backend {
   virtual void softcap(Mat x, float cap) = 0;          // x = cap * tanh(x / cap)
   virtual void swiglu(Mat gate, Mat up, Mat out) = 0;  // out = silu(gate) * up
   virtual void geglu(Mat gate, Mat up, Mat out) = 0;   // out = gelu_tanh(gate) * up
+  // out = 0.5 x (1 + erf(x / sqrt 2)), the exact GELU (BERT's "gelu"); out may alias x.
+  virtual void gelu(Mat x, Mat out) = 0;
   // dst = columns [col0, col0 + dst.cols) of src (same rows)
   virtual void copy_cols(Mat src, int64_t col0, Mat dst) = 0;
   // dst[i] = src[rows[i]] for the dst.rows rows

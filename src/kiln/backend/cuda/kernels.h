@@ -27,6 +27,14 @@ bool rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n
 // alias x or r. yq/yds as rmsnorm.
 bool add_rmsnorm(float* x, const float* r, const float* w, float* y, int64_t n_rows, int64_t n,
                  float eps, cudaStream_t s, int8_t* yq = nullptr, float2* yds = nullptr);
+// y = (x - mean) / sqrt(var + eps) * w + b per row of n, var the biased variance (w, b may be
+// null: 1, 0), as cpu::layernorm: the statistics in double, two passes. x and y may alias.
+void layernorm(const float* x, const float* w, const float* b, float* y, int64_t n_rows, int64_t n,
+               float eps, cudaStream_t s);
+// x += r, then y = layernorm(x), in one kernel (bitwise what add then layernorm give); y may
+// alias x or r.
+void add_layernorm(float* x, const float* r, const float* w, const float* b, float* y,
+                   int64_t n_rows, int64_t n, float eps, cudaStream_t s);
 // x[t][i] += b[i]; x: [n_rows, n]
 void add_bias(float* x, const float* b, int64_t n_rows, int64_t n, cudaStream_t s);
 // x += y, n elements
@@ -38,6 +46,8 @@ void softcap(float* x, float cap, int64_t n, cudaStream_t s);
 // out = silu(gate) * up / gelu_tanh(gate) * up; out may alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
 void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
+// out = 0.5 x (1 + erf(x / sqrt 2)) (exact GELU), n elements; out may alias x.
+void gelu(const float* x, float* out, int64_t n, cudaStream_t s);
 // swiglu, with out also quantized as quantize_q8_32 (q [n], ds [n / 32]) for the matvec; true
 // when it was (n % 32 == 0, 16-byte aligned), else plain swiglu.
 bool swiglu_q8(const float* gate, const float* up, float* out, int64_t n, int8_t* q, float2* ds,
