@@ -106,6 +106,10 @@ struct AttnParams {
   float scale = 1.0f;          // applied to q.k
   float softcap = 0.0f;        // score = softcap * tanh(score / softcap); 0 = off
   int32_t sliding_window = 0;  // a query at p sees keys > p - window; 0 = whole context
+  // false: a query row sees every key of its sequence in the cache after this step's KV write
+  // (positions 0 .. kv_len - 1, also those after its own position), as an encoder (BERT)
+  // attends. Not combined with a sliding window (both backends assert sliding_window == 0).
+  bool causal = true;
 };
 
 // Rotary embedding of a step: per-pair inverse frequencies (backend memory, double) and the
@@ -281,7 +285,8 @@ class Backend {
     rope_apply_qk(q, n_heads_q, k, n_heads_k, head_dim, neox, cos, sin);
     kv_write(kv, layer, step, k, v);
   }
-  // Causal paged attention over the cache (after this step's writes).
+  // Paged attention over the cache (after this step's writes): causal, or every key of the
+  // sequence with p.causal false.
   virtual void attention(KvCache& kv, int32_t layer, const StepArgs& step, Mat q, Mat out,
                          const AttnParams& p) = 0;
   // out[t] = sum over the k chosen experts of weight * expert(xn[t]) (SwiGLU experts),

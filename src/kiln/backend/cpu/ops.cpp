@@ -337,6 +337,7 @@ void attention_reference(const KvLayerView& kv, const AttnBatch& b, const float*
   const int32_t n_heads = params.n_heads;
   const int32_t group = n_heads / kv.n_kv_heads;
   const int64_t n_tokens = b.qo_indptr[b.num_seqs];
+  KILN_ASSERT(params.causal || params.sliding_window == 0);
   auto rows = [&](int64_t begin, int64_t end, int) {
     std::vector<float> acc(static_cast<size_t>(kv.head_dim_v));
     std::vector<float> kp(static_cast<size_t>(kv.head_dim_k));
@@ -354,7 +355,8 @@ void attention_reference(const KvLayerView& kv, const AttnBatch& b, const float*
       std::fill(acc.begin(), acc.end(), 0.0f);
       const int32_t first =
           params.sliding_window > 0 ? std::max(0, pos - params.sliding_window + 1) : 0;
-      for (int32_t p = first; p <= pos; ++p) {
+      const int32_t last = params.causal ? pos : b.kv_len[s] - 1;  // the last key it sees
+      for (int32_t p = first; p <= last; ++p) {
         const int64_t block = b.kv_indices[b.kv_indptr[s] + p / kv.block_tokens];
         const int32_t in_block = p % kv.block_tokens;
         kv_read_k(kv, block, in_block, kvh, kp.data());

@@ -112,9 +112,10 @@ void kv_read_v(const KvLayerView& kv, int64_t block, int32_t in_block, int32_t k
 
 using backend::AttnParams;  // backend.h: heads, scale, softcap, sliding window
 
-// Causal attention over the paged cache. q: [n_tokens, n_heads, head_dim_k], out: [n_tokens,
-// n_heads, head_dim_v]. Query row at position p sees cache positions 0..p of its sequence
-// (the last sliding_window of them when set). GQA: head h reads kv head
+// Attention over the paged cache. q: [n_tokens, n_heads, head_dim_k], out: [n_tokens,
+// n_heads, head_dim_v]. Causal: the query row at position p sees cache positions 0..p of its
+// sequence (the last sliding_window of them when set); params.causal false: every position
+// 0..kv_len - 1 of its sequence (no sliding window then). GQA: head h reads kv head
 // h / (n_heads / n_kv_heads). Online softmax. The fast path is attention_avx2
 // (attention.h); attention_reference is the scalar oracle.
 void attention(const KvLayerView& kv, const AttnBatch& b, const float* q, float* out,

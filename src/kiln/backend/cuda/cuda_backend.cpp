@@ -471,6 +471,7 @@ class CudaBackend final : public Backend {
     cp.scale = p.scale;
     cp.softcap = p.softcap;
     cp.sliding_window = p.sliding_window;
+    cp.causal = p.causal;
     cp.workspace = attn_workspace_;
     cp.workspace_bytes = attn_workspace_bytes_;
     cp.xq = t.xq;

@@ -208,6 +208,9 @@ struct AttnParams {
   float scale = 1.0f;
   float softcap = 0.0f;        // 0 = off
   int32_t sliding_window = 0;  // 0 = whole context
+  // false: every key 0 .. kv_len - 1 of the row's sequence (backend::AttnParams::causal); not
+  // with a sliding window.
+  bool causal = true;
   // Device scratch for split-K decode (partial softmax states and split counters); null = no
   // split (one CTA per (token, kv head) walks the whole context). Size it with
   // attention_workspace_bytes and zero it once before the first use (the kernels leave the
@@ -235,9 +238,9 @@ void kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, const flo
 void rope_kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, float* q,
                    int32_t n_heads_q, float* k, const float* v, int32_t n_pairs, bool neox,
                    const float* cos, const float* sin, cudaStream_t s);
-// Causal paged attention with GQA, sliding window and softcap, as cpu::attention (fp32 math;
-// within 1e-5 of max |V| of cpu::attention_reference on the same stored K/V).
-// q [n_tokens, n_heads, head_dim_k], out [n_tokens, n_heads, head_dim_v], both 16-byte
+// Paged attention (causal, or not: p.causal) with GQA, sliding window and softcap, as
+// cpu::attention (fp32 math; within 1e-5 of max |V| of cpu::attention_reference on the same stored
+// K/V). q [n_tokens, n_heads, head_dim_k], out [n_tokens, n_heads, head_dim_v], both 16-byte
 // aligned. max_q_len <= 1 runs the decode kernel (split-K over the context when p.workspace
 // is set), otherwise the tiled prefill kernel; either handles a mixed batch.
 bool attention(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, int32_t max_q_len,
