@@ -106,6 +106,10 @@ struct AttnParams {
   float scale = 1.0f;          // applied to q.k
   float softcap = 0.0f;        // score = softcap * tanh(score / softcap); 0 = off
   int32_t sliding_window = 0;  // a query at p sees keys > p - window; 0 = whole context
+  // false: a query row sees every key of its sequence in the cache after this step's KV write
+  // (positions 0 .. kv_len - 1, also those after its own position), as an encoder (BERT)
+  // attends. Not combined with a sliding window (both backends assert sliding_window == 0).
+  bool causal = true;
 };
 
 // Rotary embedding of a step: per-pair inverse frequencies (backend memory, double) and the
@@ -228,6 +232,15 @@ class Backend {
     add(x, r);
     rmsnorm(x, w, y, eps);
   }
+  // out = (x - mean) / sqrt(var + eps) * w + b per row, var the biased variance (as
+  // torch.nn.LayerNorm); w, b may be null (1, 0). out may alias x.
+  virtual void layernorm(Mat x, const float* w, const float* b, Mat out, float eps) = 0;
+  // x += y, then out = layernorm(x) * w + b (the post-norm residual: BERT's
+  // x = LayerNorm(x + sublayer(x))). out may alias x or y.
+  virtual void add_layernorm(Mat x, Mat y, const float* w, const float* b, Mat out, float eps) {
+    add(x, y);
+    layernorm(x, w, b, out, eps);
+  }
   // y[t] = W x[t]: x [n, w.n_in], y [n, w.n_out]
   virtual void matmul(const Weight& w, Mat x, Mat y) = 0;
   // y_i = W_i x[t] for weights that share the input (q/k/v, gate/up; each W_i.n_in == x.cols):
@@ -242,6 +255,8 @@ class Backend {
   virtual void softcap(Mat x, float cap) = 0;          // x = cap * tanh(x / cap)
   virtual void swiglu(Mat gate, Mat up, Mat out) = 0;  // out = silu(gate) * up
   virtual void geglu(Mat gate, Mat up, Mat out) = 0;   // out = gelu_tanh(gate) * up
+  // out = 0.5 x (1 + erf(x / sqrt 2)), the exact GELU (BERT's "gelu"); out may alias x.
+  virtual void gelu(Mat x, Mat out) = 0;
   // dst = columns [col0, col0 + dst.cols) of src (same rows)
   virtual void copy_cols(Mat src, int64_t col0, Mat dst) = 0;
   // dst[i] = src[rows[i]] for the dst.rows rows
@@ -270,7 +285,8 @@ class Backend {
     rope_apply_qk(q, n_heads_q, k, n_heads_k, head_dim, neox, cos, sin);
     kv_write(kv, layer, step, k, v);
   }
-  // Causal paged attention over the cache (after this step's writes).
+  // Paged attention over the cache (after this step's writes): causal, or every key of the
+  // sequence with p.causal false.
   virtual void attention(KvCache& kv, int32_t layer, const StepArgs& step, Mat q, Mat out,
                          const AttnParams& p) = 0;
   // out[t] = sum over the k chosen experts of weight * expert(xn[t]) (SwiGLU experts),

@@ -67,12 +67,14 @@ struct Shape {
   int32_t block_tokens = 16;
   int32_t window = 0;
   float softcap = 0.0f;
+  bool causal = true;
   int32_t n_heads() const { return n_kv_heads * group; }
   std::string name() const {
     return std::string(quant::type_name(type)) + " kv_heads " + std::to_string(n_kv_heads) +
            " group " + std::to_string(group) + " dk " + std::to_string(dk) + " dv " +
            std::to_string(dv) + " bt " + std::to_string(block_tokens) + " window " +
-           std::to_string(window) + " softcap " + std::to_string(softcap);
+           std::to_string(window) + " softcap " + std::to_string(softcap) +
+           (causal ? "" : " not causal");
   }
 };
 
@@ -256,6 +258,7 @@ std::vector<float> run_cuda(DeviceCase& d, const PagedCase& c, Variant variant) 
   p.scale = 1.0f / std::sqrt(static_cast<float>(sh.dk));
   p.softcap = sh.softcap;
   p.sliding_window = sh.window;
+  p.causal = sh.causal;
   if (variant == Variant::DecodeSplit || variant == Variant::Auto) {
     p.workspace = d.ws.get();
     p.workspace_bytes = cuda::attention_workspace_bytes(sh.n_heads(), sh.dv);
@@ -291,7 +294,8 @@ std::vector<float> run_cuda(DeviceCase& d, const PagedCase& c, Variant variant) 
   return d.out.to_host();
 }
 
-std::vector<float> run_cpu(const PagedCase& c) {
+// cpu::attention_reference on the case's cache, causal or not.
+std::vector<float> run_cpu(const PagedCase& c, bool causal) {
   const Shape& sh = c.sh;
   std::vector<float> out(static_cast<size_t>(c.n_rows() * sh.n_heads() * sh.dv));
   cpu::AttnParams p;
@@ -299,8 +303,13 @@ std::vector<float> run_cpu(const PagedCase& c) {
   p.scale = 1.0f / std::sqrt(static_cast<float>(sh.dk));
   p.softcap = sh.softcap;
   p.sliding_window = sh.window;
+  p.causal = causal;
   cpu::attention_reference(c.cpu_kv, c.query_batch(), c.q.data(), out.data(), p, &pool());
   return out;
+}
+
+std::vector<float> run_cpu(const PagedCase& c) {
+  return run_cpu(c, c.sh.causal);
 }
 
 // Worst |cuda - cpu| / max|V| over every variant; fails past kTol or on a non-finite output.
@@ -472,6 +481,44 @@ TEST(CudaAttention, LongContextSplitKMatchesReference) {
   // A long prefill run too (many query tiles, chunks of keys past the first).
   const double worst2 = check_case(make_case(rng, sh, {{700, 650}, {90, 1}}), false);
   std::printf("long prefill: worst |cuda - cpu| = %.3g of max |V|\n", worst2);
+}
+
+// causal = false (an encoder): every kernel (fp32 prefill, tensor-core prefill, decode with and
+// without split-K, auto) against cpu::attention_reference with causal = false, on batches of
+// whole sequences (1 token, off the block size, block-exact, several tiles), a query chunk
+// after cached keys (rows before the end of their sequence, whose keys after them count) and a
+// decode row; the decode kernels run every row of the batch too. F32, F16 and Q8_0 caches, head
+// dims 64 and 128, GQA (one and two head chunks). The data tells the masks apart: the causal
+// reference differs from the non-causal one by far more than the bound.
+TEST(CudaAttention, NonCausalMatchesReference) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(27);
+  const std::vector<SeqSpec> seqs = {{1, 1},    {37, 37}, {16, 16},  {129, 129},
+                                     {200, 13}, {48, 1},  {100, 100}};
+  double worst = 0;
+  for (Type type : {Type::F32, Type::F16, Type::Q8_0}) {
+    for (int32_t dim : {64, 128}) {
+      for (int32_t group : {1, 4, 16}) {
+        Shape sh;
+        sh.type = type;
+        sh.group = group;
+        sh.dk = sh.dv = dim;
+        sh.causal = false;
+        const PagedCase c = make_case(rng, sh, seqs);
+        const std::vector<float> a = run_cpu(c, false), b = run_cpu(c, true);
+        float diff = 0;
+        for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::fabs(a[i] - b[i]));
+        EXPECT_GT(diff, 10 * kTcTol) << sh.name();
+        worst = std::max(worst, check_case(c, false));
+      }
+    }
+  }
+  // A long encoder input: many query tiles and key chunks.
+  Shape sh;
+  sh.group = 8;
+  sh.causal = false;
+  worst = std::max(worst, check_case(make_case(rng, sh, {{700, 700}, {90, 90}, {3, 1}}), false));
+  std::printf("not causal: worst |cuda - cpu| = %.3g of max |V|\n", worst);
 }
 
 // The fused rope + KV write equals rope_apply2 then kv_write, bit for bit: q and k rotated in

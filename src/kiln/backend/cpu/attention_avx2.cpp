@@ -7,6 +7,7 @@
 //   online softmax per row over the block (Milakov & Gimelshein 2018; Dao et al. 2022):
 //     m' = max(m, max_j s_j), l' = l e^(m-m') + sum_j e^(s_j-m'),
 //     acc' = acc e^(m-m') + sum_j e^(s_j-m') v_j
+// Not causal (AttnParams::causal false): every row of a sequence sees keys 0 .. kv_len - 1.
 // Batch invariance: a row's arithmetic depends only on its own position and window (which
 // blocks, which keys of each block count), never on the other rows of the item: each score
 // lane is one FMA chain over the dims, blocks a row does not reach are skipped for that row,
@@ -57,7 +58,7 @@ struct Bufs {
   float* l;        // [rows] running normaliser
   float* corr;     // [rows] e^(m_old - m_new) of the current block
   int32_t* first;  // [rows] first visible position
-  int32_t* pos;    // [rows] the row's own position
+  int32_t* last;   // [rows] last visible position: its own (causal) or kv_len - 1
   int32_t* lo;     // [rows] first key of the current block the row sees (> hi: none)
   int32_t* hi;     // [rows] last key of the current block the row sees
 };
@@ -284,8 +285,9 @@ void attend_item(const Ctx& c, const Item& it, const Bufs& w) {
   for (int32_t t = it.row_begin; t < it.row_end; ++t) {
     const int32_t pos = b.positions[t];
     const int32_t first = c.p.sliding_window > 0 ? std::max(0, pos - c.p.sliding_window + 1) : 0;
+    const int32_t last = c.p.causal ? pos : b.kv_len[it.seq] - 1;
     blk_lo = std::min(blk_lo, first / kBT);
-    blk_hi = std::max(blk_hi, pos / kBT);
+    blk_hi = std::max(blk_hi, last / kBT);
     for (int32_t gi = 0; gi < g; ++gi) {
       const int32_t r = (t - it.row_begin) * g + gi;
       const int64_t h = int64_t{it.kvh} * g + gi;
@@ -294,7 +296,7 @@ void attend_item(const Ctx& c, const Item& it, const Bufs& w) {
       w.m[r] = -std::numeric_limits<float>::infinity();
       w.l[r] = 0.0f;
       w.first[r] = first;
-      w.pos[r] = pos;
+      w.last[r] = last;
     }
   }
   const int32_t* table = b.kv_indices + b.kv_indptr[it.seq];
@@ -308,7 +310,7 @@ void attend_item(const Ctx& c, const Item& it, const Bufs& w) {
     const int32_t base = bi * kBT;
     for (r = 0; r < n_rows; ++r) {
       w.lo[r] = std::max(w.first[r], base) - base;
-      w.hi[r] = std::min(w.pos[r], base + kBT - 1) - base;
+      w.hi[r] = std::min(w.last[r], base + kBT - 1) - base;
       if (w.lo[r] <= w.hi[r]) softmax_row(c, w, r, w.lo[r], w.hi[r]);
     }
     pv_rows(w, n_rows, vb, dv);
@@ -384,6 +386,7 @@ void attention_avx2(const KvLayerView& kv, const AttnBatch& b, const float* q, f
                     const AttnParams& params, util::ThreadPool* pool) {
   KILN_ASSERT(avx2_ops_available() && attention_avx2_supports(kv));
   KILN_ASSERT(params.n_heads > 0 && params.n_heads % kv.n_kv_heads == 0);
+  KILN_ASSERT(params.causal || params.sliding_window == 0);
   Ctx c{&kv, &b, q, out, params, params.n_heads / kv.n_kv_heads};
   const int32_t tile = tile_tokens(c.group);
   // Items, the costliest (last tiles of each sequence) first so dynamic scheduling ends even.
@@ -394,11 +397,11 @@ void attention_avx2(const KvLayerView& kv, const AttnBatch& b, const float* q, f
     const int32_t begin = b.qo_indptr[s], end = b.qo_indptr[s + 1];
     for (int32_t t = begin; t < end; ++t) {
       KILN_ASSERT(b.positions[t] >= 0 && b.positions[t] < b.kv_len[s]);
-      KILN_ASSERT(b.kv_indptr[s] + b.positions[t] / kBT < b.kv_indptr[s + 1]);
+      const int32_t last = params.causal ? b.positions[t] : b.kv_len[s] - 1;
+      KILN_ASSERT(b.kv_indptr[s] + last / kBT < b.kv_indptr[s + 1]);
       const int32_t first =
           params.sliding_window > 0 ? std::max(0, b.positions[t] - params.sliding_window + 1) : 0;
-      work +=
-          int64_t{b.positions[t] - first + 1} * params.n_heads * (kv.head_dim_k + kv.head_dim_v);
+      work += int64_t{last - first + 1} * params.n_heads * (kv.head_dim_k + kv.head_dim_v);
     }
     const int32_t num_tiles = (end - begin + tile - 1) / tile;
     for (int32_t k = num_tiles - 1; k >= 0; --k) {
@@ -427,8 +430,8 @@ void attention_avx2(const KvLayerView& kv, const AttnBatch& b, const float* q, f
     w.l = w.m + rows;
     w.corr = w.l + rows;
     w.first = ibuf.data();
-    w.pos = w.first + rows;
-    w.lo = w.pos + rows;
+    w.last = w.first + rows;
+    w.lo = w.last + rows;
     w.hi = w.lo + rows;
     for (int64_t i = begin; i < end; ++i) attend_item(c, item_list[i], w);
   };

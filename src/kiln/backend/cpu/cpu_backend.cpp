@@ -157,6 +157,14 @@ void CpuBackend::embed(const Weight& table, const int32_t* tokens, Mat out) {
 void CpuBackend::rmsnorm(Mat x, const float* w, Mat y, float eps) {
   cpu::rmsnorm(x.data, w, y.data, x.rows, x.cols, eps);
 }
+void CpuBackend::layernorm(Mat x, const float* w, const float* b, Mat out, float eps) {
+  KILN_ASSERT(out.rows == x.rows && out.cols == x.cols);
+  cpu::layernorm(x.data, w, b, out.data, x.rows, x.cols, eps);
+}
+void CpuBackend::add_layernorm(Mat x, Mat y, const float* w, const float* b, Mat out, float eps) {
+  KILN_ASSERT(y.size() == x.size() && out.rows == x.rows && out.cols == x.cols);
+  cpu::add_layernorm(x.data, y.data, w, b, out.data, x.rows, x.cols, eps);
+}
 void CpuBackend::matmul(const Weight& w, Mat x, Mat y) {
   KILN_ASSERT(x.cols == w.n_in && y.cols == w.n_out && x.rows == y.rows);
   cpu::matmul(w, x.data, y.data, x.rows, pool_);
@@ -182,6 +190,10 @@ void CpuBackend::swiglu(Mat gate, Mat up, Mat out) {
 }
 void CpuBackend::geglu(Mat gate, Mat up, Mat out) {
   cpu::geglu(gate.data, up.data, out.data, gate.size());
+}
+void CpuBackend::gelu(Mat x, Mat out) {
+  KILN_ASSERT(out.size() == x.size());
+  cpu::gelu(x.data, out.data, x.size());
 }
 void CpuBackend::copy_cols(Mat src, int64_t col0, Mat dst) {
   for (int64_t t = 0; t < dst.rows; ++t)

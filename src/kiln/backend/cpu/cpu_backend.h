@@ -44,6 +44,8 @@ class CpuBackend final : public Backend {
 
   void embed(const Weight& table, const int32_t* tokens, Mat out) override;
   void rmsnorm(Mat x, const float* w, Mat y, float eps) override;
+  void layernorm(Mat x, const float* w, const float* b, Mat out, float eps) override;
+  void add_layernorm(Mat x, Mat y, const float* w, const float* b, Mat out, float eps) override;
   void matmul(const Weight& w, Mat x, Mat y) override;
   void add_bias(Mat x, const float* b) override;
   void add(Mat x, Mat y) override;
@@ -52,6 +54,7 @@ class CpuBackend final : public Backend {
   void softcap(Mat x, float cap) override;
   void swiglu(Mat gate, Mat up, Mat out) override;
   void geglu(Mat gate, Mat up, Mat out) override;
+  void gelu(Mat x, Mat out) override;
   void copy_cols(Mat src, int64_t col0, Mat dst) override;
   void gather_rows(Mat src, const int32_t* rows, Mat dst) override;
   void argmax_rows(Mat x, int32_t* out) override;

@@ -64,6 +64,45 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n
   rmsnorm_reference(x, w, y, n_rows, n, eps);
 }
 
+namespace {
+
+// One row of layernorm: the two-pass mean and biased variance in double, then each output
+// rounded once from double. y may alias x (element i is read before it is written).
+void layernorm_row(const float* x, const float* w, const float* b, float* y, int64_t n, float eps) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / static_cast<double>(n);
+  double sq = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = x[i] - mean;
+    sq += d * d;
+  }
+  const double inv = 1.0 / std::sqrt(sq / static_cast<double>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    double v = (x[i] - mean) * inv;
+    if (w != nullptr) v *= w[i];
+    if (b != nullptr) v += b[i];
+    y[i] = static_cast<float>(v);
+  }
+}
+
+}  // namespace
+
+void layernorm(const float* x, const float* w, const float* b, float* y, int64_t n_rows, int64_t n,
+               float eps) {
+  for (int64_t r = 0; r < n_rows; ++r) layernorm_row(x + r * n, w, b, y + r * n, n, eps);
+}
+
+void add_layernorm(float* x, const float* r, const float* w, const float* b, float* y,
+                   int64_t n_rows, int64_t n, float eps) {
+  for (int64_t t = 0; t < n_rows; ++t) {
+    float* xr = x + t * n;
+    const float* rr = r + t * n;
+    for (int64_t i = 0; i < n; ++i) xr[i] += rr[i];
+    layernorm_row(xr, w, b, y + t * n, n, eps);
+  }
+}
+
 void matmul(const Weight& w, const float* x, float* y, int64_t n_tokens, util::ThreadPool* pool) {
   matmul_fast(w, x, y, n_tokens, pool);
 }
@@ -159,6 +198,14 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 void geglu(const float* gate, const float* up, float* out, int64_t n) {
   if (use_avx2()) return geglu_avx2(gate, up, out, n);
   geglu_reference(gate, up, out, n);
+}
+
+void gelu(const float* x, float* out, int64_t n) {
+  constexpr double kInvSqrt2 = 0.70710678118654752440;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    out[i] = static_cast<float>(0.5 * v * std::erfc(-v * kInvSqrt2));
+  }
 }
 
 void scale(float* x, float s, int64_t n) {
@@ -290,6 +337,7 @@ void attention_reference(const KvLayerView& kv, const AttnBatch& b, const float*
   const int32_t n_heads = params.n_heads;
   const int32_t group = n_heads / kv.n_kv_heads;
   const int64_t n_tokens = b.qo_indptr[b.num_seqs];
+  KILN_ASSERT(params.causal || params.sliding_window == 0);
   auto rows = [&](int64_t begin, int64_t end, int) {
     std::vector<float> acc(static_cast<size_t>(kv.head_dim_v));
     std::vector<float> kp(static_cast<size_t>(kv.head_dim_k));
@@ -307,7 +355,8 @@ void attention_reference(const KvLayerView& kv, const AttnBatch& b, const float*
       std::fill(acc.begin(), acc.end(), 0.0f);
       const int32_t first =
           params.sliding_window > 0 ? std::max(0, pos - params.sliding_window + 1) : 0;
-      for (int32_t p = first; p <= pos; ++p) {
+      const int32_t last = params.causal ? pos : b.kv_len[s] - 1;  // the last key it sees
+      for (int32_t p = first; p <= last; ++p) {
         const int64_t block = b.kv_indices[b.kv_indptr[s] + p / kv.block_tokens];
         const int32_t in_block = p % kv.block_tokens;
         kv_read_k(kv, block, in_block, kvh, kp.data());

@@ -21,6 +21,16 @@ void embed(const Weight& table, const int32_t* tokens, int64_t n_tokens, float* 
 // y = x / sqrt(mean(x^2) + eps) * w, per row of n.  x, y: [n_rows, n]; w: [n] (may be null)
 void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps);
 
+// y = (x - mean) / sqrt(var + eps) * w + b per row of n, var the biased variance (as
+// torch.nn.LayerNorm). x, y: [n_rows, n]; w, b: [n] (either may be null: 1, 0). y may alias x.
+// Mean and variance in double over two passes (no cancellation when |mean| >> std), each
+// output rounded once from double.
+void layernorm(const float* x, const float* w, const float* b, float* y, int64_t n_rows, int64_t n,
+               float eps);
+// x += r, then y = layernorm(x) (the post-norm residual form). y may alias x or r.
+void add_layernorm(float* x, const float* r, const float* w, const float* b, float* y,
+                   int64_t n_rows, int64_t n, float eps);
+
 // y[t][o] = sum_i W[o][i] * x[t][i].  x: [n_tokens, w.n_in], y: [n_tokens, w.n_out]. Runs the
 // fast kernels (matmul.h); matmul_reference there is the plain dequantize-and-dot version.
 void matmul(const Weight& w, const float* x, float* y, int64_t n_tokens, util::ThreadPool* pool);
@@ -54,6 +64,11 @@ void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, i
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 // out = gelu_tanh(gate) * up (GELU with the tanh approximation, as gelu_pytorch_tanh).
 void geglu(const float* gate, const float* up, float* out, int64_t n);
+
+// out = 0.5 x (1 + erf(x / sqrt 2)) (exact GELU), n elements, evaluated in double as
+// 0.5 x erfc(-x / sqrt 2) (the same function, without 1 + erf's cancellation for x < 0) and
+// rounded once. out may alias x.
+void gelu(const float* x, float* out, int64_t n);
 
 // x *= s, n elements.
 void scale(float* x, float s, int64_t n);
@@ -97,9 +112,10 @@ void kv_read_v(const KvLayerView& kv, int64_t block, int32_t in_block, int32_t k
 
 using backend::AttnParams;  // backend.h: heads, scale, softcap, sliding window
 
-// Causal attention over the paged cache. q: [n_tokens, n_heads, head_dim_k], out: [n_tokens,
-// n_heads, head_dim_v]. Query row at position p sees cache positions 0..p of its sequence
-// (the last sliding_window of them when set). GQA: head h reads kv head
+// Attention over the paged cache. q: [n_tokens, n_heads, head_dim_k], out: [n_tokens,
+// n_heads, head_dim_v]. Causal: the query row at position p sees cache positions 0..p of its
+// sequence (the last sliding_window of them when set); params.causal false: every position
+// 0..kv_len - 1 of its sequence (no sliding window then). GQA: head h reads kv head
 // h / (n_heads / n_kv_heads). Online softmax. The fast path is attention_avx2
 // (attention.h); attention_reference is the scalar oracle.
 void attention(const KvLayerView& kv, const AttnBatch& b, const float* q, float* out,

@@ -1,4 +1,4 @@
-// The paged KV cache (kv_write, kv_read) and causal paged attention on CUDA (kernels.h),
+// The paged KV cache (kv_write, kv_read) and paged attention on CUDA (kernels.h),
 // checked against cpu::kv_write and cpu::attention_reference by
 // tests/unit/cuda/attention_test.cpp.
 //
@@ -18,6 +18,8 @@
 //    Scores and P.V are register-tiled (4 rows x 4 keys / 4 rows x 4 float4 per thread) from
 //    shared memory; keys run from the tile's first visible position to its last query
 //    position (causal skipping, sliding window) in chunks of 32.
+// Not causal (AttnParams::causal false, an encoder): a row's last visible key is its
+// sequence's last, kv_len - 1, instead of its own position; both kernels take it.
 // Nothing here allocates or synchronises: the launch shape depends on n_tokens, max_q_len,
 // num_seqs, the head counts and the workspace size only (all host values).
 #include <cuda_fp16.h>
@@ -132,6 +134,7 @@ struct Batch {
   const int32_t* kv_ptr;
   const int32_t* kv_idx;
   const int32_t* pos;
+  const int32_t* kv_len;  // [num_seqs]: keys of the sequence after this step's write
   int32_t num_seqs;
 };
 
@@ -371,9 +374,10 @@ struct AttnArgs {
   int32_t group;      // query heads per kv head
   int32_t n_hchunks;  // ceil(group / kHeadChunk): blockIdx.y = kv_head * n_hchunks + chunk
   int32_t n_splits;
-  int32_t min_split_blocks;  // KV blocks a split takes at least
+  int32_t min_split_blocks;            // KV blocks a split takes at least
   int32_t tile_tokens, tiles_per_seq;  // prefill
   int32_t window;
+  bool causal;  // false: every row sees keys 0 .. kv_len - 1 of its sequence (window 0)
   float scale, softcap;
 };
 
@@ -417,8 +421,7 @@ __device__ __forceinline__ void store_out(const AttnArgs& a, int t, int h, int d
 // (r < kAcc) of the [gc][dv / 4] block, each value(r, g, d4) for head h0 + g, dims 4 d4..;
 // every thread calls store_out for every r (the int8 levels need whole warps).
 template <int kAcc, class Value>
-__device__ __forceinline__ void write_heads(const AttnArgs& a, int t, int h0, int gc,
-                                            Value value) {
+__device__ __forceinline__ void write_heads(const AttnArgs& a, int t, int h0, int gc, Value value) {
   const int dv4 = a.v.dim / 4;
 #pragma unroll
   for (int r = 0; r < kAcc; ++r) {
@@ -515,18 +518,19 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
   const int gc = min(kHeadChunk, a.group - hc * kHeadChunk);
   const int split = blockIdx.z;
   const int s = seq_of_token(a.b.qo, a.b.num_seqs, t);
-  const int pos = a.b.pos[t];
+  // The last key the row sees: its own position, or the sequence's last when not causal.
+  const int last_key = a.causal ? a.b.pos[t] : a.b.kv_len[s] - 1;
   const int32_t* blocks = a.b.kv_idx + a.b.kv_ptr[s];
   const int bt = a.block_tokens;
 
-  // Keys [lo, pos]; this split takes its share of the blocks they span.
-  const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
-  const int b_first = lo / bt, n_blocks = pos / bt - b_first + 1;
+  // Keys [lo, last_key]; this split takes its share of the blocks they span.
+  const int lo = a.window > 0 ? max(0, last_key - a.window + 1) : 0;
+  const int b_first = lo / bt, n_blocks = last_key / bt - b_first + 1;
   // At least kMinSplitBlocks blocks per split: a short context uses the first few splits (the
   // rest see no key and are skipped by the merge).
   const int per_split = max((n_blocks + a.n_splits - 1) / a.n_splits, a.min_split_blocks);
   const int kbeg = max(lo, (b_first + split * per_split) * bt);
-  const int kend = min(pos + 1, (b_first + (split + 1) * per_split) * bt);
+  const int kend = min(last_key + 1, (b_first + (split + 1) * per_split) * bt);
   // A context that one split covers: split 0 writes the final row (the merge skips the row),
   // the others have nothing to do.
   const bool whole = a.n_splits == 1 || n_blocks <= per_split;
@@ -624,7 +628,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
   const int64_t rows = int64_t{a.n_tokens} * a.n_heads;
   if (whole) {
     write_heads<kAcc>(a, t, h0, gc, [&](int r, int g, int) {
-      const float li = ml_s[2 * g + 1];  // > 0: key pos is always visible
+      const float li = ml_s[2 * g + 1];  // > 0: key last_key is always visible
       return make_float4(acc[r].x / li, acc[r].y / li, acc[r].z / li, acc[r].w / li);
     });
     return;
@@ -688,8 +692,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttnArgs a) {
   float* m_s = Ss + kRows * kSs;                // [kRows]
   float* l_s = m_s + kRows;
   float* corr_s = l_s + kRows;
-  int* pos_s = reinterpret_cast<int*>(corr_s + kRows);  // [kRows]; -1 = no row
-  int* range_s = pos_s + kRows;                         // min, max position of the tile
+  int* pos_s = reinterpret_cast<int*>(corr_s + kRows);  // [kRows] last visible key; -1 = no row
+  int* range_s = pos_s + kRows;                         // min, max of pos_s over the tile
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   const int s = blockIdx.x / a.tiles_per_seq;
@@ -705,10 +709,11 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttnArgs a) {
 
   if (tid == 0) range_s[0] = INT_MAX, range_s[1] = -1;
   __syncthreads();
+  const int seq_last = a.causal ? -1 : a.b.kv_len[s] - 1;
   for (int r = tid; r < kRows; r += kThreads) {
-    int p = -1;
+    int p = -1;  // the last key row r sees: its position, or the sequence's last (not causal)
     if (r < n_rows) {
-      p = a.b.pos[q0 + r / gc];
+      p = a.causal ? a.b.pos[q0 + r / gc] : seq_last;
       atomicMin(&range_s[0], p);
       atomicMax(&range_s[1], p);
     }
@@ -900,7 +905,7 @@ Cache cache_of(const KvLayer& kv, bool is_k) {
 }
 
 Batch batch_of(const AttnBatch& b) {
-  return Batch{b.qo_indptr, b.kv_indptr, b.kv_indices, b.positions, b.num_seqs};
+  return Batch{b.qo_indptr, b.kv_indptr, b.kv_indices, b.positions, b.kv_len, b.num_seqs};
 }
 
 int64_t split_bytes_per_token(int32_t n_heads, int32_t head_dim_v) {
@@ -933,7 +938,9 @@ KvLayer make_kv_layer(quant::Type type, uint8_t* k, uint8_t* v, int32_t block_to
 
 // The workspace: split partials, then the split counters ([token][kv head x head chunk] <=
 // kMaxSplitRows x n_heads ints).
-int64_t counter_bytes(int32_t n_heads) { return int64_t{kMaxSplitRows} * n_heads * 4; }
+int64_t counter_bytes(int32_t n_heads) {
+  return int64_t{kMaxSplitRows} * n_heads * 4;
+}
 
 int64_t attention_workspace_bytes(int32_t n_heads, int32_t head_dim_v) {
   return kMaxSplitRows * split_bytes_per_token(n_heads, head_dim_v) + counter_bytes(n_heads);
@@ -968,7 +975,8 @@ void rope_kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, floa
   if (n_tokens <= 0) return;
   check_layer(kv);
   KILN_CUDA_ASSERT(kv.head_dim_k <= kMaxHeadDim && 2 * n_pairs <= kv.head_dim_k);
-  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads_q + kv.n_kv_heads));
+  const dim3 grid(static_cast<unsigned>(n_tokens),
+                  static_cast<unsigned>(n_heads_q + kv.n_kv_heads));
   const Cache kc = cache_of(kv, true), vc = cache_of(kv, false);
   const Batch bb = batch_of(b);
   switch (kv_t(kv.type)) {
@@ -981,8 +989,8 @@ void rope_kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, floa
                  kv.block_tokens, bb, kv.n_kv_heads, q, n_heads_q, k, v, n_pairs, neox, cos, sin);
       break;
     case KvT::Q8:
-      launch_pdl(rope_kv_write_kernel<KvT::Q8>, grid, dim3(kThreads), 0, s, kc, vc,
-                 kv.block_tokens, bb, kv.n_kv_heads, q, n_heads_q, k, v, n_pairs, neox, cos, sin);
+      launch_pdl(rope_kv_write_kernel<KvT::Q8>, grid, dim3(kThreads), 0, s, kc, vc, kv.block_tokens,
+                 bb, kv.n_kv_heads, q, n_heads_q, k, v, n_pairs, neox, cos, sin);
       break;
   }
 }
@@ -1013,6 +1021,7 @@ bool attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
   if (n_tokens <= 0 || b.num_seqs <= 0) return false;
   check_layer(kv);
   KILN_CUDA_ASSERT(p.n_heads > 0 && p.n_heads % kv.n_kv_heads == 0);
+  KILN_CUDA_ASSERT(p.causal || p.sliding_window == 0);  // a window of what, without an order
   const bool decode =
       kernel == AttnKernel::Decode || (kernel == AttnKernel::Auto && max_q_len <= 1);
   static const bool tc_enabled = [] {
@@ -1036,6 +1045,7 @@ bool attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
   a.group = p.n_heads / kv.n_kv_heads;
   a.n_hchunks = (a.group + kHeadChunk - 1) / kHeadChunk;
   a.window = p.sliding_window;
+  a.causal = p.causal;
   a.scale = p.scale;
   a.softcap = p.softcap;
   const AttnKernelFn fn = pick(decode, kv_t(kv.type), bucket);

@@ -5,7 +5,8 @@
 // One CTA of 4 warps per (sequence, tile of query rows, kv head, <= 8 query heads of it), as
 // the fp32 prefill kernel: a tile is 64 rows of (token, head). Q is rounded to fp16 once into
 // shared memory and each warp keeps the A fragments of its 16 rows in registers. Keys run in
-// chunks of 64 from the tile's first visible position to its last query position; each chunk's
+// chunks of 64 from the tile's first visible position to its last query position (the
+// sequence's last key when not causal: AttnParams::causal false); each chunk's
 // K and V rows are copied from their paged blocks into shared memory with cp.async (keys outside
 // the range are zero-filled), double-buffered so the next chunk's copies overlap this chunk's
 // math. S = Q K^T on mma.sync m16n8k16 (fp16 in, fp32 out), the scale, softcap and the causal /
@@ -45,9 +46,11 @@ struct TcArgs {
   const int32_t* kv_ptr;
   const int32_t* kv_idx;
   const int32_t* pos;
-  const float* q;  // [n_tokens, n_heads, D]
-  float* out;      // [n_tokens, n_heads, D]
+  const int32_t* kv_len;  // [num_seqs]
+  const float* q;         // [n_tokens, n_heads, D]
+  float* out;             // [n_tokens, n_heads, D]
   int32_t n_heads, group, n_hchunks, tile_tokens, tiles_per_seq, window;
+  bool causal;  // false: every row sees keys 0 .. kv_len - 1 of its sequence (window 0)
   float scale, softcap;
 };
 
@@ -131,10 +134,11 @@ __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const TcArgs a) {
   constexpr int kKSteps = D / 16;  // k-steps of S = Q K^T
   constexpr int kDTiles = D / 8;   // n-tiles of O
   extern __shared__ __align__(16) unsigned char smem[];
-  __half* Qs = reinterpret_cast<__half*>(smem);                // [kRows][kS]
-  __half* Kbuf = Qs + kRows * kS;                              // [2][kKeys][kS]
-  __half* Vbuf = Kbuf + 2 * kKeys * kS;                        // [2][kKeys][kS]
-  int* pos_s = reinterpret_cast<int*>(Vbuf + 2 * kKeys * kS);  // [kRows]; -1 = no row
+  __half* Qs = reinterpret_cast<__half*>(smem);  // [kRows][kS]
+  __half* Kbuf = Qs + kRows * kS;                // [2][kKeys][kS]
+  __half* Vbuf = Kbuf + 2 * kKeys * kS;          // [2][kKeys][kS]
+  // [kRows] the last key each row sees (its position, or kv_len - 1 when not causal); -1 = no row
+  int* pos_s = reinterpret_cast<int*>(Vbuf + 2 * kKeys * kS);
   int* range_s = pos_s + kRows;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
@@ -154,7 +158,7 @@ __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const TcArgs a) {
   if (tid < kRows) {
     int p = -1;
     if (tid < n_rows) {
-      p = a.pos[q0 + tid / gc];
+      p = a.causal ? a.pos[q0 + tid / gc] : a.kv_len[s] - 1;
       atomicMin(&range_s[0], p);
       atomicMax(&range_s[1], p);
     }
@@ -345,6 +349,7 @@ bool attention_prefill_tc(const KvLayer& kv, const AttnBatch& b, int64_t n_token
   a.kv_ptr = b.kv_indptr;
   a.kv_idx = b.kv_indices;
   a.pos = b.positions;
+  a.kv_len = b.kv_len;
   a.q = q;
   a.out = out;
   a.n_heads = p.n_heads;
@@ -353,6 +358,7 @@ bool attention_prefill_tc(const KvLayer& kv, const AttnBatch& b, int64_t n_token
   a.tile_tokens = std::max(1, kRows / std::min(a.group, kHeadChunk));
   a.tiles_per_seq = (std::max(max_q_len, 1) + a.tile_tokens - 1) / a.tile_tokens;
   a.window = p.sliding_window;
+  a.causal = p.causal;
   a.scale = p.scale;
   a.softcap = p.softcap;
   const dim3 grid(static_cast<unsigned>(int64_t{b.num_seqs} * a.tiles_per_seq),

@@ -340,6 +340,16 @@ class CudaBackend final : public Backend {
     if (skip_ops().norm) return produced_q8(y, t.xq != nullptr);
     produced_q8(y, cuda::rmsnorm(x.data, w, y.data, x.rows, x.cols, eps, stream_, t.xq, t.xds));
   }
+  void layernorm(Mat x, const float* w, const float* b, Mat out, float eps) override {
+    forget_q8();
+    KILN_ASSERT(out.rows == x.rows && out.cols == x.cols);
+    cuda::layernorm(x.data, w, b, out.data, x.rows, x.cols, eps, stream_);
+  }
+  void add_layernorm(Mat x, Mat y, const float* w, const float* b, Mat out, float eps) override {
+    forget_q8();
+    KILN_ASSERT(y.rows == x.rows && y.cols == x.cols && out.rows == x.rows && out.cols == x.cols);
+    cuda::add_layernorm(x.data, y.data, w, b, out.data, x.rows, x.cols, eps, stream_);
+  }
   void add_rmsnorm(Mat x, Mat r, const float* w, Mat y, float eps) override {
     KILN_ASSERT(r.rows == x.rows && r.cols == x.cols && y.rows == x.rows && y.cols == x.cols);
     const Q8Target t = q8_target(y);
@@ -397,6 +407,11 @@ class CudaBackend final : public Backend {
   void geglu(Mat gate, Mat up, Mat out) override {
     forget_q8();
     cuda::geglu(gate.data, up.data, out.data, gate.size(), stream_);
+  }
+  void gelu(Mat x, Mat out) override {
+    forget_q8();
+    KILN_ASSERT(out.size() == x.size());
+    cuda::gelu(x.data, out.data, x.size(), stream_);
   }
   void copy_cols(Mat src, int64_t col0, Mat dst) override {
     forget_q8();
@@ -456,6 +471,7 @@ class CudaBackend final : public Backend {
     cp.scale = p.scale;
     cp.softcap = p.softcap;
     cp.sliding_window = p.sliding_window;
+    cp.causal = p.causal;
     cp.workspace = attn_workspace_;
     cp.workspace_bytes = attn_workspace_bytes_;
     cp.xq = t.xq;

@@ -27,6 +27,14 @@ bool rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n
 // alias x or r. yq/yds as rmsnorm.
 bool add_rmsnorm(float* x, const float* r, const float* w, float* y, int64_t n_rows, int64_t n,
                  float eps, cudaStream_t s, int8_t* yq = nullptr, float2* yds = nullptr);
+// y = (x - mean) / sqrt(var + eps) * w + b per row of n, var the biased variance (w, b may be
+// null: 1, 0), as cpu::layernorm: the statistics in double, two passes. x and y may alias.
+void layernorm(const float* x, const float* w, const float* b, float* y, int64_t n_rows, int64_t n,
+               float eps, cudaStream_t s);
+// x += r, then y = layernorm(x), in one kernel (bitwise what add then layernorm give); y may
+// alias x or r.
+void add_layernorm(float* x, const float* r, const float* w, const float* b, float* y,
+                   int64_t n_rows, int64_t n, float eps, cudaStream_t s);
 // x[t][i] += b[i]; x: [n_rows, n]
 void add_bias(float* x, const float* b, int64_t n_rows, int64_t n, cudaStream_t s);
 // x += y, n elements
@@ -38,6 +46,8 @@ void softcap(float* x, float cap, int64_t n, cudaStream_t s);
 // out = silu(gate) * up / gelu_tanh(gate) * up; out may alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
 void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
+// out = 0.5 x (1 + erf(x / sqrt 2)) (exact GELU), n elements; out may alias x.
+void gelu(const float* x, float* out, int64_t n, cudaStream_t s);
 // swiglu, with out also quantized as quantize_q8_32 (q [n], ds [n / 32]) for the matvec; true
 // when it was (n % 32 == 0, 16-byte aligned), else plain swiglu.
 bool swiglu_q8(const float* gate, const float* up, float* out, int64_t n, int8_t* q, float2* ds,
@@ -198,6 +208,9 @@ struct AttnParams {
   float scale = 1.0f;
   float softcap = 0.0f;        // 0 = off
   int32_t sliding_window = 0;  // 0 = whole context
+  // false: every key 0 .. kv_len - 1 of the row's sequence (backend::AttnParams::causal); not
+  // with a sliding window.
+  bool causal = true;
   // Device scratch for split-K decode (partial softmax states and split counters); null = no
   // split (one CTA per (token, kv head) walks the whole context). Size it with
   // attention_workspace_bytes and zero it once before the first use (the kernels leave the
@@ -225,9 +238,9 @@ void kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, const flo
 void rope_kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, float* q,
                    int32_t n_heads_q, float* k, const float* v, int32_t n_pairs, bool neox,
                    const float* cos, const float* sin, cudaStream_t s);
-// Causal paged attention with GQA, sliding window and softcap, as cpu::attention (fp32 math;
-// within 1e-5 of max |V| of cpu::attention_reference on the same stored K/V).
-// q [n_tokens, n_heads, head_dim_k], out [n_tokens, n_heads, head_dim_v], both 16-byte
+// Paged attention (causal, or not: p.causal) with GQA, sliding window and softcap, as
+// cpu::attention (fp32 math; within 1e-5 of max |V| of cpu::attention_reference on the same stored
+// K/V). q [n_tokens, n_heads, head_dim_k], out [n_tokens, n_heads, head_dim_v], both 16-byte
 // aligned. max_q_len <= 1 runs the decode kernel (split-K over the context when p.workspace
 // is set), otherwise the tiled prefill kernel; either handles a mixed batch.
 bool attention(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, int32_t max_q_len,

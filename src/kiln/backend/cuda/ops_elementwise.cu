@@ -1,10 +1,12 @@
-// Elementwise and row ops of kernels.h: rmsnorm, bias/add/scale, softcap, swiglu/geglu, column
-// and row copies, per-row scale, argmax. Each mirrors the CPU op of the same name (ops.cpp);
-// the bounds against it are in tests/unit/cuda/ops_test.cpp.
+// Elementwise and row ops of kernels.h: rmsnorm, layernorm, bias/add/scale, softcap,
+// swiglu/geglu/gelu, column and row copies, per-row scale, argmax. Each mirrors the CPU op of the
+// same name (ops.cpp); the bounds against it are in tests/unit/cuda/ops_test.cpp (layernorm,
+// gelu: encoder_ops_test.cpp).
 //
 // Launch shapes: elementwise ops are grid-stride loops over float4 when every pointer is 16-byte
 // aligned and the row length allows it (a scalar loop finishes the tail); row ops (rmsnorm,
-// argmax) run one block per row with warp-shuffle reductions. Nothing allocates or synchronises.
+// layernorm, argmax) run one block per row with warp-shuffle reductions. Nothing allocates or
+// synchronises.
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
@@ -64,6 +66,16 @@ struct GegluOp {
     const float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, g), g), g);
     const float t = tanhf(__fmul_rn(kSqrt2OverPi, __fadd_rn(g, cube)));
     return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, t)), u);
+  }
+};
+
+// The exact GELU 0.5 x (1 + erf(x / sqrt 2)) written as 0.5 x erfc(-x / sqrt 2), the same
+// function without 1 + erf's cancellation for x < 0; cpu::gelu evaluates it in double. erfcf is
+// within 4 ulp; the rounded argument adds a relative error of about 2^-23 x^2 where erfc is
+// steep (x << 0): tests/unit/cuda/encoder_ops_test.cpp states the bound.
+struct GeluOp {
+  __device__ float operator()(float x, float) const {
+    return __fmul_rn(__fmul_rn(0.5f, x), erfcf(__fmul_rn(-x, 0.70710678118654752f)));
   }
 };
 
@@ -311,6 +323,78 @@ __global__ void rmsnorm_kernel(float* x, const float* r, const float* w, float* 
   }
 }
 
+// cpu::layernorm's arithmetic: the mean, then the sum of squared deviations from it, in double
+// (two passes over the row, which stays in L1; only the order of the additions differs from the
+// CPU), and each output (x - mean) * inv * w + b evaluated in double and rounded once. x and y
+// may alias: each element is read before it is written, by the thread that writes it (every
+// pass maps elements to threads alike). With r (add_layernorm): x += r first in fp32, written
+// back, as add does; y may alias r too.
+__global__ void layernorm_kernel(float* x, const float* r, const float* w, const float* b, float* y,
+                                 int64_t n, float eps, bool vec) {
+  pdl_start();
+  const int64_t row = blockIdx.x;
+  float* xr = x + row * n;
+  float* yr = y + row * n;
+  const float* rr = r != nullptr ? r + row * n : nullptr;
+  const double dn = static_cast<double>(n);
+  double sum = 0.0;
+  if (vec) {
+    float4* x4 = reinterpret_cast<float4*>(xr);
+    for (int64_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
+      float4 v = x4[i];
+      if (rr != nullptr) {
+        const float4 a = reinterpret_cast<const float4*>(rr)[i];
+        v = make_float4(v.x + a.x, v.y + a.y, v.z + a.z, v.w + a.w);
+        x4[i] = v;
+      }
+      sum += static_cast<double>(v.x) + v.y + static_cast<double>(v.z) + v.w;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      float v = xr[i];
+      if (rr != nullptr) {
+        v += rr[i];
+        xr[i] = v;
+      }
+      sum += v;
+    }
+  }
+  const double mean = block_sum(sum) / dn;
+  __syncthreads();  // block_sum's partials are read by every warp before the next call writes
+  double sq = 0.0;
+  if (vec) {
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
+    for (int64_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
+      const float4 v = x4[i];
+      const double d0 = v.x - mean, d1 = v.y - mean, d2 = v.z - mean, d3 = v.w - mean;
+      sq += d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const double d = xr[i] - mean;
+      sq += d * d;
+    }
+  }
+  const double inv = 1.0 / sqrt(block_sum(sq) / dn + eps);
+  const auto norm = [&](float v, int64_t i) {
+    double o = __dmul_rn(v - mean, inv);  // _rn: no FMA contraction, as the CPU's statements
+    if (w != nullptr) o = __dmul_rn(o, w[i]);
+    if (b != nullptr) o = __dadd_rn(o, b[i]);
+    return static_cast<float>(o);
+  };
+  if (vec) {
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
+    float4* y4 = reinterpret_cast<float4*>(yr);
+    for (int64_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
+      const float4 v = x4[i];
+      y4[i] = make_float4(norm(v.x, 4 * i), norm(v.y, 4 * i + 1), norm(v.z, 4 * i + 2),
+                          norm(v.w, 4 * i + 3));
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = norm(xr[i], i);
+  }
+}
+
 // The better of two candidates as cpu::argmax sees them: larger value, then lower index.
 __device__ __forceinline__ bool better(float v, int32_t i, float bv, int32_t bi) {
   return v > bv || (v == bv && i < bi);
@@ -398,6 +482,24 @@ bool add_rmsnorm(float* x, const float* r, const float* w, float* y, int64_t n_r
   return q8;
 }
 
+void layernorm(const float* x, const float* w, const float* b, float* y, int64_t n_rows, int64_t n,
+               float eps, cudaStream_t s) {
+  if (n_rows <= 0 || n <= 0) return;
+  const bool vec = n % 4 == 0 && aligned16(x) && aligned16(y);
+  // x is only read (r is null).
+  launch_pdl(layernorm_kernel, dim3(static_cast<unsigned>(n_rows)),
+             dim3(row_threads(vec ? n / 4 : n)), 0, s, const_cast<float*>(x), nullptr, w, b, y, n,
+             eps, vec);
+}
+
+void add_layernorm(float* x, const float* r, const float* w, const float* b, float* y,
+                   int64_t n_rows, int64_t n, float eps, cudaStream_t s) {
+  if (n_rows <= 0 || n <= 0) return;
+  const bool vec = n % 4 == 0 && aligned16(x) && aligned16(r) && aligned16(y);
+  launch_pdl(layernorm_kernel, dim3(static_cast<unsigned>(n_rows)),
+             dim3(row_threads(vec ? n / 4 : n)), 0, s, x, r, w, b, y, n, eps, vec);
+}
+
 void add_bias(float* x, const float* b, int64_t n_rows, int64_t n, cudaStream_t s) {
   if (n_rows <= 0 || n <= 0) return;
   const bool vec = n % 4 == 0 && aligned16(x) && aligned16(b);
@@ -435,6 +537,10 @@ bool swiglu_q8(const float* gate, const float* up, float* out, int64_t n, int8_t
 
 void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {
   map2(gate, up, out, n, GegluOp{}, s);
+}
+
+void gelu(const float* x, float* out, int64_t n, cudaStream_t s) {
+  map2(x, nullptr, out, n, GeluOp{}, s);
 }
 
 void scale_rows(float* x, const float* s, int64_t n_rows, int64_t n, cudaStream_t st) {
