@@ -102,6 +102,7 @@ struct Engine::Impl {
         r.max_tokens = 1;
         r.prefill_only = true;
         r.reuse_prefix = engine.pooling() == model::Pooling::kLast;
+        r.whole_prompt = engine.model().arch().features.encoder;
       }
       const Admission a = sched.add(std::move(r));
       if (!a.ok()) {
@@ -397,6 +398,11 @@ std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> Engine::submit(Gene
     return SubmitRefusal{SubmitError::kUnavailable, "the model is not ready"};
   if (req.prompt_tokens.empty()) return SubmitRefusal{SubmitError::kInvalid, "empty prompt"};
   if (req.embed) return submit_embed(std::move(req));
+  if (model_->arch().features.encoder)
+    return SubmitRefusal{SubmitError::kInvalid,
+                         fmt::format("this model ({}) is an encoder: it serves embeddings "
+                                     "(/v1/embeddings), not text generation",
+                                     model_->hparams().arch)};
   if (req.max_tokens < 1) return SubmitRefusal{SubmitError::kInvalid, "max_tokens must be >= 1"};
   const int64_t total = static_cast<int64_t>(req.prompt_tokens.size()) + req.max_tokens;
   const int32_t n_ctx = context_length();
@@ -443,6 +449,14 @@ std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> Engine::submit_embe
                          fmt::format("This model's maximum context length is {} tokens. However, "
                                      "the input has {} tokens.",
                                      n_ctx, req.prompt_tokens.size())};
+  // An encoder's input is one step (every token sees every other): at most a step's tokens.
+  if (model_->arch().features.encoder &&
+      static_cast<int64_t>(req.prompt_tokens.size()) > opts_.max_batch_tokens)
+    return SubmitRefusal{SubmitError::kContextLengthExceeded,
+                         fmt::format("This model's maximum input is {} tokens (an encoder's "
+                                     "input is one step: --max-batch-tokens). However, the "
+                                     "input has {} tokens.",
+                                     opts_.max_batch_tokens, req.prompt_tokens.size())};
   const int32_t n_vocab = static_cast<int32_t>(model_->hparams().n_vocab);
   for (int32_t t : req.prompt_tokens)
     if (t < 0 || t >= n_vocab)
@@ -472,6 +486,12 @@ void Engine::thread_main() {
     const model::HParams& hp = model_->hparams();
     if (opts_.n_ctx <= 0) {
       opts_.n_ctx = static_cast<int32_t>(std::min<uint32_t>(hp.n_ctx_train, 1u << 21));
+    } else if (static_cast<uint32_t>(opts_.n_ctx) > hp.n_ctx_train &&
+               model_->arch().features.encoder) {
+      // Learned absolute positions: there is no position past the table.
+      log::warn("context {} exceeds the encoder's {} positions: using {}", opts_.n_ctx,
+                hp.n_ctx_train, hp.n_ctx_train);
+      opts_.n_ctx = static_cast<int32_t>(hp.n_ctx_train);
     } else if (static_cast<uint32_t>(opts_.n_ctx) > hp.n_ctx_train) {
       const char* scaling = hp.rope_scaling == model::RopeScaling::kYarn     ? "YaRN"
                             : hp.rope_scaling == model::RopeScaling::kLinear ? "linear"

@@ -21,6 +21,9 @@ struct Request {
   // May start from cached prefix blocks. Off when every prompt row's hidden state is needed
   // (mean or CLS pooling): cached rows would never be computed.
   bool reuse_prefix = true;
+  // Every token in one step (encoders: each token sees the whole sequence, so the input cannot
+  // be split into chunks): admitted only when the step has room for all of it.
+  bool whole_prompt = false;
 };
 
 enum class SeqStatus {
@@ -85,7 +88,8 @@ struct Sequence {
   int32_t num_cached_prompt_tokens = 0;
   int32_t num_preemptions = 0;
   bool cancel_requested = false;
-  bool reuse_prefix = true;  // Request::reuse_prefix
+  bool reuse_prefix = true;   // Request::reuse_prefix
+  bool whole_prompt = false;  // Request::whole_prompt
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -88,6 +88,12 @@ Admission Scheduler::add(Request req) {
                         "requested {} tokens ({} in the prompt, {} for the completion).",
                         token_limit(), num_total, num_prompt, req.max_tokens)};
   }
+  if (req.whole_prompt && num_prompt > cfg_.max_batch_tokens) {
+    return {AdmitErrc::kContextLengthExceeded,
+            fmt::format("This model's maximum input is {} tokens (its input is one step: "
+                        "--max-batch-tokens). However, you requested {} tokens.",
+                        cfg_.max_batch_tokens, num_prompt)};
+  }
   if (static_cast<int32_t>(waiting_.size()) >= cfg_.max_waiting) {
     return {AdmitErrc::kQueueFull,
             fmt::format("the server is busy: {} requests are waiting", waiting_.size())};
@@ -97,7 +103,8 @@ Admission Scheduler::add(Request req) {
   seq->tokens = std::move(req.prompt_tokens);
   seq->num_prompt_tokens = static_cast<int32_t>(num_prompt);
   seq->max_tokens = req.max_tokens;
-  seq->reuse_prefix = req.reuse_prefix;
+  seq->reuse_prefix = req.reuse_prefix && !req.whole_prompt;
+  seq->whole_prompt = req.whole_prompt;
   seq->arrival = next_arrival_++;
   waiting_.push_back(seq.get());  // the newest arrival: the back keeps arrival order
   seqs_.emplace(seq->id, std::move(seq));
@@ -164,6 +171,8 @@ void Scheduler::schedule_running(bool decodes, int32_t* budget, int32_t* prompt_
     if ((num_left == 1) != decodes) continue;
     if (!decodes && !takes_prompts(*prompt_tokens)) break;
     const int32_t n = std::min(num_left, *budget);
+    // Admitted whole, so never left catching up; kept whole should that change.
+    if (seq->whole_prompt && n < num_left) continue;
     // grow() only ever preempts running_.back(), which is newer than seq (index > i) or seq
     // itself (then the loop ends), so index i stays valid.
     if (!grow(seq, n, budget, chosen, plan)) break;
@@ -225,6 +234,7 @@ void Scheduler::admit_waiting(int32_t* budget, int32_t* prompt_tokens,
                                           : std::vector<int32_t>{};
     const int32_t num_hit_tokens = static_cast<int32_t>(hits.size()) * kBlockTokens;
     const int32_t n = std::min(seq->num_tokens() - num_hit_tokens, *budget);
+    if (seq->whole_prompt && n < seq->num_tokens()) break;  // waits for a step with room
     const int32_t num_new = blocks_for(num_hit_tokens + n) - static_cast<int32_t>(hits.size());
     if (kv_.num_blocks_needed(hits, num_new) > kv_.num_free_blocks()) break;
     kv_.acquire(hits);  // before allocate(), which could otherwise evict a hit

@@ -5,6 +5,8 @@
 #include <type_traits>
 #include <variant>
 
+#include "kiln/quant/convert.h"
+
 namespace kiln::model {
 
 using backend::Mat;
@@ -76,6 +78,13 @@ Status Forward::prepare() {
           }
         },
         spec.field));
+  }
+  if (!weights_.token_types.empty()) {  // host copy of row 0 (the table is F32 as converted)
+    token_type0_host_.resize(hp.n_embd);
+    KILN_TRY_STATUS(quant::dequantize_row(model_.weights().token_types.type,
+                                          model_.weights().token_types.data,
+                                          token_type0_host_.data(), hp.n_embd));
+    KILN_TRY(token_type0_, be_.prepare_vector(token_type0_host_.data(), hp.n_embd));
   }
   rope_[0] = rope_freqs(hp, false, model_.weights().rope_freqs);
   rope_[1] = rope_freqs(hp, true, model_.weights().rope_freqs);
@@ -199,14 +208,19 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64
                    int64_t n_hidden) {
   const HParams& hp = model_.hparams();
   const Mat x = x_.first_rows(n);
-  be_.embed(weights_.tok_embd, step.tokens, x);
-  if (model_.arch().features.embed_scale) be_.scale(x, std::sqrt(static_cast<float>(hp.n_embd)));
-  dump("embed", -1, x);
-  // The step's cos/sin tables, once for all layers (and the sliding layers' own when they
-  // differ).
-  for (int i = 0; i < (rope_swa_differs_ ? 2 : 1); ++i)
-    be_.rope_angles(rope_table_[i], step.attn.positions, rope_cos_[i].first_rows(n),
-                    rope_sin_[i].first_rows(n));
+  const bool encoder = model_.arch().features.encoder;
+  if (encoder) {
+    encoder_embeddings(step, n);
+  } else {
+    be_.embed(weights_.tok_embd, step.tokens, x);
+    if (model_.arch().features.embed_scale) be_.scale(x, std::sqrt(static_cast<float>(hp.n_embd)));
+    dump("embed", -1, x);
+    // The step's cos/sin tables, once for all layers (and the sliding layers' own when they
+    // differ).
+    for (int i = 0; i < (rope_swa_differs_ ? 2 : 1); ++i)
+      be_.rope_angles(rope_table_[i], step.attn.positions, rope_cos_[i].first_rows(n),
+                      rope_sin_[i].first_rows(n));
+  }
   // Each layer: its mixer, then its FFN, by the architecture's description of the layer. A
   // block leaves its output in tmp_ for the next block to add to x_ (fused with its norm).
   const std::vector<LayerDesc>& descs = model_.layer_descs();
@@ -216,6 +230,9 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64
       case Mixer::kAttention:
         attention_block(il, d, step, cache, n);
         break;
+      case Mixer::kEncoderAttention:
+        encoder_attention_block(il, step, cache, n);
+        break;
     }
     switch (d.ffn) {
       case FfnKind::kDense:
@@ -224,7 +241,14 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64
       case FfnKind::kMoe:
         moe_ffn_block(il, n);
         break;
+      case FfnKind::kEncoder:
+        encoder_ffn_block(il, n);
+        break;
     }
+  }
+  if (encoder) {  // post-norm layers leave x whole; no final norm, no logits (launch checks)
+    if (n_hidden > 0) be_.gather_rows(x, step.logit_rows, xn_.as(n_out + n_hidden, hp.n_embd));
+    return;
   }
   be_.add(x, tmp_.first_rows(n));  // the last layer's FFN output
   dump("layer_out", static_cast<int>(hp.n_layer) - 1, x);
@@ -284,6 +308,20 @@ Status Forward::launch(const StepInput& in, backend::KvCache& cache, float* logi
     return err("forward: {} hidden rows exceed the step capacity {}", n_hidden,
                std::min<int64_t>(opts_.max_hidden_rows, out_rows_.rows - n_out));
   if (n_hidden > 0 && hidden == nullptr) return err("forward: hidden rows without an output");
+  if (model_.arch().features.encoder) {
+    // Every token sees every other token of its sequence: the whole input is in this step.
+    if (n_out > 0) return err("forward: an encoder ({}) has no logits", hp.arch);
+    for (int64_t t = 0; t < n; ++t)  // rows of the position table
+      if (in.attn.positions[t] < 0 || static_cast<uint32_t>(in.attn.positions[t]) >= hp.n_ctx_train)
+        return err("forward: position {} is outside the encoder's {} positions",
+                   in.attn.positions[t], hp.n_ctx_train);
+    for (int32_t s = 0; s < in.attn.num_seqs; ++s) {
+      const int32_t len = in.attn.qo_indptr[s + 1] - in.attn.qo_indptr[s];
+      if (in.attn.kv_len[s] != len)
+        return err("forward: an encoder's sequence must be whole in one step ({} of {} tokens)",
+                   len, in.attn.kv_len[s]);
+    }
+  }
   for (int32_t r : in.hidden_rows)
     if (r < 0 || r >= n) return err("forward: hidden row {} is outside the step (0..{})", r, n - 1);
   // Decode steps whose logit rows are 0..n_out-1 run from a graph.

@@ -84,6 +84,11 @@ class Forward {
   void ffn_input(int layer, int64_t n);
   void dense_ffn_block(int layer, int64_t n);
   void moe_ffn_block(int layer, int64_t n);
+  // Encoders (blocks/encoder.cpp): the embeddings, and post-norm blocks that leave x_ whole.
+  void encoder_embeddings(const backend::StepArgs& step, int64_t n);
+  void encoder_attention_block(int layer, const backend::StepArgs& step, backend::KvCache& cache,
+                               int64_t n);
+  void encoder_ffn_block(int layer, int64_t n);
   // The ops of a step of n rows whose inputs are uploaded, up to the logits of its first
   // n_out logit rows in logits_; the n_hidden rows after them (step.logit_rows holds both
   // lists) stop at the final norm, rows [n_out, n_out + n_hidden) of xn_.
@@ -104,6 +109,9 @@ class Forward {
   // The model's weights as the backend's ops take them.
   ModelWeights weights_;
   std::vector<LayerWeights> layers_;
+  // Encoders: row 0 of the token type table (every token is of type 0), as a bias vector.
+  std::vector<float> token_type0_host_;
+  const float* token_type0_ = nullptr;
 
   // Activation arena, carved into [max_tokens, width] matrices.
   std::unique_ptr<backend::Buffer> arena_;

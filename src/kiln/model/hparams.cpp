@@ -141,6 +141,18 @@ Expected<HParams> read_hparams(const gguf::File& f) {
     hp.n_vocab = static_cast<uint32_t>(emb->ne[1]);
   }
   hp.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  // Encoders: LayerNorm epsilon, non-causal attention, token types (the count llama.cpp's converter
+  // writes, else the table's rows).
+  KILN_TRY(double norm_eps, f.get_float_or(key(a, "attention.layer_norm_epsilon"), 1e-12));
+  hp.norm_eps = static_cast<float>(norm_eps);
+  KILN_TRY(const bool causal, f.get_bool_or(key(a, "attention.causal"), !def->features.encoder));
+  if (causal != !def->features.encoder)
+    return err("model: {} = {} is not supported for {}", key(a, "attention.causal"), causal, a);
+  uint64_t types_rows = 0;
+  if (const gguf::TensorInfo* tt = f.find_tensor("token_types.weight");
+      tt != nullptr && tt->ne.size() == 2)
+    types_rows = static_cast<uint64_t>(tt->ne[1]);
+  KILN_TRY(hp.n_token_types, get_u32(f, "tokenizer.ggml.token_type_count", types_rows));
   KILN_TRY(uint32_t pooling, get_u32(f, key(a, "pooling_type"), 0));
   if (pooling > kMaxPooling)
     return err("model: {} is {}, not a pooling type (0 none .. {} rank)", key(a, "pooling_type"),
@@ -201,6 +213,11 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
                   hp.rope_attn_factor);
   if (hp.attn_temp_scale != 0)
     w.set_float32(key(a, "attention.temperature_scale"), hp.attn_temp_scale);
+  if (const ArchDef* def = find_arch(a); def != nullptr && def->features.encoder) {
+    w.set_float32(key(a, "attention.layer_norm_epsilon"), hp.norm_eps);
+    w.set_bool(key(a, "attention.causal"), false);
+    w.set_uint32("tokenizer.ggml.token_type_count", hp.n_token_types);
+  }
   if (hp.pooling != Pooling::kNone)
     w.set_uint32(key(a, "pooling_type"), static_cast<uint32_t>(hp.pooling));
   if (hp.n_expert > 0) {

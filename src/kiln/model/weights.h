@@ -20,6 +20,13 @@ struct LayerWeights {
   const float* ffn_norm = nullptr;
   const float* ffn_post_norm = nullptr;  // gemma: after the FFN, before the residual add
   backend::Weight w_gate, w_up, w_down;  // phi3: w_up holds [gate | up] rows, w_gate empty
+  // Encoders (bert): biases of the output and FFN projections, and the LayerNorm biases of the
+  // post-norms (attn_post_norm after attention, ffn_post_norm after the FFN).
+  const float* bo = nullptr;
+  const float* b_up = nullptr;
+  const float* b_down = nullptr;
+  const float* attn_post_norm_b = nullptr;
+  const float* ffn_post_norm_b = nullptr;
   // MoE (qwen3moe): router [n_embd -> n_expert] and the stacked experts; expert e of a stacked
   // weight is expert(w, e).
   backend::Weight w_gate_inp, w_gate_exps, w_up_exps, w_down_exps;
@@ -31,6 +38,11 @@ struct ModelWeights {
   backend::Weight output;  // tok_embd when the embeddings are tied
   const float* output_norm = nullptr;
   const float* rope_freqs = nullptr;  // null unless llama 3 rope scaling
+  // Encoders (bert): absolute position and token type tables ([n_embd, n] rows to gather),
+  // and the LayerNorm of the embeddings.
+  backend::Weight position_embd, token_types;
+  const float* tok_embd_norm = nullptr;
+  const float* tok_embd_norm_b = nullptr;
 };
 
 }  // namespace kiln::model

@@ -224,23 +224,21 @@ TEST(EmbeddingEngine, RefusalsAndTheWholeContext) {
   EXPECT_EQ(f.embedding.size(), e->model().hparams().n_embd);
 }
 
-// The sentence-transformers goldens of tests/fixtures/hf/qwen3_embed (see
-// tests/unit/model/embedding_goldens_test.cpp) through the whole engine: the converted file's
-// pooling_type (last) chosen with no override, the inputs batched together, L2-normalized.
-TEST(EmbeddingEngine, Qwen3EmbeddingGoldensThroughTheEngine) {
-  const std::string fixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/qwen3_embed";
-  std::ifstream gf(fixture + "/goldens.json");
-  ASSERT_TRUE(gf) << "fixture missing: run tools/record_embedding_goldens.py";
-  const nlohmann::json g = nlohmann::json::parse(gf);
+// An engine on a Hugging Face fixture converted to F32 (the fixtures have no tokenizer; the
+// engine wants one: 256 SentencePiece byte tokens).
+std::unique_ptr<Engine> start_fixture_engine(const std::string& fixture, int32_t max_batch_tokens,
+                                             int32_t n_ctx = 64) {
   const std::string path = (std::filesystem::temp_directory_path() /
-                            ("kiln_qwen3_embed_" + std::to_string(::getpid()) + ".gguf"))
+                            ("kiln_embed_fixture_" + std::to_string(::getpid()) + ".gguf"))
                                .string();
   model::ConvertOptions co;
   co.hf_dir = fixture;
   co.type = "f32";
   auto w = model::convert_hf(co);
-  ASSERT_TRUE(w.ok()) << w.error().message;
-  // The fixture has no tokenizer; the engine wants one: 256 SentencePiece byte tokens.
+  if (!w.ok()) {
+    ADD_FAILURE() << w.error().message;
+    return nullptr;
+  }
   tokenizer::VocabData vocab;
   vocab.model = "llama";
   for (int b = 0; b < 256; ++b) {
@@ -251,30 +249,84 @@ TEST(EmbeddingEngine, Qwen3EmbeddingGoldensThroughTheEngine) {
   vocab.bos_id = 1;
   vocab.eos_id = 2;
   tokenizer::write_vocab(*w, vocab);
-  ASSERT_TRUE(w->write_file(path).ok());
+  if (!w->write_file(path).ok()) {
+    ADD_FAILURE() << "cannot write " << path;
+    return nullptr;
+  }
   EngineOptions o;
   o.model_path = path;
   o.device = model::test_device();
   o.threads = 2;
-  o.n_ctx = 64;
-  o.max_batch_tokens = 16;  // the 19- and 40-token inputs prefill in chunks
+  o.n_ctx = n_ctx;
+  o.max_batch_tokens = max_batch_tokens;
   o.kv_type = quant::Type::F32;
-  Engine e(o);
-  e.start();
-  ASSERT_TRUE(e.wait_ready().ok());
+  o.kv_memory_bytes = uint64_t{64} << 20;
+  auto e = std::make_unique<Engine>(o);
+  e->start();
+  const Status ready = e->wait_ready();
   std::filesystem::remove(path);
-  EXPECT_EQ(e.pooling(), model::Pooling::kLast);
+  if (!ready.ok()) {
+    ADD_FAILURE() << "engine not ready: " << ready.error().message;
+    return nullptr;
+  }
+  return e;
+}
+
+// Every golden sequence submitted at once; each finished embedding, L2-normalized, equal to
+// the goldens' `mode` within 1e-4.
+void expect_engine_goldens(Engine& e, const nlohmann::json& g, const char* mode) {
   std::vector<std::shared_ptr<RequestChannel>> chans;
   for (const auto& s : g["sequences"]) chans.push_back(submit_ok(e, embed(s)));
   for (size_t i = 0; i < chans.size(); ++i) {
     FinishEvent f = drain(chans[i]);
     ASSERT_EQ(f.reason, FinishReason::kStop) << f.error;
     model::l2_normalize(f.embedding);
-    const std::vector<float> want = g["normalized"]["lasttoken"][i];
+    const std::vector<float> want = g["normalized"][mode][i];
     ASSERT_EQ(f.embedding.size(), want.size());
     for (size_t k = 0; k < want.size(); ++k)
-      ASSERT_NEAR(f.embedding[k], want[k], 1e-4f) << "seq " << i << " dim " << k;
+      ASSERT_NEAR(f.embedding[k], want[k], 1e-4f) << mode << " seq " << i << " dim " << k;
   }
+}
+
+nlohmann::json read_goldens(const std::string& fixture) {
+  std::ifstream gf(fixture + "/goldens.json");
+  EXPECT_TRUE(gf) << "fixture missing: run tools/record_embedding_goldens.py";
+  return gf ? nlohmann::json::parse(gf) : nlohmann::json::object();
+}
+
+// The sentence-transformers goldens of tests/fixtures/hf/qwen3_embed (see
+// tests/unit/model/embedding_goldens_test.cpp) through the whole engine: the converted file's
+// pooling_type (last) chosen with no override, the inputs batched together, L2-normalized.
+TEST(EmbeddingEngine, Qwen3EmbeddingGoldensThroughTheEngine) {
+  const std::string fixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/qwen3_embed";
+  const nlohmann::json g = read_goldens(fixture);
+  auto e = start_fixture_engine(fixture, 16);  // the 19- and 40-token inputs prefill in chunks
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->pooling(), model::Pooling::kLast);
+  expect_engine_goldens(*e, g, "lasttoken");
+}
+
+// The BertModel goldens (CLS pooling, the fixture's) through the engine: an encoder's input is
+// never split, so with 64 tokens a step the four inputs (1 + 7 + 19 + 40 tokens) take two
+// steps, the 40-token one waiting whole. A generation request and an input longer than a step
+// are refused.
+TEST(EmbeddingEngine, BertGoldensThroughTheEngine) {
+  const std::string fixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/bert_embed";
+  const nlohmann::json g = read_goldens(fixture);
+  auto e = start_fixture_engine(fixture, 64, /*n_ctx=*/128);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->pooling(), model::Pooling::kCls);
+  expect_engine_goldens(*e, g, "cls");
+  GenerationRequest gen;
+  gen.prompt_tokens = {5, 6, 7};
+  gen.max_tokens = 4;
+  auto r = e->submit(gen);
+  ASSERT_TRUE(std::holds_alternative<SubmitRefusal>(r));
+  EXPECT_NE(std::get<SubmitRefusal>(r).message.find("encoder"), std::string::npos);
+  auto too_long = e->submit(embed(std::vector<int32_t>(65, 7)));
+  ASSERT_TRUE(std::holds_alternative<SubmitRefusal>(too_long));
+  EXPECT_EQ(std::get<SubmitRefusal>(too_long).error, SubmitError::kContextLengthExceeded);
+  EXPECT_NE(std::get<SubmitRefusal>(too_long).message.find("one step"), std::string::npos);
 }
 
 TEST(EmbeddingEngine, RankPoolingIsRefusedAtStart) {

@@ -22,6 +22,37 @@ namespace kiln::model {
 namespace {
 
 const std::string kFixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/qwen3_embed";
+const std::string kBertFixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/bert_embed";
+
+// Each sequence's rows pooled as `mode` ("mean", "cls", "lasttoken") against the goldens:
+// the pooled vector within 1e-4 of its largest value, the normalized one within 1e-4.
+void expect_pooled_goldens(const Model& model, const nlohmann::json& g, const char* mode,
+                           Pooling p) {
+  const size_t width = model.hparams().n_embd;
+  const auto& seqs = g["sequences"];
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const std::vector<int32_t> seq = seqs[i];
+    const std::vector<float> rows = hidden_rows_of(model, seq);
+    ASSERT_EQ(rows.size(), seq.size() * width);
+    PoolAccumulator acc(p, static_cast<int64_t>(width));
+    std::vector<int32_t> wanted;
+    PoolAccumulator::wanted_rows(p, 0, static_cast<int32_t>(seq.size()),
+                                 static_cast<int32_t>(seq.size()), 0, &wanted);
+    for (int32_t r : wanted) acc.add(std::span<const float>(rows).subspan(r * width, width));
+    std::vector<float> pooled = acc.result();
+    const std::vector<float> want_pooled = g["pooled"][mode][i];
+    const std::vector<float> want_norm = g["normalized"][mode][i];
+    float max_ref = 0, max_diff = 0;
+    for (size_t k = 0; k < width; ++k) {
+      max_ref = std::max(max_ref, std::fabs(want_pooled[k]));
+      max_diff = std::max(max_diff, std::fabs(pooled[k] - want_pooled[k]));
+    }
+    EXPECT_LE(max_diff, 1e-4f * max_ref) << mode << " seq " << i;
+    l2_normalize(pooled);
+    for (size_t k = 0; k < width; ++k)
+      ASSERT_NEAR(pooled[k], want_norm[k], 1e-4f) << mode << " seq " << i << " dim " << k;
+  }
+}
 
 TEST(EmbeddingGoldens, Qwen3LastTokenAndMeanMatchSentenceTransformers) {
   std::ifstream gf(kFixture + "/goldens.json");
@@ -36,32 +67,25 @@ TEST(EmbeddingGoldens, Qwen3LastTokenAndMeanMatchSentenceTransformers) {
   const size_t width = model.hparams().n_embd;
   ASSERT_EQ(width, g["hidden"].get<size_t>());
 
-  const auto& seqs = g["sequences"];
-  for (const char* mode : {"lasttoken", "mean"}) {
-    const Pooling p = std::string(mode) == "mean" ? Pooling::kMean : Pooling::kLast;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      const std::vector<int32_t> seq = seqs[i];
-      const std::vector<float> rows = hidden_rows_of(model, seq);
-      ASSERT_EQ(rows.size(), seq.size() * width);
-      PoolAccumulator acc(p, static_cast<int64_t>(width));
-      std::vector<int32_t> wanted;
-      PoolAccumulator::wanted_rows(p, 0, static_cast<int32_t>(seq.size()),
-                                   static_cast<int32_t>(seq.size()), 0, &wanted);
-      for (int32_t r : wanted) acc.add(std::span<const float>(rows).subspan(r * width, width));
-      std::vector<float> pooled = acc.result();
-      const std::vector<float> want_pooled = g["pooled"][mode][i];
-      const std::vector<float> want_norm = g["normalized"][mode][i];
-      float max_ref = 0, max_diff = 0;
-      for (size_t k = 0; k < width; ++k) {
-        max_ref = std::max(max_ref, std::fabs(want_pooled[k]));
-        max_diff = std::max(max_diff, std::fabs(pooled[k] - want_pooled[k]));
-      }
-      EXPECT_LE(max_diff, 1e-4f * max_ref) << mode << " seq " << i;
-      l2_normalize(pooled);
-      for (size_t k = 0; k < width; ++k)
-        ASSERT_NEAR(pooled[k], want_norm[k], 1e-4f) << mode << " seq " << i << " dim " << k;
-    }
-  }
+  expect_pooled_goldens(model, g, "lasttoken", Pooling::kLast);
+  expect_pooled_goldens(model, g, "mean", Pooling::kMean);
+}
+
+// A BertModel (post-norm encoder: positions and token types, LayerNorm with bias, exact GELU,
+// non-causal attention) converted by kiln, its mean and CLS pooling against
+// sentence-transformers'.
+TEST(EmbeddingGoldens, BertMeanAndClsMatchSentenceTransformers) {
+  std::ifstream gf(kBertFixture + "/goldens.json");
+  ASSERT_TRUE(gf) << "fixture missing: run tools/record_embedding_goldens.py";
+  const nlohmann::json g = nlohmann::json::parse(gf);
+  const Loaded l = convert_and_load(kBertFixture, "f32");
+  ASSERT_NE(l.model, nullptr);
+  const Model& model = *l.model;
+  EXPECT_EQ(model.hparams().arch, "bert");
+  EXPECT_EQ(model.hparams().pooling, Pooling::kCls);  // from 1_Pooling/config.json
+  ASSERT_EQ(model.hparams().n_embd, g["hidden"].get<uint32_t>());
+  expect_pooled_goldens(model, g, "mean", Pooling::kMean);
+  expect_pooled_goldens(model, g, "cls", Pooling::kCls);
 }
 
 // One step of two sequences: A asks for the logits of its last row, B for the hidden states

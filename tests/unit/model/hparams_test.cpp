@@ -28,6 +28,7 @@ HParams small_hparams(std::string arch) {
   hp.n_rot = 8;
   hp.rms_eps = 1e-6f;
   hp.rope_freq_base = 1e6f;
+  hp.n_token_types = 2;  // bert's token type table
   return hp;
 }
 

@@ -73,6 +73,10 @@ struct HParams {
   // `<arch>.pooling_type`: how an embedding model pools its final hidden states (none for
   // generation models; a server flag may override it).
   Pooling pooling = Pooling::kNone;
+  // Encoders (bert): the LayerNorm epsilon (attention.layer_norm_epsilon) and the rows of the
+  // token type table.
+  float norm_eps = 1e-12f;
+  uint32_t n_token_types = 0;
 
   bool swa_layer(uint32_t il) const {
     if (sliding_window == 0) return false;
@@ -105,12 +109,14 @@ struct TensorSpec {
 // which layer is which (ArchDef::layer); the manifest lists each layer's tensors from it and
 // the forward dispatches on it, one block file per kind (model/blocks/).
 enum class Mixer : uint8_t {
-  kAttention,  // softmax attention over the paged KV cache
+  kAttention,         // softmax attention over the paged KV cache
+  kEncoderAttention,  // bert: non-causal attention, biases, post-norm (blocks/encoder.cpp)
 };
 
 enum class FfnKind : uint8_t {
-  kDense,  // gate/up -> activation -> down
-  kMoe,    // routed experts
+  kDense,    // gate/up -> activation -> down
+  kMoe,      // routed experts
+  kEncoder,  // bert: up -> GELU -> down with biases, post-norm
 };
 
 struct LayerDesc {
@@ -130,6 +136,9 @@ struct ArchFeatures {
   bool gelu = false;           // gemma: GELU (tanh approximation) gate instead of SiLU
   bool embed_scale = false;    // gemma: embeddings times sqrt(n_embd)
   bool sandwich_norm = false;  // gemma2/3: RMSNorm after attention and after the FFN too
+  // bert: an encoder. Embeddings only (no logits), every token of a sequence sees every other
+  // (so a sequence's whole input is one step and no prefix is reused), post-norm layers.
+  bool encoder = false;
 };
 
 // An architecture's defaults for keys that files may omit (llama.cpp's defaults).
@@ -173,7 +182,7 @@ void add_dense_ffn(std::vector<TensorSpec>& out, const HParams& hp, uint32_t lay
                    const ArchFeatures& f);
 void add_moe_ffn(std::vector<TensorSpec>& out, const HParams& hp, uint32_t layer);
 // The whole llama-family manifest: embeddings, then per layer its mixer's and its FFN's
-// tensors by describe_layer.
+// tensors by describe_layer (the decoder kinds; bert has a manifest of its own).
 std::vector<TensorSpec> standard_manifest(const ArchDef& arch, const HParams& hp);
 // Llama's manifest (arch/llama.cpp): the standard one plus the optional rope_freqs.weight of
 // Llama 3.x files; mistral3 files have the same tensors.

@@ -1,7 +1,8 @@
 // The tensors of a `bert` GGUF (BertModel encoders: BGE, all-MiniLM, e5...), named and shaped
 // exactly as llama.cpp's converter writes them (convert_hf_to_gguf.py BertModel, gguf-py
-// tensor_mapping.py), with the Hugging Face name each comes from. For the architecture
-// registry to adopt; the converter (convert/bert.cpp) writes files from this list.
+// tensor_mapping.py), with the Hugging Face name each comes from and the field it loads into.
+// The architecture's manifest (arch/bert.cpp) and the converter (convert/bert.cpp) both read
+// this list.
 #pragma once
 
 #include <cstdint>

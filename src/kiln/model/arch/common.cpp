@@ -104,19 +104,9 @@ std::vector<TensorSpec> standard_manifest(const ArchDef& arch, const HParams& hp
   add_embeddings(out, hp);
   for (uint32_t i = 0; i < hp.n_layer; ++i) {
     const LayerDesc d = describe_layer(arch, hp, i);
-    switch (d.mixer) {
-      case Mixer::kAttention:
-        add_attention(out, hp, i, arch.features);
-        break;
-    }
-    switch (d.ffn) {
-      case FfnKind::kDense:
-        add_dense_ffn(out, hp, i, arch.features);
-        break;
-      case FfnKind::kMoe:
-        add_moe_ffn(out, hp, i);
-        break;
-    }
+    if (d.mixer == Mixer::kAttention) add_attention(out, hp, i, arch.features);
+    if (d.ffn == FfnKind::kDense) add_dense_ffn(out, hp, i, arch.features);
+    if (d.ffn == FfnKind::kMoe) add_moe_ffn(out, hp, i);
   }
   return out;
 }

@@ -13,5 +13,6 @@ extern const ArchDef kArchGemma2;
 extern const ArchDef kArchGemma3;
 extern const ArchDef kArchPhi3;
 extern const ArchDef kArchMistral3;
+extern const ArchDef kArchBert;
 
 }  // namespace kiln::model
