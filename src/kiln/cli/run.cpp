@@ -8,22 +8,27 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kiln/chat/output_parser.h"
 #include "kiln/chat/template.h"
 #include "kiln/cli/activation_dump.h"
 #include "kiln/cli/commands.h"
 #include "kiln/cli/flags.h"
 #include "kiln/cli/model_files.h"
+#include "kiln/engine/constraint_gate.h"
 #include "kiln/engine/sampler.h"
 #include "kiln/engine/sequence.h"
 #include "kiln/engine/stop.h"
 #include "kiln/grammar/constraint.h"
 #include "kiln/kv/kv_cache.h"
 #include "kiln/server/chat_prompt.h"
+#include "kiln/server/constraint.h"
 #include "kiln/tokenizer/gguf_vocab.h"
 #include "kiln/tokenizer/stream_decoder.h"
 #include "kiln/util/log.h"
@@ -136,8 +141,23 @@ Expected<std::span<const float>> append_dumped(Runtime& rt, const RunOptions& o,
   return logits;
 }
 
+// Where --grammar / --json-schema applies in a reply to `prompt`: as kiln serve does
+// (server::exempt_reasoning), a thinking block the template lets the model open is free and the
+// grammar starts after it. `templated`: the prompt was rendered by the chat template (--chat);
+// else it is the -p text as given, which opens the block only when it ends with the open tag.
+engine::GrammarStart grammar_start(const Runtime& rt, std::string_view prompt, bool templated) {
+  engine::GenerationRequest request;
+  request.grammar = rt.constraint;
+  chat::ParserConfig config = chat::config_for_template(rt.chat_template);
+  if (!templated) config.reasoning_open_at_start = false;
+  chat::adjust_for_prompt(config, prompt);
+  server::exempt_reasoning(config, prompt, &request);
+  return request.grammar_start;
+}
+
 Expected<std::string> generate(Runtime& rt, const RunOptions& o, engine::Sampler& sampler,
-                               std::span<const int32_t> tokens, Stats& stats) {
+                               std::span<const int32_t> tokens, std::string_view prompt,
+                               bool templated, Stats& stats) {
   auto t0 = Clock::now();
   // Only the first prompt is dumped (a chat's later turns are not).
   const bool dump = !o.dump_dir.empty() && rt.seq->tokens().empty();
@@ -158,13 +178,13 @@ Expected<std::string> generate(Runtime& rt, const RunOptions& o, engine::Sampler
   engine::StopMatcher stop(o.stops);
   const engine::StopTokens eog(rt.eog);
   std::string out;
-  // --grammar / --json-schema: each reply is constrained from its first token.
-  std::unique_ptr<grammar::Matcher> matcher;
-  std::vector<uint64_t> mask;
-  std::vector<float> masked;
+  // --grammar / --json-schema: each reply goes through the engine's constraint gate (the
+  // thinking block free, the grammar from its end).
+  std::unique_ptr<engine::ConstraintGate> gate;
   if (rt.constraint) {
-    matcher = std::make_unique<grammar::Matcher>(rt.constraint);
-    mask.resize(matcher->mask_words());
+    gate = std::make_unique<engine::ConstraintGate>(
+        rt.constraint, grammar_start(rt, prompt, templated),
+        [&rt](int32_t id) { return rt.tokenizer.token_piece(id); }, rt.eog);
   }
   auto emit = [&](const std::string& text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -186,19 +206,19 @@ Expected<std::string> generate(Runtime& rt, const RunOptions& o, engine::Sampler
     if (next_id >= 0) {
       r.token = next_id;
     } else {
-      std::span<const float> row = logits;
-      if (matcher) {
-        matcher->fill_mask(mask);
-        if (!grammar::mask_logits(logits, mask, &masked)) {
+      auto draw = [&](std::span<const float> row) { return sampler.sample(row, rt.seq->tokens()); };
+      if (gate) {
+        std::optional<engine::SampleResult> g = gate->sample(logits, draw);
+        if (!g) {
           std::fflush(stdout);
           fmt::print(stderr, "\nkiln: the grammar allows no further token; the reply stops here\n");
           break;
         }
-        row = masked;
+        r = std::move(*g);
+      } else {
+        r = draw(logits);
       }
-      r = sampler.sample(row, rt.seq->tokens());
     }
-    if (matcher) matcher->accept_token(r.token);
     if (!o.ignore_eos && eog.contains(r.token)) break;
     stats.num_generated++;
     const engine::StopMatcher::Result s = stop.feed(decoder.push(r.token));
@@ -242,10 +262,12 @@ void print_stats(double load_s, const Stats& s) {
 
 // Renders the conversation and returns the tokens that are not in the cache yet (the cache
 // keeps the longest common prefix, so each turn only prefills what is new).
-Expected<std::vector<int32_t>> chat_turn_tokens(Runtime& rt, const nlohmann::ordered_json& msgs) {
+Expected<std::vector<int32_t>> chat_turn_tokens(Runtime& rt, const nlohmann::ordered_json& msgs,
+                                                std::string* rendered) {
   // As kiln serve does: control-token text typed in a message stays text.
   KILN_TRY(server::ChatPrompt prompt,
            server::chat_prompt(rt.tokenizer, rt.chat_template, msgs, {}, false));
+  *rendered = prompt.text;
   const std::vector<int32_t>& ids = prompt.tokens;
   const std::vector<int32_t>& cached = rt.seq->tokens();
   size_t common = 0;
@@ -301,14 +323,15 @@ int run_chat(Runtime& rt, const RunOptions& o, engine::Sampler& sampler, Stats& 
       msgs.erase(msgs.size() - 1);
       continue;
     }
-    auto tokens = chat_turn_tokens(rt, msgs);
+    std::string rendered;
+    auto tokens = chat_turn_tokens(rt, msgs, &rendered);
     if (!tokens.ok()) {
       fmt::print(stderr, "kiln run: {}\n", tokens.error().message);
       return 1;
     }
     g_stop_reply = 0;
     g_in_reply = 1;
-    auto reply = generate(rt, o, sampler, *tokens, stats);
+    auto reply = generate(rt, o, sampler, *tokens, rendered, /*templated=*/true, stats);
     g_in_reply = 0;
     if (!reply.ok()) {
       fmt::print(stderr, "kiln run: {}\n", reply.error().message);
@@ -397,7 +420,7 @@ int run(RunOptions o) {
       fmt::print(stderr, "kiln run: {}\n", ids.error().message);
       return 1;
     }
-    auto text = generate(*rt, o, *sampler, *ids, stats);
+    auto text = generate(*rt, o, *sampler, *ids, o.prompt, /*templated=*/false, stats);
     if (!text.ok()) {
       fmt::print(stderr, "kiln run: {}\n", text.error().message);
       return 1;

@@ -31,6 +31,10 @@ struct GrammarStart {
   struct Trigger {
     std::string text;
     bool at_start = false;  // only as the first non-whitespace text of the answer
+    // An at_start trigger may hold 0..max_space whitespace bytes (' ', '\t', '\n') before
+    // text[space_at], as the grammar allows there (Llama 3's `{  "name"`, pretty-printed).
+    size_t space_at = std::string::npos;
+    int32_t max_space = 0;
   };
   std::vector<Trigger> triggers;
   // The reasoning exemption: a thinking block at the start of the output (think_open after

@@ -26,6 +26,31 @@ bool all_space(std::string_view s) {
   return !s.empty() && first_non_space(s) == std::string_view::npos;
 }
 
+// Whitespace a grammar's JSON allows (JsonSchemaOptions: ' ', '\t', '\n').
+bool is_json_grammar_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n';
+}
+
+enum class TriggerMatch : uint8_t { kNo, kPartial, kFull };
+
+// Does `s` begin with trigger `t` (kPartial: s ends inside a possible match)?
+TriggerMatch match_trigger(const GrammarStart::Trigger& t, std::string_view s) {
+  size_t i = 0;
+  for (size_t j = 0; j < t.text.size(); ++j) {
+    if (j == t.space_at) {
+      int32_t n = 0;
+      while (i < s.size() && is_json_grammar_space(s[i]) && n < t.max_space) {
+        ++i;
+        ++n;
+      }
+    }
+    if (i == s.size()) return TriggerMatch::kPartial;
+    if (s[i] != t.text[j]) return TriggerMatch::kNo;
+    ++i;
+  }
+  return TriggerMatch::kFull;
+}
+
 }  // namespace
 
 ConstraintGate::ConstraintGate(std::shared_ptr<grammar::CompiledGrammar> grammar,
@@ -42,6 +67,10 @@ ConstraintGate::ConstraintGate(std::shared_ptr<grammar::CompiledGrammar> grammar
   std::erase_if(start_.triggers, [](const GrammarStart::Trigger& t) { return t.text.empty(); });
   for (const GrammarStart::Trigger& t : start_.triggers) {
     max_trigger_bytes_ = std::max(max_trigger_bytes_, t.text.size());
+  }
+  // Whitespace inside a trigger is for at-start triggers (matched at one place).
+  for (GrammarStart::Trigger& t : start_.triggers) {
+    if (!t.at_start) t.space_at = std::string::npos;
   }
   const Phase answer = lazy() ? Phase::kFree : Phase::kConstrained;
   state_.phase = answer;
@@ -168,12 +197,15 @@ bool ConstraintGate::on_free(State& s, size_t old_size) {
       bool pending = false;
       for (const GrammarStart::Trigger& t : start_.triggers) {
         if (!t.at_start) continue;
-        const size_t n = std::min(t.text.size(), s.text.size() - f);
-        if (s.text.compare(f, n, t.text, 0, n) != 0) continue;
-        if (n == t.text.size()) {
-          fire = std::min(fire, f);
-        } else {
-          pending = true;
+        switch (match_trigger(t, std::string_view(s.text).substr(f))) {
+          case TriggerMatch::kFull:
+            fire = std::min(fire, f);
+            break;
+          case TriggerMatch::kPartial:
+            pending = true;
+            break;
+          case TriggerMatch::kNo:
+            break;
         }
       }
       if (!pending) s.at_start_decided = true;

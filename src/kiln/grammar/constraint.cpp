@@ -15,7 +15,9 @@ Expected<Grammar> compile_choice(const std::vector<std::string>& choices) {
   return b.build(root);
 }
 
-Expected<Grammar> compile_constraint(const ConstraintSpec& spec) {
+namespace {
+
+Expected<Grammar> compile_one(const ConstraintSpec& spec) {
   switch (spec.kind) {
     case ConstraintSpec::Kind::kJsonSchema:
       return compile_json_schema(spec.text, spec.json);
@@ -35,10 +37,8 @@ Expected<Grammar> compile_constraint(const ConstraintSpec& spec) {
   return err("unknown constraint kind");
 }
 
-GrammarCache::GrammarCache(std::shared_ptr<const TokenIndex> vocab, size_t capacity)
-    : vocab_(std::move(vocab)), capacity_(capacity) {}
-
-Expected<std::shared_ptr<CompiledGrammar>> GrammarCache::get(const ConstraintSpec& spec) {
+// The cache key of a spec: every field that changes the grammar.
+std::string spec_key(const ConstraintSpec& spec) {
   std::string key(1, static_cast<char>('0' + static_cast<int>(spec.kind)));
   key += spec.json.compact ? 'c' : 'f';
   for (const std::string* part :
@@ -47,12 +47,14 @@ Expected<std::shared_ptr<CompiledGrammar>> GrammarCache::get(const ConstraintSpe
   }
   if (spec.kind == ConstraintSpec::Kind::kToolCallSyntax) {
     const ToolCallSyntax& syn = spec.syntax;
-    key += std::to_string(static_cast<int>(syn.body)) + ":" + std::to_string(syn.max_calls) + ":";
+    key += std::to_string(static_cast<int>(syn.body)) + ":" + std::to_string(syn.max_calls) + ":" +
+           std::to_string(syn.max_whitespace) + ":";
     for (const std::string* part : {&syn.arguments_key, &syn.before_name, &syn.after_name,
                                     &syn.call_open, &syn.call_close, &syn.separator, &syn.close}) {
       key += std::to_string(part->size()) + ":" + *part;
     }
     for (const std::string& o : syn.opens) key += "|" + std::to_string(o.size()) + ":" + o;
+    for (const std::string& m : syn.token_markers) key += "#" + std::to_string(m.size()) + ":" + m;
     key += '\0';
   }
   key +=
@@ -62,6 +64,32 @@ Expected<std::shared_ptr<CompiledGrammar>> GrammarCache::get(const ConstraintSpe
     key += '\0';
     key += std::to_string(c.size()) + ":" + c;
   }
+  for (const ConstraintSpec& e : spec.either) {
+    const std::string k = spec_key(e);
+    key += "\0|" + std::to_string(k.size()) + ":" + k;
+  }
+  return key;
+}
+
+}  // namespace
+
+Expected<Grammar> compile_constraint(const ConstraintSpec& spec) {
+  auto g = compile_one(spec);
+  if (!g.ok()) return g;
+  Grammar out = std::move(g).value();
+  for (const ConstraintSpec& e : spec.either) {
+    auto other = compile_constraint(e);
+    if (!other.ok()) return other;
+    out = union_of(out, other.value());
+  }
+  return out;
+}
+
+GrammarCache::GrammarCache(std::shared_ptr<const TokenIndex> vocab, size_t capacity)
+    : vocab_(std::move(vocab)), capacity_(capacity) {}
+
+Expected<std::shared_ptr<CompiledGrammar>> GrammarCache::get(const ConstraintSpec& spec) {
+  const std::string key = spec_key(spec);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = index_.find(key);

@@ -33,6 +33,9 @@ struct ConstraintSpec {
   JsonSchemaOptions json;
   std::string arguments_key = "arguments";  // kToolCalls: "arguments" or "parameters" (Llama 3)
   ToolCallSyntax syntax;                    // kToolCallSyntax
+  // The output matches this spec or one of these (response_format beside tool calls of a
+  // tool_choice auto request: an answer of the format, or calls).
+  std::vector<ConstraintSpec> either;
 };
 
 Expected<Grammar> compile_constraint(const ConstraintSpec& spec);

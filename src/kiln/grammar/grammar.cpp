@@ -56,6 +56,13 @@ Expr codepoints(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negated)
   return e;
 }
 
+Expr token(std::string_view text) {
+  Expr e;
+  e.kind = Expr::Kind::kToken;
+  e.text = std::string(text);
+  return e;
+}
+
 Expr seq(std::vector<Expr> kids) {
   if (kids.size() == 1) return std::move(kids[0]);
   Expr e;
@@ -234,7 +241,18 @@ class Lowerer {
     if (it != terminal_ids_.end()) return it->second;
     const int32_t id = Grammar::kFirstTerminal - static_cast<int32_t>(g_.terminals.size());
     g_.terminals.push_back(s);
+    g_.terminal_tokens.emplace_back();
     terminal_ids_.emplace(s.bits, id);
+    return id;
+  }
+
+  int32_t token_terminal(const std::string& text) {
+    auto it = token_ids_.find(text);
+    if (it != token_ids_.end()) return it->second;
+    const int32_t id = Grammar::kFirstTerminal - static_cast<int32_t>(g_.terminals.size());
+    g_.terminals.emplace_back();
+    g_.terminal_tokens.push_back(text);
+    token_ids_.emplace(text, id);
     return id;
   }
 
@@ -297,6 +315,9 @@ class Lowerer {
       case Expr::Kind::kBytes:
         out->push_back(terminal(e.bytes));
         return;
+      case Expr::Kind::kToken:
+        out->push_back(token_terminal(e.text));
+        return;
       case Expr::Kind::kCodepoints:
         lower_codepoints(e, out, hint);
         return;
@@ -351,6 +372,7 @@ class Lowerer {
   Grammar g_;
   int helper_count_ = 1;
   std::map<std::array<uint64_t, 4>, int32_t> terminal_ids_;
+  std::map<std::string, int32_t> token_ids_;
   std::map<std::vector<std::pair<uint32_t, uint32_t>>, int32_t> class_rules_;
 };
 
@@ -459,14 +481,60 @@ std::string Grammar::to_string() const {
       if (i) out += " |";
       for (int32_t p = rule_alts[r][i]; elements[p] != kEnd; ++p) {
         out += " ";
-        out += is_terminal(elements[p]) ? byte_set_text(terminal(elements[p]))
-                                        : rule_names[elements[p]];
+        if (!is_terminal(elements[p])) {
+          out += rule_names[elements[p]];
+        } else if (!terminal_token(elements[p]).empty()) {
+          out += "<" + terminal_token(elements[p]) + ">";
+        } else {
+          out += byte_set_text(terminal(elements[p]));
+        }
       }
       if (elements[rule_alts[r][i]] == kEnd) out += " \"\"";
     }
     out += "\n";
   }
   return out;
+}
+
+bool Grammar::has_token_terminals() const {
+  return std::any_of(terminal_tokens.begin(), terminal_tokens.end(),
+                     [](const std::string& t) { return !t.empty(); });
+}
+
+Grammar union_of(const Grammar& a, const Grammar& b) {
+  Grammar g = a;
+  const int32_t rule_shift = a.num_rules();
+  const int32_t terminal_shift = static_cast<int32_t>(a.terminals.size());
+  const int32_t pos_shift = static_cast<int32_t>(a.elements.size());
+  for (int32_t el : b.elements) {
+    if (el >= 0) {
+      g.elements.push_back(el + rule_shift);
+    } else if (Grammar::is_terminal(el)) {
+      g.elements.push_back(el - terminal_shift);
+    } else {
+      g.elements.push_back(el);
+    }
+  }
+  g.terminals.insert(g.terminals.end(), b.terminals.begin(), b.terminals.end());
+  g.terminal_tokens.insert(g.terminal_tokens.end(), b.terminal_tokens.begin(),
+                           b.terminal_tokens.end());
+  for (int32_t r = 0; r < b.num_rules(); ++r) {
+    std::vector<int32_t> alts = b.rule_alts[r];
+    for (int32_t& p : alts) p += pos_shift;
+    g.rule_alts.push_back(std::move(alts));
+    g.rule_names.push_back("or-" + b.rule_names[r]);
+  }
+  // root ::= a.root | b.root
+  const int32_t root = g.num_rules();
+  g.rule_alts.emplace_back();
+  for (int32_t r : {a.root, b.root + rule_shift}) {
+    g.rule_alts.back().push_back(static_cast<int32_t>(g.elements.size()));
+    g.elements.push_back(r);
+    g.elements.push_back(Grammar::kEnd);
+  }
+  g.rule_names.push_back("either");
+  g.root = root;
+  return g;
 }
 
 }  // namespace kiln::grammar

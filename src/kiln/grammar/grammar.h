@@ -9,6 +9,11 @@
 // repetitions become right-recursive helper rules (x* is R ::= x R | empty), which the matcher
 // runs in constant stack depth (a reference in tail position pushes no return address).
 //
+// A token terminal (token()) matches one token of the vocabulary whose text is exactly the given
+// string, usually a control token ([TOOL_CALLS], DeepSeek's call markers), which no sequence of
+// text tokens can stand for: the mask allows that token and nothing spelled out. It reads no
+// byte (its ByteSet is empty); the matcher steps it by token id (matcher.h).
+//
 // build() rejects left recursion (a rule that can reach itself before consuming a byte), since
 // a top-down matcher would expand it forever, and names the rule.
 #pragma once
@@ -60,6 +65,7 @@ struct Expr {
     kAlt,         // one of kids
     kRef,         // rule `rule`
     kRepeat,      // kids[0] repeated min_count..max_count times (max kUnbounded: no bound)
+    kToken,       // one token whose text is `text` (a token terminal)
   };
   Kind kind = Kind::kEmpty;
   ByteSet bytes;
@@ -68,6 +74,7 @@ struct Expr {
   int32_t rule = -1;
   int32_t min_count = 0;
   int32_t max_count = 0;
+  std::string text;  // kToken
 };
 
 // Expression helpers.
@@ -80,6 +87,8 @@ Expr seq(std::vector<Expr> kids);
 Expr alt(std::vector<Expr> kids);
 Expr ref(int32_t rule);
 Expr repeat(Expr e, int32_t min_count, int32_t max_count);
+// A token terminal: one token whose text is `text` (text must not be empty).
+Expr token(std::string_view text);
 inline Expr opt(Expr e) {
   return repeat(std::move(e), 0, 1);
 }
@@ -100,6 +109,9 @@ class Grammar {
   // Flat elements; every alternative is a run of elements ending with kEnd.
   std::vector<int32_t> elements;
   std::vector<ByteSet> terminals;
+  // Per terminal: "" for a byte terminal, else the text of a token terminal (whose ByteSet is
+  // empty: it reads no byte).
+  std::vector<std::string> terminal_tokens;
   // rule_alts[r]: start positions (in elements) of rule r's alternatives.
   std::vector<std::vector<int32_t>> rule_alts;
   std::vector<std::string> rule_names;
@@ -107,6 +119,11 @@ class Grammar {
 
   static bool is_terminal(int32_t element) { return element <= kFirstTerminal; }
   const ByteSet& terminal(int32_t element) const { return terminals[kFirstTerminal - element]; }
+  // The token text of a token terminal ("" for a byte terminal).
+  const std::string& terminal_token(int32_t element) const {
+    return terminal_tokens[kFirstTerminal - element];
+  }
+  bool has_token_terminals() const;
   int32_t num_rules() const { return static_cast<int32_t>(rule_alts.size()); }
   // GBNF-like text of the lowered rules (for debugging and tests).
   std::string to_string() const;
@@ -132,6 +149,9 @@ class GrammarBuilder {
   std::unordered_map<std::string, int32_t> ids_;
   std::unordered_map<std::string, int32_t> next_suffix_;  // fresh_rule's last suffix per hint
 };
+
+// A grammar matching what `a` or `b` matches (their rules side by side under a new root).
+Grammar union_of(const Grammar& a, const Grammar& b);
 
 // The UTF-8 byte sequences of the code points in [lo, hi] (surrogates excluded): each result
 // is a list of inclusive byte ranges, one per byte of the encoding.

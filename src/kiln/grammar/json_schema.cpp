@@ -1,5 +1,6 @@
 #include "kiln/grammar/json_schema.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <functional>
@@ -160,7 +161,7 @@ class SchemaCompiler {
           break;
         case ToolCallSyntax::Body::kNamed:
           if (auto args = schema(items[i], ptr)) {
-            e = seq({literal(syn.before_name), literal(names[i]), literal(syn.after_name),
+            e = seq({framing(syn, syn.before_name), literal(names[i]), framing(syn, syn.after_name),
                      std::move(*args)});
           }
           break;
@@ -172,20 +173,46 @@ class SchemaCompiler {
       bodies.push_back(std::move(*e));
     }
     const int32_t call = b_.rule("call");
-    b_.define(call, seq({ws(), literal(syn.call_open), alt(std::move(bodies)),
-                         literal(syn.call_close), ws()}));
+    b_.define(call, seq({ws(), framing(syn, syn.call_open), alt(std::move(bodies)),
+                         framing(syn, syn.call_close), ws()}));
     std::vector<Expr> opens;
-    for (const std::string& o : syn.opens) opens.push_back(literal(o));
+    for (const std::string& o : syn.opens) opens.push_back(framing(syn, o));
     if (opens.empty()) opens.push_back(empty());
     std::vector<Expr> parts;
     parts.push_back(alt(std::move(opens)));
     parts.push_back(ref(call));
     if (syn.max_calls > 1)
-      parts.push_back(repeat(seq({literal(syn.separator), ref(call)}), 0, syn.max_calls - 1));
-    parts.push_back(literal(syn.close));
+      parts.push_back(repeat(seq({framing(syn, syn.separator), ref(call)}), 0, syn.max_calls - 1));
+    parts.push_back(framing(syn, syn.close));
     const int32_t r = b_.rule("root");
     b_.define(r, seq(std::move(parts)));
     return b_.build(r);
+  }
+
+  // A framing string of a tool-call format: its text, each token marker in it a token terminal.
+  static Expr framing(const ToolCallSyntax& syn, std::string_view text) {
+    std::vector<Expr> parts;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      // The marker that starts first (the longest of those starting there).
+      size_t best = std::string_view::npos;
+      const std::string* marker = nullptr;
+      for (const std::string& m : syn.token_markers) {
+        if (m.empty()) continue;
+        const size_t at = text.find(m, pos);
+        if (at < best ||
+            (at == best && at != std::string_view::npos && m.size() > marker->size())) {
+          best = at;
+          marker = &m;
+        }
+      }
+      if (best == std::string_view::npos) break;
+      parts.push_back(literal(text.substr(pos, best - pos)));
+      parts.push_back(token(*marker));
+      pos = best + marker->size();
+    }
+    parts.push_back(literal(text.substr(pos)));
+    return seq(std::move(parts));
   }
 
   Grammar any_object() {
@@ -761,8 +788,116 @@ class SchemaCompiler {
     return seq({literal("{"), ws(), tail(0, false), ws(), literal("}")});
   }
 
+  // A string schema with nothing but its type (and annotations).
+  static bool plain_string(const Json& s) {
+    if (!s.is_object() || !s.contains("type") || s["type"] != "string") return false;
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      if (it.key() != "type" && constrains(it.key())) return false;
+    }
+    return true;
+  }
+
+  // A string parameter of the XML body written raw, as Qwen3-Coder writes it (its template
+  // renders strings with |string): text that the parser (chat/parsers/hermes.cpp) reads back as
+  // that very string. The parser takes the text between "<parameter=K>" and the first
+  // "</parameter>", drops one newline at each end, and reads it as JSON when the trimmed text is
+  // JSON; so the raw text
+  //  - holds neither "</parameter>" nor "</tool_call>" (the call's block ends at the first),
+  //  - starts with a character that cannot start JSON that parses: not whitespace, a byte-order
+  //    mark, '{', '[', '"', '-' or a digit (such strings take the quoted form), and is not
+  //    exactly true, false or null (with trailing whitespace).
+  // Rules: xml-text-K reads on after a text whose longest suffix that begins a closing word is
+  // that word's prefix of length K (an automaton over the words, as Aho-Corasick's).
+  Expr raw_xml_string() {
+    if (raw_text_rule_ >= 0) return ref(raw_text_rule_);
+    const std::vector<std::string> words = {"</parameter>", "</tool_call>"};
+    // States: the distinct proper prefixes of the words ("" first).
+    std::vector<std::string> states = {""};
+    for (const std::string& w : words) {
+      for (size_t n = 1; n < w.size(); ++n) {
+        if (std::find(states.begin(), states.end(), w.substr(0, n)) == states.end())
+          states.push_back(w.substr(0, n));
+      }
+    }
+    ByteSet word_chars;
+    for (const std::string& w : words)
+      for (char c : w) word_chars.add(static_cast<uint8_t>(c));
+    // The state after `c` from `st` (-1: a word is complete).
+    auto next = [&](const std::string& st, char c) -> int32_t {
+      const std::string t = st + c;
+      for (const std::string& w : words) {
+        if (t.size() >= w.size() && t.compare(t.size() - w.size(), w.size(), w) == 0) return -1;
+      }
+      for (size_t k = 0; k < t.size(); ++k) {  // the longest suffix that is a state
+        auto it = std::find(states.begin(), states.end(), t.substr(k));
+        if (it != states.end()) return static_cast<int32_t>(it - states.begin());
+      }
+      return 0;
+    };
+    std::vector<int32_t> rules;
+    for (size_t i = 0; i < states.size(); ++i) rules.push_back(b_.fresh_rule("xml-text"));
+    // One character c (a code point) from `from`, then on from its state.
+    auto after_char = [&](const std::string& from, const ByteSet& allowed_ascii,
+                          bool any_multibyte) {
+      std::vector<Expr> alts;
+      std::map<int32_t, ByteSet> by_target;
+      for (int c = 0; c < 0x80; ++c) {
+        if (!allowed_ascii.has(static_cast<uint8_t>(c))) continue;
+        const int32_t t = word_chars.has(static_cast<uint8_t>(c)) ? next(from, char(c)) : 0;
+        if (t >= 0) by_target[t].add(static_cast<uint8_t>(c));
+      }
+      for (auto& [t, bytes] : by_target) alts.push_back(seq({byte_set(bytes), ref(rules[t])}));
+      if (any_multibyte) {
+        alts.push_back(seq({codepoints({{0x80, kMaxCodepoint}}), ref(rules[0])}));
+      }
+      return alts;
+    };
+    ByteSet all_ascii;
+    all_ascii.add_range(0, 0x7F);
+    for (size_t i = 0; i < states.size(); ++i) {
+      std::vector<Expr> alts = after_char(states[i], all_ascii, true);
+      alts.push_back(empty());
+      b_.define(rules[i], alt(std::move(alts)));
+    }
+    // The first character, and true / false / null.
+    ByteSet space;
+    for (char c : std::string(" \t\n\r")) space.add(static_cast<uint8_t>(c));
+    ByteSet first = all_ascii;
+    for (char c : std::string(" \t\n\r{[\"-0123456789tfn"))
+      first.bits[c >> 6] &= ~(uint64_t{1} << (c & 63));
+    std::vector<Expr> starts = after_char("", first, false);
+    starts.push_back(seq({codepoints({{0x80, 0xFEFE}, {0xFF00, kMaxCodepoint}}), ref(rules[0])}));
+    for (const std::string kw : {"true", "false", "null"}) {
+      // kw[0..i) read: end, go on with kw[i], or any other character and free text.
+      int32_t tail = b_.fresh_rule("xml-not-" + kw);
+      {
+        // The whole keyword read: whitespace, then a character that is not (not JSON).
+        ByteSet nonspace = all_ascii;
+        for (int w = 0; w < 4; ++w) nonspace.bits[w] &= ~space.bits[w];
+        std::vector<Expr> alts = after_char("", nonspace, true);
+        alts.push_back(seq({byte_set(space), ref(tail)}));
+        b_.define(tail, alt(std::move(alts)));
+      }
+      for (size_t i = kw.size() - 1; i >= 1; --i) {
+        const int32_t r = b_.fresh_rule("xml-not-" + kw);
+        ByteSet other = all_ascii;
+        other.bits[kw[i] >> 6] &= ~(uint64_t{1} << (kw[i] & 63));
+        std::vector<Expr> alts = after_char("", other, true);
+        alts.push_back(seq({literal(kw.substr(i, 1)), ref(tail)}));
+        alts.push_back(empty());
+        b_.define(r, alt(std::move(alts)));
+        tail = r;
+      }
+      starts.push_back(seq({literal(kw.substr(0, 1)), ref(tail)}));
+    }
+    raw_text_rule_ = b_.fresh_rule("xml-raw");
+    b_.define(raw_text_rule_, alt(std::move(starts)));
+    return ref(raw_text_rule_);
+  }
+
   // Qwen3-Coder's call body: <function=NAME>\n, each parameter as
-  // <parameter=KEY>\nVALUE\n</parameter>\n (VALUE compact JSON), </function>.
+  // <parameter=KEY>\nVALUE\n</parameter>\n (VALUE compact JSON, or a plain string raw), then
+  // </function>.
   Opt xml_call(const Json& s, const std::string& ptr, const std::string& name) {
     std::vector<Expr> parts;
     parts.push_back(literal("<function=" + name + ">\n"));
@@ -794,6 +929,8 @@ class SchemaCompiler {
                         " cannot be written in the XML tool-call format");
           auto v = schema(*it, ptr + "/properties/" + escape_pointer(it.key()));
           if (!v) return std::nullopt;
+          // A plain string as the model writes it (raw text), or quoted JSON.
+          if (plain_string(*it)) v = alt({raw_xml_string(), std::move(*v)});
           listed.insert(it.key());
           Expr e = param(it.key(), std::move(*v));
           parts.push_back(required.count(it.key()) ? std::move(e) : opt(std::move(e)));
@@ -873,7 +1010,7 @@ class SchemaCompiler {
   std::string error_;
   std::map<std::string, int32_t> ref_rules_;
   int32_t ws_rule_ = -1, char_rule_ = -1, string_rule_ = -1, number_rule_ = -1;
-  int32_t value_rule_ = -1, object_rule_ = -1;
+  int32_t value_rule_ = -1, object_rule_ = -1, raw_text_rule_ = -1;
 };
 
 }  // namespace
@@ -986,7 +1123,7 @@ Expected<Grammar> compile_tool_call_syntax(std::string_view tools_json,
   options.escape_lt = !json_body;  // their parsers end a call at the first closing tag
   if (json_body) {
     options.compact = false;
-    options.max_whitespace = 1;  // `{"name": "f", "arguments": {..}}`, no runs of spaces
+    options.max_whitespace = std::max<int32_t>(1, syntax.max_whitespace);
   }
   return SchemaCompiler(root, options).tool_calls(syntax, names);
 }

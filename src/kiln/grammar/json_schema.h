@@ -56,8 +56,8 @@ Expected<Grammar> compile_tool_calls(std::string_view tools_json, std::string_vi
 //   one of `opens`, then CALL (separator CALL){0, max_calls - 1}, then close
 //   CALL = call_open BODY call_close
 // BODY names one of the tools and gives arguments valid against that tool's `parameters`:
-//   kJson:  {"name": "NAME", "<arguments_key>": ARGS}, at most one whitespace character wherever
-//           JSON allows it (Hermes/Qwen, Llama 3, Mistral's array)
+//   kJson:  {"name": "NAME", "<arguments_key>": ARGS}, at most max_whitespace whitespace
+//           characters in a row wherever JSON allows them (Hermes/Qwen, Llama 3, Mistral's array)
 //   kNamed: before_name NAME after_name ARGS, ARGS compact JSON (DeepSeek)
 //   kXml:   <function=NAME>\n then per parameter, in the schema's order (required ones always,
 //           optional ones may be left out) <parameter=KEY>\nVALUE\n</parameter>\n, then
@@ -72,6 +72,15 @@ struct ToolCallSyntax {
   std::vector<std::string> opens = {""};  // the block starts with one of these
   std::string call_open, call_close, separator, close;
   int32_t max_calls = 1;
+  // kJson: at most this many whitespace characters (' ', '\t', '\n') in a row wherever JSON
+  // allows them (1: `{"name": "f", "arguments": {..}}`; Llama 3 takes more, for its
+  // pretty-printed calls and the lazy trigger's `{  "name"`).
+  int32_t max_whitespace = 1;
+  // Control tokens of the format that the framing strings above hold ([TOOL_CALLS], DeepSeek's
+  // call markers, <|python_tag|>): each occurrence becomes a token terminal (grammar.h), so the
+  // output holds that control token and not its text spelled out of text tokens. Only markers
+  // that are single tokens of the vocabulary belong here (the caller checks); others stay text.
+  std::vector<std::string> token_markers;
 };
 
 // tools_json: the OpenAI `tools` array. Errors name the tool.

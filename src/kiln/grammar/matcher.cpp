@@ -74,8 +74,14 @@ int32_t Automaton::intern(std::vector<int32_t> nodes) {
   Set s;
   s.accepting = !nodes.empty() && nodes[0] == 0;
   for (int32_t n : nodes) {
-    if (n != 0) s.first |= g_.terminal(g_.elements[nodes_[n].pos]);
+    if (n == 0) continue;
+    const int32_t el = g_.elements[nodes_[n].pos];
+    s.first |= g_.terminal(el);
+    if (!g_.terminal_token(el).empty()) s.token_terminals.push_back(el);
   }
+  std::sort(s.token_terminals.begin(), s.token_terminals.end());
+  s.token_terminals.erase(std::unique(s.token_terminals.begin(), s.token_terminals.end()),
+                          s.token_terminals.end());
   s.nodes = nodes;
   const int32_t id = static_cast<int32_t>(sets_.size());
   sets_.push_back(std::move(s));
@@ -112,6 +118,43 @@ int32_t Automaton::step_new(int32_t state, uint8_t byte) {
     }
   }
   return next;
+}
+
+int32_t Automaton::step_token(int32_t state, int32_t terminal) {
+  for (const auto& [t, next] : sets_[state].token_next) {
+    if (t == terminal) return next;
+  }
+  const auto& terms = sets_[state].token_terminals;
+  if (!std::binary_search(terms.begin(), terms.end(), terminal)) return kDead;
+  std::vector<int32_t> out;
+  ++cur_stamp_;
+  const std::vector<int32_t> nodes = sets_[state].nodes;  // sets_ may grow in intern()
+  for (int32_t n : nodes) {
+    if (n == 0) continue;
+    const Node nd = nodes_[n];
+    if (g_.elements[nd.pos] == terminal) expand(node(nd.pos + 1, nd.parent), &out);
+  }
+  const int32_t next = intern(std::move(out));
+  sets_[state].token_next.emplace_back(terminal, next);
+  return next;
+}
+
+int32_t Automaton::step_text(int32_t state, std::string_view bytes) {
+  size_t i = 0;
+  while (i < bytes.size() && state != kDead) {
+    bool took = false;
+    for (int32_t t : token_terminals(state)) {
+      const std::string& text = g_.terminal_token(t);
+      if (bytes.substr(i, text.size()) == text) {
+        state = step_token(state, t);
+        i += text.size();
+        took = true;
+        break;
+      }
+    }
+    if (!took) state = step(state, static_cast<uint8_t>(bytes[i++]));
+  }
+  return state;
 }
 
 int32_t Automaton::step(int32_t state, std::string_view bytes) {
@@ -294,6 +337,27 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenIndex> vo
   trie_ =
       respects_utf8_classes(automaton_.grammar()) ? &vocab_->class_trie() : &vocab_->byte_trie();
   walk_states_.resize(trie_->max_depth + 1);
+  const Grammar& lowered = automaton_.grammar();
+  terminal_token_ids_.resize(lowered.terminals.size());
+  for (size_t k = 0; k < lowered.terminals.size(); ++k) {
+    if (!lowered.terminal_tokens[k].empty())
+      terminal_token_ids_[k] = vocab_->tokens_with_text(lowered.terminal_tokens[k]);
+  }
+}
+
+void CompiledGrammar::add_token_terminals(int32_t state, std::span<uint64_t> mask) {
+  for (int32_t t : automaton_.token_terminals(state)) {
+    for (int32_t id : terminal_token_ids_[Grammar::kFirstTerminal - t])
+      mask[id >> 6] |= uint64_t{1} << (id & 63);
+  }
+}
+
+int32_t CompiledGrammar::token_terminal_for(int32_t state, int32_t token) {
+  for (int32_t t : automaton_.token_terminals(state)) {
+    const std::vector<int32_t>& ids = terminal_token_ids_[Grammar::kFirstTerminal - t];
+    if (std::binary_search(ids.begin(), ids.end(), token)) return t;
+  }
+  return 0;
 }
 
 void CompiledGrammar::walk(int32_t state, WalkResult* out) {
@@ -493,6 +557,7 @@ void CompiledGrammar::fill_mask(int32_t state, std::span<uint64_t> mask) {
     if (automaton_.accepting(state)) {
       for (int32_t e : vocab_->end_tokens()) mask[e >> 6] |= uint64_t{1} << (e & 63);
     }
+    add_token_terminals(state, mask);
     remember(state, mask, num_checked);
     return;
   }
@@ -515,6 +580,7 @@ void CompiledGrammar::fill_mask(int32_t state, std::span<uint64_t> mask) {
   if (automaton_.accepting(state)) {
     for (int32_t e : vocab_->end_tokens()) mask[e >> 6] |= uint64_t{1} << (e & 63);
   }
+  add_token_terminals(state, mask);
   remember(state, mask, r.num_visited);
 }
 
@@ -551,6 +617,12 @@ bool Matcher::accept_token(int32_t token) {
     finished_ = true;
     return true;
   }
+  // A token a token terminal expects is that terminal (never its spelled-out text).
+  if (const int32_t t = grammar_->token_terminal_for(state_, token); t != 0) {
+    history_.emplace_back(state_, finished_);
+    state_ = grammar_->automaton_.step_token(state_, t);
+    return true;
+  }
   if (!v.in_trie(token)) return false;
   const int32_t next = grammar_->automaton_.step(state_, v.token_bytes(token));
   if (next == Automaton::kDead) return false;
@@ -562,7 +634,7 @@ bool Matcher::accept_token(int32_t token) {
 bool Matcher::accept_bytes(std::string_view bytes) {
   if (finished_) return false;
   std::lock_guard<std::mutex> lock(grammar_->mu_);
-  const int32_t next = grammar_->automaton_.step(state_, bytes);
+  const int32_t next = grammar_->automaton_.step_text(state_, bytes);
   if (next == Automaton::kDead) return false;
   history_.emplace_back(state_, finished_);
   state_ = next;
@@ -586,6 +658,7 @@ bool Matcher::can_end() const {
 bool Matcher::dead() const {
   std::lock_guard<std::mutex> lock(grammar_->mu_);
   return !finished_ && grammar_->automaton_.first_bytes(state_).empty() &&
+         grammar_->automaton_.token_terminals(state_).empty() &&
          !grammar_->automaton_.accepting(state_);
 }
 

@@ -59,6 +59,17 @@ class Automaton {
     return next != nullptr && next[byte] >= 0 ? next[byte] : step_new(state, byte);
   }
   int32_t step(int32_t state, std::string_view bytes);
+  // The state after the token terminal `terminal` (an element, Grammar::terminal_token), kDead
+  // when no stack of `state` expects it.
+  int32_t step_token(int32_t state, int32_t terminal);
+  // The token terminals some stack of `state` expects (sorted elements; usually none).
+  std::span<const int32_t> token_terminals(int32_t state) const {
+    return sets_[state].token_terminals;
+  }
+  // Like step(state, bytes), where a token terminal of a state also reads its text (forced
+  // text that holds a control token's text: a lazy grammar's trigger). The token terminal is
+  // taken when the text follows; the grammar never offers the same text both ways.
+  int32_t step_text(int32_t state, std::string_view bytes);
   // May the grammar end here (some stack is empty)?
   bool accepting(int32_t state) const { return sets_[state].accepting; }
   // Bytes some stack of `state` accepts.
@@ -106,6 +117,8 @@ class Automaton {
     bool main_known = false;
     bool text_known = false;
     ByteSet first;
+    std::vector<int32_t> token_terminals;                 // sorted, unique
+    std::vector<std::pair<int32_t, int32_t>> token_next;  // (terminal, state) known
     MainStep main;
     TextStep text;
     int32_t text_run = -1;            // unknown
@@ -178,9 +191,15 @@ class CompiledGrammar {
   Automaton automaton_;
   std::shared_ptr<const TokenIndex> vocab_;
   const TokenIndex::Trie* trie_;
+  // Adds the tokens of the token terminals `state` expects.
+  void add_token_terminals(int32_t state, std::span<uint64_t> mask);
+  // A token terminal of `state` whose tokens hold `token`; 0 when none.
+  int32_t token_terminal_for(int32_t state, int32_t token);
+
   std::unordered_map<int32_t, std::vector<uint64_t>> masks_;
-  std::vector<int32_t> walk_states_;  // per trie depth, scratch for walk()
-  WalkResult walk_result_;            // scratch for fill_mask()
+  std::vector<std::vector<int32_t>> terminal_token_ids_;  // per terminal: token terminals' ids
+  std::vector<int32_t> walk_states_;                      // per trie depth, scratch for walk()
+  WalkResult walk_result_;                                // scratch for fill_mask()
   std::vector<std::shared_ptr<const TokenIndex::TextTokens>> text_tokens_;
   std::vector<int32_t> chain_;     // scratch for fill_text_mask()
   std::vector<uint64_t> checked_;  // scratch for fill_text_mask(): tokens already checked
@@ -200,7 +219,8 @@ class Matcher {
   // Advances by one token; false (state unchanged) when the grammar does not allow it. An end
   // token is allowed only where the grammar may end, and finishes the matcher.
   bool accept_token(int32_t token);
-  // Advances by raw bytes (forced text, tests); false (state unchanged) when not allowed.
+  // Advances by raw bytes (forced text, tests); false (state unchanged) when not allowed. A
+  // token terminal's text in `bytes` is read as that token (Automaton::step_text).
   bool accept_bytes(std::string_view bytes);
   // Undoes the last n accept_token / accept_bytes calls.
   void rollback(int32_t n);

@@ -23,12 +23,10 @@ std::shared_ptr<const TokenIndex> TokenIndex::create(const tokenizer::Tokenizer&
   std::vector<bool> allowed(n, false);
   for (int32_t id = 0; id < n; ++id) {
     const auto t = tok.token_type(id);
-    if (t == tokenizer::TokenType::kControl || t == tokenizer::TokenType::kUnknown ||
-        t == tokenizer::TokenType::kUnused) {
-      continue;
-    }
+    if (t == tokenizer::TokenType::kUnknown || t == tokenizer::TokenType::kUnused) continue;
     bytes[id] = std::string(tok.token_piece(id));
-    allowed[id] = !bytes[id].empty();
+    // A control token's text is kept for token terminals; it is never text of the output.
+    allowed[id] = t != tokenizer::TokenType::kControl && !bytes[id].empty();
   }
   for (int32_t e : ends) {
     if (e >= 0 && e < n) allowed[e] = false;  // only where the grammar may end
@@ -40,10 +38,12 @@ std::shared_ptr<const TokenIndex> TokenIndex::create(const tokenizer::Tokenizer&
 }
 
 std::shared_ptr<const TokenIndex> TokenIndex::create(std::vector<std::string> token_bytes,
-                                                     std::vector<int32_t> end_tokens) {
+                                                     std::vector<int32_t> end_tokens,
+                                                     std::vector<int32_t> control_tokens) {
   std::vector<bool> allowed(token_bytes.size());
   for (size_t i = 0; i < token_bytes.size(); ++i) allowed[i] = !token_bytes[i].empty();
   for (int32_t e : end_tokens) allowed[e] = false;
+  for (int32_t c : control_tokens) allowed[c] = false;
   auto idx = std::make_shared<TokenIndex>();
   idx->build(std::move(token_bytes), std::move(end_tokens), std::move(allowed));
   return idx;
@@ -52,6 +52,32 @@ std::shared_ptr<const TokenIndex> TokenIndex::create(std::vector<std::string> to
 std::string_view TokenIndex::token_bytes(int32_t id) const {
   if (id < 0 || id >= num_tokens_) return {};
   return std::string_view(bytes_).substr(offsets_[id], offsets_[id + 1] - offsets_[id]);
+}
+
+std::vector<int32_t> TokenIndex::tokens_with_text(std::string_view text) const {
+  std::vector<int32_t> ids;
+  if (text.empty()) return ids;
+  // Trie tokens: descend the byte trie (a node's children follow it; siblings chain by `end`).
+  const auto& nodes = byte_trie_.nodes;
+  int32_t i = 0;
+  int32_t end = static_cast<int32_t>(nodes.size());
+  for (size_t k = 0; k < text.size() && i < end; ++k) {
+    const uint8_t c = static_cast<uint8_t>(text[k]);
+    while (i < end && nodes[i].byte != c) i = nodes[i].end;
+    if (i >= end) break;
+    if (k + 1 == text.size()) {
+      for (int32_t t = nodes[i].tok_begin; t < nodes[i].own_end; ++t)
+        ids.push_back(byte_trie_.tokens[t]);
+    }
+    end = nodes[i].end;
+    ++i;
+  }
+  // Tokens outside the tries (control tokens).
+  for (int32_t id = 0; id < num_tokens_; ++id) {
+    if (!in_trie_[id] && !is_end_token(id) && token_bytes(id) == text) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
 }
 
 bool TokenIndex::is_end_token(int32_t id) const {

@@ -33,14 +33,21 @@ class TokenIndex {
   // The same with the caller's end tokens (the engine's end-of-generation ids).
   static std::shared_ptr<const TokenIndex> create(const tokenizer::Tokenizer& tok,
                                                   std::vector<int32_t> end_tokens);
-  // For tests: an explicit vocabulary; tokens with empty bytes are never allowed.
+  // For tests: an explicit vocabulary; tokens with empty bytes are never allowed, and
+  // control_tokens (control tokens: their bytes are their text) only through token terminals.
   static std::shared_ptr<const TokenIndex> create(std::vector<std::string> token_bytes,
-                                                  std::vector<int32_t> end_tokens);
+                                                  std::vector<int32_t> end_tokens,
+                                                  std::vector<int32_t> control_tokens = {});
 
   int32_t num_tokens() const { return num_tokens_; }
   // Words of a token bitmask: ceil(num_tokens / 64).
   int32_t mask_words() const { return (num_tokens_ + 63) / 64; }
+  // A token's bytes; a control token's text (it is in no trie: only a token terminal of the
+  // grammar allows it).
   std::string_view token_bytes(int32_t id) const;
+  // The tokens whose whole text is `text` (control tokens and trie tokens), for the grammar's
+  // token terminals.
+  std::vector<int32_t> tokens_with_text(std::string_view text) const;
   bool in_trie(int32_t id) const { return id >= 0 && id < num_tokens_ && in_trie_[id]; }
   std::span<const int32_t> end_tokens() const { return end_tokens_; }
   bool is_end_token(int32_t id) const;

@@ -30,10 +30,14 @@ std::optional<ApiError> string_field(const Json& v, const std::string& name, std
   return std::nullopt;
 }
 
+// Llama 3's JSON calls: whitespace runs up to this long (pretty-printed with indentation).
+constexpr int32_t kLlama3MaxWhitespace = 16;
+
 }  // namespace
 
 std::optional<ApiError> read_constraint(const Json& body, ServerContext& ctx,
-                                        engine::GenerationRequest* request) {
+                                        engine::GenerationRequest* request,
+                                        grammar::ConstraintSpec* spec_out) {
   std::optional<ConstraintSpec> spec;
   std::string field;
   auto take = [&](const std::string& name) -> std::optional<ApiError> {
@@ -100,6 +104,7 @@ std::optional<ApiError> read_constraint(const Json& body, ServerContext& ctx,
   auto compiled = grammar_cache(ctx).get(*spec);
   if (!compiled.ok()) return invalid_request(compiled.error().message, field);
   request->grammar = std::move(compiled).value();
+  if (spec_out) *spec_out = std::move(*spec);
   return std::nullopt;
 }
 
@@ -129,19 +134,22 @@ std::optional<ToolCallFormat> tool_call_format(chat::ToolFormat format,
     case chat::ToolFormat::kLlama3:
       syn.arguments_key = "parameters";
       syn.opens = {"", "<|python_tag|>"};
+      syn.token_markers = {"<|python_tag|>"};
       syn.separator = "; ";
       f.triggers = {{"<|python_tag|>", false}};
       // A call is a JSON object at the start of the answer whose first key is "name" (or
-      // "type", which the parser also takes for a call and the grammar refuses).
-      for (const char* space : {"", " ", "\n"}) {
-        for (const char* key : {"name", "type"})
-          f.triggers.push_back({fmt::format("{{{}\"{}\"", space, key), true});
+      // "type", which the parser also takes for a call and the grammar refuses), with as much
+      // whitespace after '{' as the grammar allows there (a pretty-printed call).
+      syn.max_whitespace = kLlama3MaxWhitespace;
+      for (const char* key : {"name", "type"}) {
+        f.triggers.push_back({fmt::format("{{\"{}\"", key), true, 1, syn.max_whitespace});
       }
       break;
     case chat::ToolFormat::kMistral:
-      // The array form: the newer NAME[ARGS]{..} form needs [ARGS], a control token a grammar
-      // over text tokens cannot write; the parser reads both.
+      // The array form (the parser also reads the newer NAME[ARGS]{..} form; which one a model
+      // was trained on is not told by the template here).
       syn.opens = {"[TOOL_CALLS]["};
+      syn.token_markers = {"[TOOL_CALLS]"};
       syn.separator = ",";
       syn.close = "]";
       f.triggers = {{"[TOOL_CALLS]", false}};
@@ -162,6 +170,7 @@ std::optional<ToolCallFormat> tool_call_format(chat::ToolFormat format,
         syn.after_name = sep;
         syn.call_close = call_end;
       }
+      syn.token_markers = {syn.opens[0], syn.call_open, syn.close, call_end, sep};
       f.triggers = {{syn.opens[0], false}};
       break;
     }
@@ -171,10 +180,18 @@ std::optional<ToolCallFormat> tool_call_format(chat::ToolFormat format,
   return f;
 }
 
+void keep_control_markers(const tokenizer::Tokenizer& tok, grammar::ToolCallSyntax* syntax) {
+  std::erase_if(syntax->token_markers, [&](const std::string& m) {
+    const std::optional<int32_t> id = tok.find_token(m);
+    return !id || tok.token_type(*id) != tokenizer::TokenType::kControl;
+  });
+}
+
 std::optional<ApiError> force_tool_call(const Json& tools, bool parallel, ServerContext& ctx,
                                         engine::GenerationRequest* request) {
   auto format = tool_call_format(ctx.parser_config.format, ctx.chat_template, parallel);
   if (!format) return std::nullopt;  // no tool-call format: the template's choice only
+  keep_control_markers(ctx.tokenizer, &format->syntax);
   if (request->grammar)
     return invalid_request(
         "'tool_choice' required or named forces a tool call; it cannot be combined with "
@@ -191,14 +208,30 @@ std::optional<ApiError> force_tool_call(const Json& tools, bool parallel, Server
 }
 
 void lazy_tool_call(const Json& tools, bool parallel, ServerContext& ctx,
-                    engine::GenerationRequest* request) {
-  if (request->grammar || !tools.is_array() || tools.empty()) return;
+                    engine::GenerationRequest* request, const ConstraintSpec* answer) {
+  if (!tools.is_array() || tools.empty()) return;
+  if (request->grammar && !answer) return;
   auto format = tool_call_format(ctx.parser_config.format, ctx.chat_template, parallel);
   if (!format) return;
+  keep_control_markers(ctx.tokenizer, &format->syntax);
   ConstraintSpec spec;
   spec.kind = ConstraintSpec::Kind::kToolCallSyntax;
   spec.syntax = std::move(format->syntax);
   spec.text = tools.dump();
+  if (request->grammar) {
+    // The answer's format or calls, from the first byte of the answer (no trigger: text of the
+    // format is not free text to wait in).
+    ConstraintSpec both = *answer;
+    both.either.push_back(std::move(spec));
+    auto compiled = grammar_cache(ctx).get(both);
+    if (!compiled.ok()) {
+      log::warn("tool_choice auto: tool calls left unconstrained beside the response format: {}",
+                compiled.error().message);
+      return;
+    }
+    request->grammar = std::move(compiled).value();
+    return;
+  }
   auto compiled = grammar_cache(ctx).get(spec);
   if (!compiled.ok()) {
     log::warn("tool_choice auto: tool calls left unconstrained: {}", compiled.error().message);

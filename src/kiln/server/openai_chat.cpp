@@ -430,12 +430,14 @@ HandlerResult handle_chat(ServerContext& ctx, const HttpRequest& req, HttpExchan
   if (auto e = read_chat_options(body, &in)) return *e;
   CommonParams params;
   if (auto e = parse_common(body, Api::kChat, ctx, &params)) return *e;
-  if (auto e = read_constraint(body, ctx, &params.request)) return *e;
+  grammar::ConstraintSpec answer;
+  if (auto e = read_constraint(body, ctx, &params.request, &answer)) return *e;
   if (in.force_tool_call) {
     if (auto e = force_tool_call(body, in.tools, ctx, &params.request)) return *e;
   } else if (in.parse_tools) {
     const auto parallel = body.find("parallel_tool_calls");
-    lazy_tool_call(in.tools, parallel == body.end() || *parallel != false, ctx, &params.request);
+    lazy_tool_call(in.tools, parallel == body.end() || *parallel != false, ctx, &params.request,
+                   &answer);
   }
   if (auto e = check_num_choices(ctx, 1, params.n)) return *e;
   if (auto e = check_ready(ctx)) return *e;

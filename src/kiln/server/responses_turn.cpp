@@ -70,7 +70,8 @@ namespace {
 // text.format json_object / json_schema: the same grammar machinery as chat's
 // response_format (server/constraint.h); errors name text.format.
 std::optional<ApiError> read_text_format(const Json& body, ServerContext& ctx,
-                                         engine::GenerationRequest* request) {
+                                         engine::GenerationRequest* request,
+                                         grammar::ConstraintSpec* spec) {
   if (!body.contains("text") || !body["text"].is_object()) return std::nullopt;
   const Json& text = body["text"];
   if (!text.contains("format") || !text["format"].is_object()) return std::nullopt;
@@ -87,7 +88,7 @@ std::optional<ApiError> read_text_format(const Json& body, ServerContext& ctx,
   } else {
     return std::nullopt;
   }
-  auto e = read_constraint(as_chat, ctx, request);
+  auto e = read_constraint(as_chat, ctx, request, spec);
   if (e) e->param = "text.format";
   return e;
 }
@@ -151,13 +152,14 @@ std::variant<std::unique_ptr<Turn>, ApiError> prepare_turn(ServerContext& ctx, R
   CommonParams params;
   if (auto e = parse_common(sampling, Api::kChat, ctx, &params)) return *e;
   if (!options.text_only) {
-    if (auto e = read_text_format(body, ctx, &params.request)) return *e;
+    grammar::ConstraintSpec answer;
+    if (auto e = read_text_format(body, ctx, &params.request, &answer)) return *e;
     if (r.turn.force_tool_call) {
       if (auto e = force_tool_call(body, r.turn.tools, ctx, &params.request)) return *e;
     } else if (r.turn.parse_tools) {
       const auto parallel = body.find("parallel_tool_calls");
       lazy_tool_call(r.turn.tools, parallel == body.end() || *parallel != false, ctx,
-                     &params.request);
+                     &params.request, &answer);
     }
   }
   if (auto e = check_ready(ctx)) return *e;

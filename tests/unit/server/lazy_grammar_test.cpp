@@ -15,6 +15,7 @@
 #include "kiln/chat/output_parser.h"
 #include "kiln/engine/constraint_gate.h"
 #include "kiln/engine/sequence.h"
+#include "kiln/grammar/constraint.h"
 #include "kiln/grammar/json_schema.h"
 #include "kiln/server/constraint.h"
 #include "unit/server/test_util.h"
@@ -160,6 +161,56 @@ TEST(LazyGrammar, RandomThinkingIsFreeAndTheAnswerAfterItMatchesTheSchema) {
   }
   EXPECT_GT(num_thought, 5);
   EXPECT_GT(num_ended, 5);
+}
+
+// response_format beside tools under tool_choice auto: the union grammar (lazy_tool_call with
+// an answer spec) from the first token. Every reply that ends is either JSON valid against the
+// schema (no call) or calls of the offered tool with valid arguments (no content).
+TEST(LazyGrammar, RandomOutputWithAResponseFormatIsItsJsonOrValidCalls) {
+  const tokenizer::Tokenizer& tok = qwen3_tokenizer();
+  const std::vector<int32_t> ends = engine::end_of_generation_ids(tok);
+  grammar::GrammarCache cache(grammar::TokenIndex::create(tok, ends));
+  auto format = tool_call_format(chat::ToolFormat::kHermes, "", /*parallel=*/true);
+  ASSERT_TRUE(format.has_value());
+  grammar::ConstraintSpec both;
+  both.kind = grammar::ConstraintSpec::Kind::kJsonSchema;
+  both.text = R"({"type":"object","properties":{"city":{"type":"string","maxLength":12},
+                  "unit":{"enum":["celsius","fahrenheit"]}},"required":["city"]})";
+  grammar::ConstraintSpec calls;
+  calls.kind = grammar::ConstraintSpec::Kind::kToolCallSyntax;
+  calls.syntax = format->syntax;
+  calls.text = kTools;
+  both.either.push_back(calls);
+  auto compiled = cache.get(both);
+  ASSERT_TRUE(compiled.ok()) << compiled.error().message;
+  const auto tool_call = tok.find_token("<tool_call>");
+  const auto brace = tok.find_token("{");
+  ASSERT_TRUE(tool_call && brace);
+  int num_calls = 0, num_answers = 0;
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
+    engine::ConstraintGate gate(*compiled, {}, [&](int32_t id) { return tok.token_piece(id); }, {});
+    const Walk w = random_walk(
+        gate, seed, {{*tool_call, 14.0f, 0.05}, {*brace, 14.0f, 0.05}, {ends[0], 14.0f, 0.3}}, 200);
+    if (!w.ended) continue;
+    chat::ParserConfig config;
+    config.format = chat::ToolFormat::kHermes;
+    const chat::ParsedMessage m = chat::parse_all(config, w.text);
+    if (!m.tool_calls.empty()) {
+      ++num_calls;
+      EXPECT_EQ(m.content, "") << w.text;
+      for (const chat::ToolCall& c : m.tool_calls) {
+        EXPECT_EQ(c.name, "get_weather") << w.text;
+        EXPECT_EQ(check_args(c.arguments_json), "") << w.text;
+      }
+    } else {
+      ++num_answers;
+      const json answer = json::parse(m.content, nullptr, false);
+      ASSERT_FALSE(answer.is_discarded()) << w.text;
+      EXPECT_EQ(check_args(answer.dump()), "") << w.text;
+    }
+  }
+  EXPECT_GT(num_calls, 2);
+  EXPECT_GT(num_answers, 2);
 }
 
 }  // namespace

@@ -320,13 +320,39 @@ TEST_F(OpenAiTest, ConstraintsStartAfterThinkingAndAutoToolCallsAreLazy) {
     EXPECT_FALSE(accepts(req, call + "\n" + call));
   }
 
-  // response_format with tools auto: the response_format grammar, from the start of the answer.
+  // response_format with tools auto: an answer of the format or tool calls, from the start of
+  // the answer (no trigger: the grammar is the union of the two).
   body["response_format"] = {{"type", "json_object"}};
   ASSERT_EQ(post("/v1/chat/completions", body).status, 200);
   {
     const auto req = engine_.requests().back();
     EXPECT_TRUE(req.grammar_start.triggers.empty());
     EXPECT_TRUE(accepts(req, "{}"));
+    EXPECT_TRUE(accepts(req, "{\"a\":[1,2]}"));
+    EXPECT_TRUE(accepts(req, call));
+    EXPECT_FALSE(accepts(req, call + "\n" + call));  // parallel_tool_calls is false
+    EXPECT_FALSE(accepts(req, "Sure: {}"));          // neither
+    EXPECT_FALSE(accepts(req, "[1]"));
+    EXPECT_FALSE(
+        accepts(req, "<tool_call>\n{\"name\": \"dictionary\", \"arguments\": {}}\n</tool_call>"));
+  }
+  body["response_format"] = {{"type", "json_schema"},
+                             {"json_schema",
+                              {{"name", "n"},
+                               {"schema",
+                                {{"type", "object"},
+                                 {"properties", {{"n", {{"type", "integer"}}}}},
+                                 {"required", {"n"}}}}}}};
+  body.erase("parallel_tool_calls");
+  ASSERT_EQ(post("/v1/chat/completions", body).status, 200);
+  {
+    const auto req = engine_.requests().back();
+    EXPECT_TRUE(req.grammar_start.triggers.empty());
+    EXPECT_TRUE(req.grammar_start.reasoning);  // the thinking block stays free
+    EXPECT_TRUE(accepts(req, "{\"n\":3}"));
+    EXPECT_FALSE(accepts(req, "{\"n\":\"3\"}"));
+    EXPECT_TRUE(accepts(req, call));
+    EXPECT_TRUE(accepts(req, call + "\n" + call));
   }
 
   // tool_choice none: no grammar at all.
