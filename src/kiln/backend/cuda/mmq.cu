@@ -5,13 +5,15 @@
 // Q6_K). The result is the exact weights' dot product with the rounded activations, as the
 // int8 matvec and kiln's CPU kernels compute it, up to fp32 summation.
 //
-// Tiling. A CTA of 4 warps owns 64 weight rows x kBN tokens (16, 32 or 64) over a range of K
-// (split-K when the tiles alone would leave SMs idle). K advances 256 values per step (one
-// K-quant super-block, 8 Q4_0/Q8_0 blocks): each step's weight bytes (64 rows, copied as the
-// 16-byte aligned span that covers them, since a 210-byte Q6_K block or a 34-byte Q8_0 block
-// sits at any even offset), int8 activations (kBN x 256) and their (d, sum) pairs land in
-// shared memory by cp.async, kStages deep. Warp w owns rows 16w..16w+16 and every token of the
-// tile: each weight is unpacked once per CTA, in registers, straight from the stored bytes.
+// Tiling. A CTA of 8 warps owns 64 weight rows x kBN tokens (16, 32 or 64; chosen by the token
+// count) over a range of K (split-K when the tiles alone would leave SMs idle). K advances 256
+// values per step (one K-quant super-block, 8 Q4_0/Q8_0 blocks): each step's weight bytes (64
+// rows, copied as the 16-byte aligned span that covers them, since a 210-byte Q6_K block or a
+// 34-byte Q8_0 block sits at any even offset), int8 activations (kBN x 256) and their (d, sum)
+// pairs land in shared memory by cp.async, 2-3 stages deep. The CTA then decodes the step's
+// weight scales (and Q4_K/Q5_K mins) once into a float table; warp (m, n) owns rows
+// 16m..16m+16 and half the tile's tokens, and unpacks its rows' levels in registers straight
+// from the stored bytes.
 //
 // MMA. mma.sync m16n8k32 s8 x s8 -> s32 per group of 32 values (one activation scale, one
 // weight scale): the A fragment (16 rows x 32) is unpacked from the block (nibbles masked and
@@ -22,9 +24,11 @@
 // MMAs per group, combined in int32 with the two int8 scales.
 //
 // Epilogue per group, per output (row r, token t): acc += float(C) * (scale_w[r] * d_x[t])
-// (- min_w[r] * sum_x[t] for Q4_K/Q5_K), in fp32. Split-K partials go to scratch; the last
-// CTA of a tile to arrive (a counter per tile, reset by that CTA) sums them in split order, so
-// the result does not depend on the order the CTAs ran in.
+// (- min_w[r] * sum_x[t] for Q4_K/Q5_K), in fp32: ~5 instructions per output per 32 values,
+// against one MMA for 128 outputs, so the kernel is bound by this arithmetic, not the tensor
+// cores (docs/performance.md: 70-110 int8 TOPS on the H200 at 64-256 tokens). Split-K partials go
+// to scratch; the last CTA of a tile to arrive (a counter per tile, reset by that CTA) sums them in
+// split order, so the result does not depend on the order the CTAs ran in.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -36,9 +40,10 @@ namespace kiln::backend::cuda {
 
 namespace {
 
-constexpr int kWarpsM = 4;
+constexpr int kWarpsM = 4;         // warps along the rows: 16 rows each
+constexpr int kWarpsN = 2;         // warps along the tokens: half the tile's tokens each
 constexpr int kBM = 16 * kWarpsM;  // weight rows per CTA
-constexpr int kThreads = 32 * kWarpsM;
+constexpr int kThreads = 32 * kWarpsM * kWarpsN;
 constexpr int kKStep = 256;  // values of K per pipeline stage
 constexpr int kMaxSplits = 8;
 
@@ -157,7 +162,7 @@ struct MK45 {
 // frag16(off, j, c, half): values 16 half + 4c..+4 (the m16n8k16 layout).
 struct MQ6_K {
   static constexpr int kChunk = 210;
-  static constexpr bool kPerBlock = false;
+  static constexpr bool kMin = false, kPerBlock = false;
   __device__ static uint32_t frag16(int off, int j, int c, int half) {
     const int h = j / 4, q = j % 4, l = 16 * half + 4 * c;
     const uint32_t lo = (lds4_a2(off + 64 * h + 32 * (q & 1) + l) >> (4 * (q >> 1))) & 0x0F0F0F0Fu;
@@ -208,8 +213,8 @@ constexpr int num_stages() {
   return kBN >= 64 ? 2 : 3;
 }
 template <class Q, int kBN>
-constexpr int smem_bytes() {
-  return num_stages<kBN>() * stage_bytes<Q, kBN>();
+constexpr int smem_bytes() {  // the stages, then the scale table [kBM][8] (float2)
+  return num_stages<kBN>() * stage_bytes<Q, kBN>() + kBM * 8 * 8;
 }
 
 struct MmqArgs {
@@ -260,15 +265,40 @@ __device__ __forceinline__ void issue_step(const MmqArgs& a, int64_t step, int b
   }
 }
 
+// The step's weight scales, once per CTA: (scale, min) of each row's 8 groups into the scale
+// table (Q6_K: d alone, in [r][0]; its int8 scales are read where they are used).
+template <class Q, int kBN>
+__device__ __forceinline__ void prep_step(const MmqArgs& a, int64_t step, int buf, int64_t row0) {
+  constexpr int kWS = w_stride<Q>();
+  const int sbase = buf * stage_bytes<Q, kBN>();
+  float2* table = reinterpret_cast<float2*>(mmq_smem + num_stages<kBN>() * stage_bytes<Q, kBN>());
+  const int groups = static_cast<int>(std::min<int64_t>(8, a.n_groups - step * 8));
+  for (int i = threadIdx.x; i < kBM * 8; i += kThreads) {
+    const int r = i / 8, j = i % 8;
+    if (j >= groups) continue;
+    const int64_t row = std::min<int64_t>(row0 + r, a.n_out - 1);
+    const uintptr_t src = reinterpret_cast<uintptr_t>(a.w) + row * a.row_bytes + step * Q::kChunk;
+    const int off = sbase + r * kWS + static_cast<int>(src & 15);
+    if constexpr (is_q6k<Q>()) {
+      if (j == 0) table[8 * r] = make_float2(Q::d(off), 0.0f);
+    } else {
+      table[i] = Q::scale(off, j);
+    }
+  }
+}
+
 // acc[nt][e] for n-tile nt: e = 0 (row g, token 2c), 1 (g, 2c + 1), 2 (g + 8, 2c), 3 (g + 8,
 // 2c + 1), with g = lane / 4, c = lane % 4.
 template <class Q, int kBN>
 __device__ __forceinline__ void compute_step(const MmqArgs& a, int64_t step, int buf, int64_t row0,
-                                             float (&acc)[kBN / 8][4]) {
-  constexpr int kNT = kBN / 8, kWS = w_stride<Q>(), kXS = x_stride<Q>();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+                                             float (&acc)[kBN / 8 / kWarpsN][4]) {
+  constexpr int kNT = kBN / 8 / kWarpsN, kWS = w_stride<Q>(), kXS = x_stride<Q>();
+  const int warp = threadIdx.x / 32 % kWarpsM, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int t0 = threadIdx.x / 32 / kWarpsM * (kBN / kWarpsN);  // the warp's first token
   const int sbase = buf * stage_bytes<Q, kBN>();
   const int xbase = sbase + kBM * kWS, dsbase = xbase + kBN * kXS;
+  const float2* table =
+      reinterpret_cast<const float2*>(mmq_smem + num_stages<kBN>() * stage_bytes<Q, kBN>());
   // The two rows' bytes of this step: their slots, offset by where the copied span began.
   int woff[2];
 #pragma unroll
@@ -279,12 +309,8 @@ __device__ __forceinline__ void compute_step(const MmqArgs& a, int64_t step, int
     woff[h] = sbase + r * kWS + static_cast<int>(src & 15);
   }
   const int groups = static_cast<int>(std::min<int64_t>(8, a.n_groups - step * 8));
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    if (j >= groups) break;
-    int cm[kNT][4];
-    float s0, s1;  // weight scale of rows g, g + 8
-    float m0 = 0, m1 = 0;
+  // Group j's integer dot products: cm[nt][e] as acc.
+  auto mma_group = [&](int j, int(&cm)[kNT][4]) {
     if constexpr (is_q6k<Q>()) {
       const uint32_t a0 = Q::frag16(woff[0], j, c, 0), a1 = Q::frag16(woff[1], j, c, 0);
       const uint32_t a2 = Q::frag16(woff[0], j, c, 1), a3 = Q::frag16(woff[1], j, c, 1);
@@ -292,7 +318,7 @@ __device__ __forceinline__ void compute_step(const MmqArgs& a, int64_t step, int
       const int sa1 = Q::scale16(woff[1], j, 0), sb1 = Q::scale16(woff[1], j, 1);
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
-        const int xo = xbase + (8 * nt + g) * kXS + 32 * j + 4 * c;
+        const int xo = xbase + (t0 + 8 * nt + g) * kXS + 32 * j + 4 * c;
         int lo[4], hi[4];
         mma_k16(lo, a0, a1, lds_u32(xo));
         mma_k16(hi, a2, a3, lds_u32(xo + 16));
@@ -301,24 +327,25 @@ __device__ __forceinline__ void compute_step(const MmqArgs& a, int64_t step, int
         cm[nt][2] = sa1 * lo[2] + sb1 * hi[2];
         cm[nt][3] = sa1 * lo[3] + sb1 * hi[3];
       }
-      s0 = Q::d(woff[0]);
-      s1 = Q::d(woff[1]);
     } else {
       const uint2 f0 = Q::frag(woff[0], j, c), f1 = Q::frag(woff[1], j, c);
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
-        const uint2 b =
-            *reinterpret_cast<const uint2*>(mmq_smem + xbase + (8 * nt + g) * kXS + 32 * j + 8 * c);
+        const uint2 b = *reinterpret_cast<const uint2*>(mmq_smem + xbase + (t0 + 8 * nt + g) * kXS +
+                                                        32 * j + 8 * c);
         mma_k32(cm[nt], f0.x, f1.x, f0.y, f1.y, b.x, b.y);
       }
-      const float2 sc0 = Q::scale(woff[0], j), sc1 = Q::scale(woff[1], j);
-      s0 = sc0.x, s1 = sc1.x, m0 = sc0.y, m1 = sc1.y;
     }
+  };
+  // Group j's scales applied: acc += C * scale_w * d_x (- min_w * sum_x).
+  auto epilogue_group = [&](int j, const int(&cm)[kNT][4]) {
+    const float2 sc0 = table[8 * (16 * warp + g) + (is_q6k<Q>() ? 0 : j)];
+    const float2 sc1 = table[8 * (16 * warp + g + 8) + (is_q6k<Q>() ? 0 : j)];
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
       // (d, d * sum) of tokens 2c and 2c + 1 of the n-tile, group j
       const float4 ds =
-          *reinterpret_cast<const float4*>(mmq_smem + dsbase + (j * kBN + 8 * nt + 2 * c) * 8);
+          *reinterpret_cast<const float4*>(mmq_smem + dsbase + (j * kBN + t0 + 8 * nt + 2 * c) * 8);
       float f[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -328,26 +355,38 @@ __device__ __forceinline__ void compute_step(const MmqArgs& a, int64_t step, int
           f[e] = small_int_to_f32(cm[nt][e]);
         }
       }
-      acc[nt][0] = fmaf(f[0], s0 * ds.x, acc[nt][0]);
-      acc[nt][1] = fmaf(f[1], s0 * ds.z, acc[nt][1]);
-      acc[nt][2] = fmaf(f[2], s1 * ds.x, acc[nt][2]);
-      acc[nt][3] = fmaf(f[3], s1 * ds.z, acc[nt][3]);
-      if constexpr (!is_q6k<Q>()) {
-        if constexpr (Q::kMin) {
-          acc[nt][0] = fmaf(-m0, ds.y, acc[nt][0]);
-          acc[nt][1] = fmaf(-m0, ds.w, acc[nt][1]);
-          acc[nt][2] = fmaf(-m1, ds.y, acc[nt][2]);
-          acc[nt][3] = fmaf(-m1, ds.w, acc[nt][3]);
-        }
+      acc[nt][0] = fmaf(f[0], sc0.x * ds.x, acc[nt][0]);
+      acc[nt][1] = fmaf(f[1], sc0.x * ds.z, acc[nt][1]);
+      acc[nt][2] = fmaf(f[2], sc1.x * ds.x, acc[nt][2]);
+      acc[nt][3] = fmaf(f[3], sc1.x * ds.z, acc[nt][3]);
+      if constexpr (Q::kMin) {
+        acc[nt][0] = fmaf(-sc0.y, ds.y, acc[nt][0]);
+        acc[nt][1] = fmaf(-sc0.y, ds.w, acc[nt][1]);
+        acc[nt][2] = fmaf(-sc1.y, ds.y, acc[nt][2]);
+        acc[nt][3] = fmaf(-sc1.y, ds.w, acc[nt][3]);
       }
     }
+  };
+  // kGB groups' MMAs are issued before their epilogues, so the tensor cores' latency overlaps
+  // independent work (32 registers of integer results in every tiling).
+  constexpr int kGB = kNT >= 4 ? 2 : kNT == 2 ? 4 : 8;
+#pragma unroll
+  for (int j0 = 0; j0 < 8; j0 += kGB) {
+    if (j0 >= groups) break;
+    int cm[kGB][kNT][4];
+#pragma unroll
+    for (int jj = 0; jj < kGB; ++jj)
+      if (j0 + jj < groups) mma_group(j0 + jj, cm[jj]);
+#pragma unroll
+    for (int jj = 0; jj < kGB; ++jj)
+      if (j0 + jj < groups) epilogue_group(j0 + jj, cm[jj]);
   }
 }
 
 // grid: (token tiles, row tiles, splits)
 template <class Q, int kBN>
-__global__ void __launch_bounds__(kThreads) mmq_kernel(const MmqArgs a) {
-  constexpr int kNT = kBN / 8, kS = num_stages<kBN>();
+__global__ void __launch_bounds__(kThreads, 2) mmq_kernel(const MmqArgs a) {
+  constexpr int kNT = kBN / 8 / kWarpsN, kS = num_stages<kBN>();
   const int tok0 = blockIdx.x * kBN;
   const int64_t row0 = int64_t{blockIdx.y} * kBM;
   const int split = blockIdx.z;
@@ -372,19 +411,22 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(const MmqArgs a) {
     cp_async_commit();
     cp_async_wait<kS - 1>();
     __syncthreads();
+    prep_step<Q, kBN>(a, k0 + i, static_cast<int>(i % kS), row0);
+    __syncthreads();
     compute_step<Q, kBN>(a, k0 + i, static_cast<int>(i % kS), row0, acc);
     __syncthreads();
   }
   cp_async_wait<0>();
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int warp = threadIdx.x / 32 % kWarpsM, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int wtok0 = tok0 + threadIdx.x / 32 / kWarpsM * (kBN / kWarpsN);
   float* out = a.splits > 1 ? a.partials + int64_t{split} * a.n_tokens * a.n_out : a.y;
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int64_t row = row0 + 16 * warp + g + 8 * (e / 2);
-      const int tok = tok0 + 8 * nt + 2 * c + (e & 1);
+      const int tok = wtok0 + 8 * nt + 2 * c + (e & 1);
       if (row < a.n_out && tok < a.n_tokens) out[tok * a.n_out + row] = acc[nt][e];
     }
   if (a.splits == 1) return;
@@ -403,8 +445,14 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(const MmqArgs a) {
     const int tok = tok0 + i / kBM;
     if (row >= a.n_out || tok >= a.n_tokens) continue;
     const float* p = a.partials + tok * a.n_out + row;
-    float v = __ldcg(p);
-    for (int s = 1; s < a.splits; ++s) v += __ldcg(p + int64_t{s} * a.n_tokens * a.n_out);
+    float part[kMaxSplits];  // every load in flight at once, then the sum in split order
+#pragma unroll
+    for (int k = 0; k < kMaxSplits; ++k)
+      part[k] = k < a.splits ? __ldcg(p + int64_t{k} * a.n_tokens * a.n_out) : 0.0f;
+    float v = part[0];
+#pragma unroll
+    for (int k = 1; k < kMaxSplits; ++k)
+      if (k < a.splits) v += part[k];
     a.y[tok * a.n_out + row] = v;
   }
   if (threadIdx.x == 0) *counter = 0;
@@ -432,7 +480,7 @@ void launch_bn(MmqArgs a, int64_t partial_floats, int64_t n_counters, int force_
   const int64_t row_tiles = (a.n_out + kBM - 1) / kBM;
   const int64_t tiles = tok_tiles * row_tiles;
   // CTAs resident per SM: smem-bound (2 or 3 at most here).
-  const int per_sm = std::max(1, std::min(4, (227 << 10) / smem_bytes<Q, kBN>()));
+  const int per_sm = std::max(1, std::min(2, (227 << 10) / smem_bytes<Q, kBN>()));
   int splits = 1;
   if (force_splits > 0) {
     splits = force_splits;
