@@ -2,8 +2,8 @@
 // reference dequantization), on fresh random inputs: weights quantized from Gaussian rows,
 // Gaussian activations. The error is |y - ref| / |ref| over the whole output (L2 norms):
 //   int8 matvec (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K at n_tokens <= 8) and int8 MMA (the same types at
-//   9..256 tokens, mmq): activations rounded to int8 per 32 values, 1.5e-2 (and 1e-5 on
-//   activations that int8 holds exactly);
+//   9..16 tokens by default, 9..256 when a test moves the crossover; mmq): activations rounded
+//   to int8 per 32 values, 1.5e-2 (and 1e-5 on activations that int8 holds exactly);
 //   direct kernels (other types at n_tokens <= 8, n_in % 8 == 0; every matmul_id): fp32
 //   arithmetic, 1e-5;
 //   cuBLAS path with F32 weights: plain fp32 GEMM, 1e-5;
@@ -45,8 +45,10 @@ bool matvec_type(Type t) {
          t == Type::Q6_K;
 }
 
+// The bound of the path the default dispatch takes for a weight under 4096 x 4096 values: the
+// int8 matvec up to 8 tokens, mmq up to 16, cuBLAS above.
 double error_bound(Type t, int64_t n_tokens, int64_t n_in) {
-  if (n_tokens <= backend::cuda::kMmqMaxTokens && matvec_type(t)) return kMatvecBound;
+  if (n_tokens <= 16 && matvec_type(t)) return kMatvecBound;
   if (n_tokens <= 8 && n_in % 8 == 0) return kDirectBound;
   return t == Type::F32 ? kFp32GemmBound : kFp16GemmBound;
 }
@@ -282,7 +284,8 @@ TEST(CudaMatmul, GraphReplayEqualsEager) {
   const Weight w = weight_view(Type::Q4_K, n_in, n_out, dw.get());
   const std::vector<float> x = gaussian(static_cast<size_t>(64 * n_in), rng);
   test::DeviceVec<float> dx(x);
-  for (int64_t n_tokens : {1, 5, 64}) {  // matvec, matvec masked, mmq (split-K)
+  backend::cuda::matmul_set_mmq(ctx.p, 64, 0, 2);  // mmq at 64 tokens, with split-K
+  for (int64_t n_tokens : {1, 5, 64}) {            // matvec, matvec masked, mmq (split-K)
     const size_t n = static_cast<size_t>(n_tokens * n_out);
     test::DeviceVec<float> dy(n);
     auto run = [&](cudaStream_t s) {
@@ -476,6 +479,7 @@ TEST(CudaMatmul, MmqProducerQuantizedAndSwitch) {
   const int64_t n_in = 4096, n_out = 1000, n_tokens = 48;
   Ctx ctx(n_tokens, n_in, n_out);
   ASSERT_NE(ctx.p, nullptr);
+  backend::cuda::matmul_set_mmq(ctx.p, n_tokens);  // mmq at 48 tokens for this 1000-row weight
   const std::vector<uint8_t> wb = quantized_rows(Type::Q4_K, n_out, n_in, rng);
   test::DeviceVec<uint8_t> dw(wb);
   const Weight w = weight_view(Type::Q4_K, n_in, n_out, dw.get());

@@ -12,9 +12,10 @@
 // memory bandwidth for the 4-bit types. F16, BF16, F32, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K have
 // kernels for 4 and 8 tokens; the other types one for 8 (fewer tokens are masked).
 //
-// mmq (9..kMmqDefaultTokens tokens, Q4_0/Q8_0/Q4_K/Q5_K/Q6_K): activations quantized to int8 per
-// 32 values (or as their producer wrote them), int8 tensor-core MMA on the weights as stored
-// (mmq.cu). KILN_CUDA_MMQ=0 sends these to cuBLAS (for comparisons).
+// mmq (Q4_0/Q8_0/Q4_K/Q5_K/Q6_K from 9 tokens up to a crossover by weight size: 64 or 16,
+// below): activations quantized to int8 per 32 values (or as their producer wrote them), int8
+// tensor-core MMA on the weights as stored (mmq.cu). KILN_CUDA_MMQ=0 sends these to cuBLAS (for
+// comparisons).
 //
 // cuBLAS (n_tokens > 8, and above the mmq range): activations are rounded to fp16 into scratch; F16
 // weights are used in place, other types are dequantized to fp16 in chunks of rows (<= 64 MiB of
@@ -49,6 +50,7 @@ struct MatmulContext {
   float2* xds = nullptr;       // [q8_tokens, max_n_in / 32]
   int64_t q8_tokens = 0;       // kMatvecMaxTokens, or up to kMmqMaxTokens when mmq may run
   int64_t mmq_max_tokens = 0;  // the largest token count mmq takes (0: none)
+  bool mmq_forced = false;     // matmul_set_mmq: mmq_max_tokens for every weight size
   MmqScratch mmq;
   int64_t max_n_in = 0;
   int64_t max_pairs = 0;
@@ -65,9 +67,13 @@ constexpr int kDirectTokens = 8;  // the direct path's largest token count
 constexpr int kThreads = 32 * kWarps;
 constexpr int64_t kW16Bytes = int64_t{64} << 20;
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS' advice for Hopper
-// mmq's range: 9 tokens up to this; dequantize + cuBLAS above (docs/performance.md has the
-// crossover's measurement).
-constexpr int64_t kMmqDefaultTokens = 256;
+// mmq's range, from the crossover measured on the H200 (docs/performance.md): 9..64 tokens for
+// weights of 4096 x 4096 values or more, 9..16 for smaller ones (a 1024 x 4096 projection has
+// too few 64-row tiles to fill the GPU: dequantize + cuBLAS wins from 32 tokens); dequantize +
+// cuBLAS above.
+constexpr int64_t kMmqDefaultTokens = 64;
+constexpr int64_t kMmqSmallTokens = 16;
+constexpr int64_t kMmqLargeWeight = int64_t{4096} * 4096;
 constexpr int64_t kMmqPartialFloats = int64_t{4} << 20;  // split-K partial sums, at most
 constexpr int64_t kMmqCounters = 16384;
 
@@ -448,8 +454,10 @@ MatmulContext* create_matmul_context(int64_t max_tokens, int64_t max_n_in, int64
   alloc(reinterpret_cast<void**>(&ctx->w16), static_cast<size_t>(ctx->w16_elems) * 2);
   const int64_t q_in = (std::max<int64_t>(1, max_n_in) + 255) / 256 * 256;
   ctx->mmq_max_tokens = mmq_enabled() ? kMmqDefaultTokens : 0;
+  // The int8 activations hold up to kMmqMaxTokens rows (when mmq is on), so that a benchmark or
+  // test can move the crossover (matmul_set_mmq).
   ctx->q8_tokens = std::max<int64_t>(
-      kMatvecMaxTokens, std::min({max_tokens, ctx->mmq_max_tokens, int64_t{kMmqMaxTokens}}));
+      kMatvecMaxTokens, std::min(max_tokens, mmq_enabled() ? int64_t{kMmqMaxTokens} : 0));
   alloc(reinterpret_cast<void**>(&ctx->xq), static_cast<size_t>(ctx->q8_tokens * q_in));
   alloc(reinterpret_cast<void**>(&ctx->xds),
         static_cast<size_t>(ctx->q8_tokens * q_in / 32) * sizeof(float2));
@@ -513,8 +521,10 @@ bool use_matvec(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
 }
 
 bool use_mmq(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
-  return n_tokens > kMatvecMaxTokens && n_tokens <= ctx->mmq_max_tokens &&
-         n_tokens <= ctx->q8_tokens && w.n_in <= ctx->max_n_in && mmq_supports(w);
+  if (n_tokens <= kMatvecMaxTokens || n_tokens > ctx->mmq_max_tokens || n_tokens > ctx->q8_tokens ||
+      w.n_in > ctx->max_n_in || !mmq_supports(w))
+    return false;
+  return ctx->mmq_forced || n_tokens <= kMmqSmallTokens || w.n_in * w.n_out >= kMmqLargeWeight;
 }
 
 }  // namespace
@@ -578,6 +588,7 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
 
 void matmul_set_mmq(MatmulContext* ctx, int64_t max_tokens, int tile_tokens, int splits) {
   ctx->mmq_max_tokens = std::min(max_tokens, ctx->q8_tokens);
+  ctx->mmq_forced = true;
   ctx->mmq.tile_tokens = tile_tokens;
   ctx->mmq.splits = splits;
 }

@@ -33,9 +33,11 @@ struct MmqScratch {
 void mmq(const Weight& w, float* y, const int8_t* xq, const float2* xds, int64_t n_tokens,
          const MmqScratch& scratch, cudaStream_t s);
 
-// For benchmarks and tests: the context's matmul sends 9..max_tokens tokens to mmq (at most what
-// its int8 activations hold; 0: none, everything above 8 tokens goes to dequantize + cuBLAS),
-// with the tiling forced when tile_tokens / splits are nonzero (MmqScratch).
+// For benchmarks and tests: the context's matmul sends 9..max_tokens tokens to mmq for weights
+// of every size (at most what its int8 activations hold; 0: none, everything above 8 tokens goes
+// to dequantize + cuBLAS), with the tiling forced when tile_tokens / splits are nonzero
+// (MmqScratch). By default mmq takes 9..64 tokens for weights of 4096 x 4096 values or more,
+// 9..16 for smaller ones (matmul.cu).
 void matmul_set_mmq(MatmulContext* ctx, int64_t max_tokens, int tile_tokens = 0, int splits = 0);
 
 }  // namespace kiln::backend::cuda
