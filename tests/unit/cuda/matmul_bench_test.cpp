@@ -4,7 +4,9 @@
 //   decode (direct kernels): Llama-3-8B shapes, achieved GB/s (weight + x + y bytes) and % of
 //   the copy ceiling, at 1, 4 and 8 tokens;
 //   prefill (dequant + cuBLAS): TFLOP/s at 512 tokens;
-//   matmul_id: a Qwen3-30B-A3B-shaped expert matmul (128 experts of 768 x 2048).
+//   matmul_id: a Qwen3-30B-A3B-shaped expert matmul (128 experts of 768 x 2048);
+//   mmq (int8 MMA, 9..256 tokens) against dequant + cuBLAS on Llama-3-8B shapes, and mmq's
+//   tilings side by side (Mmq, MmqTilings).
 // Timing: launches captured in a CUDA graph (rotating over enough weight copies to exceed the
 // 50 MiB L2), replayed; the median of 7 replays. Weights are random bytes with small finite
 // f16 scales (never zeros).
@@ -19,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/mmq.h"
 #include "kiln/quant/types.h"
 #include "test_util.h"
 
@@ -266,6 +269,155 @@ TEST(CudaMatmulBench, MatmulId) {
   cudaFree(ids);
   cudaFree(rows);
   backend::cuda::destroy_matmul_context(ctx);
+}
+
+// A Q8 activation buffer and mmq scratch of the bench's own, for timing the mmq kernel alone.
+struct MmqBuffers {
+  int8_t* xq = nullptr;
+  float2* xds = nullptr;
+  backend::cuda::MmqScratch scratch;
+  MmqBuffers(const float* x, int64_t n_tokens, int64_t n_in) {
+    cudaMalloc(&xq, n_tokens * n_in);
+    cudaMalloc(&xds, n_tokens * n_in / 32 * sizeof(float2));
+    scratch.partial_floats = int64_t{4} << 20;
+    scratch.n_counters = 16384;
+    cudaMalloc(&scratch.partials, scratch.partial_floats * sizeof(float));
+    cudaMalloc(&scratch.counters, scratch.n_counters * sizeof(int32_t));
+    cudaMemset(scratch.counters, 0, scratch.n_counters * sizeof(int32_t));
+    backend::cuda::quantize_q8_32(x, n_tokens, n_in, xq, xds, nullptr);
+    cudaDeviceSynchronize();
+  }
+  ~MmqBuffers() {
+    cudaFree(xq);
+    cudaFree(xds);
+    cudaFree(scratch.partials);
+    cudaFree(scratch.counters);
+  }
+};
+
+struct MmqShape {
+  int64_t n_out, n_in;
+};
+constexpr MmqShape kMmqShapes[] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}};
+
+// Per shape, type and token count: the mmq kernel alone (x already int8, as the norms and
+// swiglu write it), matmul() through mmq (with the quantize kernel), and matmul() through
+// dequantize + cuBLAS; us, int8 TOPS and weight GB/s of the kernel, speedup of matmul().
+TEST(CudaMatmulBench, Mmq) {
+  KILN_BENCH_REQUIRE();
+  const double ceiling = copy_ceiling_gbs();
+  std::printf("copy ceiling: %.0f GB/s (read + write, 1 GiB D2D)\n", ceiling);
+  const int64_t max_tok = 256;
+  auto* ctx = backend::cuda::create_matmul_context(max_tok, 14336, 14336);
+  ASSERT_NE(ctx, nullptr);
+  float *x, *y;
+  KILN_CUDA_OK(cudaMalloc(&x, max_tok * 14336 * sizeof(float)));
+  KILN_CUDA_OK(cudaMalloc(&y, max_tok * 14336 * sizeof(float)));
+  {
+    std::vector<float> hx(max_tok * 14336);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0, 1);
+    for (auto& f : hx) f = nd(rng);
+    cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice);
+  }
+  MmqBuffers buf(x, max_tok, 14336);
+  std::printf("%-5s %6s %6s %4s | %8s %6s %6s | %8s %8s %6s\n", "type", "n_out", "n_in", "tok",
+              "mmq us", "TOPS", "GB/s", "+quant", "cuBLAS", "x");
+  for (Type t : {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::Q5_K, Type::Q4_0}) {
+    for (const MmqShape& sh : kMmqShapes) {
+      const uint64_t rb = *quant::row_bytes(t, sh.n_in);
+      const uint64_t wbytes = rb * sh.n_out;
+      const int copies =
+          static_cast<int>(std::clamp<uint64_t>((uint64_t{400} << 20) / wbytes + 1, 1, 8));
+      uint8_t* w = random_weight_bytes(t, wbytes * copies);
+      ASSERT_NE(w, nullptr);
+      auto weight = [&](int i) {
+        Weight wt;
+        wt.type = t;
+        wt.n_in = sh.n_in;
+        wt.n_out = sh.n_out;
+        wt.row_bytes = rb;
+        wt.data = w + (i % copies) * wbytes;
+        return wt;
+      };
+      for (int64_t tok : {16, 32, 64, 128, 256}) {
+        if (t != Type::Q4_K && t != Type::Q6_K && (tok == 32 || tok == 128)) continue;
+        const double us_k = time_graph_us(
+            [&](int i, cudaStream_t s) {
+              backend::cuda::mmq(weight(i), y, buf.xq, buf.xds, tok, buf.scratch, s);
+            },
+            4 * copies);
+        backend::cuda::matmul_set_mmq(ctx, max_tok);
+        const double us_m = time_graph_us(
+            [&](int i, cudaStream_t s) { backend::cuda::matmul(ctx, weight(i), x, y, tok, s); },
+            4 * copies);
+        backend::cuda::matmul_set_mmq(ctx, 0);
+        const double us_c = time_graph_us(
+            [&](int i, cudaStream_t s) { backend::cuda::matmul(ctx, weight(i), x, y, tok, s); },
+            2 * copies);
+        std::printf("%-5s %6ld %6ld %4ld | %8.1f %6.0f %6.0f | %8.1f %8.1f %5.1fx\n",
+                    std::string(quant::type_name(t)).c_str(), sh.n_out, sh.n_in, tok, us_k,
+                    2.0 * sh.n_out * sh.n_in * tok / us_k / 1e6, wbytes / us_k / 1e3, us_m, us_c,
+                    us_c / us_m);
+        std::fflush(stdout);
+      }
+      cudaFree(w);
+    }
+  }
+  ASSERT_EQ(cudaSuccess, cudaGetLastError());
+  cudaFree(x);
+  cudaFree(y);
+  backend::cuda::destroy_matmul_context(ctx);
+}
+
+// mmq's tilings (tokens per CTA x K splits) for Q4_K on two shapes: the kernel alone, us.
+TEST(CudaMatmulBench, MmqTilings) {
+  KILN_BENCH_REQUIRE();
+  const int64_t max_tok = 256;
+  float *x, *y;
+  KILN_CUDA_OK(cudaMalloc(&x, max_tok * 14336 * sizeof(float)));
+  KILN_CUDA_OK(cudaMalloc(&y, max_tok * 14336 * sizeof(float)));
+  cudaMemset(x, 0x3c, max_tok * 14336 * sizeof(float));
+  MmqBuffers buf(x, max_tok, 14336);
+  for (Type t : {Type::Q4_K, Type::Q6_K}) {
+    for (const MmqShape& sh : {kMmqShapes[0], kMmqShapes[1], kMmqShapes[3]}) {
+      const uint64_t rb = *quant::row_bytes(t, sh.n_in);
+      const uint64_t wbytes = rb * sh.n_out;
+      const int copies =
+          static_cast<int>(std::clamp<uint64_t>((uint64_t{400} << 20) / wbytes + 1, 1, 8));
+      uint8_t* w = random_weight_bytes(t, wbytes * copies);
+      ASSERT_NE(w, nullptr);
+      for (int64_t tok : {16, 64, 256}) {
+        std::printf("%-5s %6ld x %6ld, %3ld tokens:", std::string(quant::type_name(t)).c_str(),
+                    sh.n_out, sh.n_in, tok);
+        for (int tile : {16, 32, 64}) {
+          for (int splits : {1, 2, 4, 8}) {
+            backend::cuda::MmqScratch sc = buf.scratch;
+            sc.tile_tokens = tile;
+            sc.splits = splits;
+            const double us = time_graph_us(
+                [&](int i, cudaStream_t s) {
+                  Weight wt;
+                  wt.type = t;
+                  wt.n_in = sh.n_in;
+                  wt.n_out = sh.n_out;
+                  wt.row_bytes = rb;
+                  wt.data = w + (i % copies) * wbytes;
+                  backend::cuda::mmq(wt, y, buf.xq, buf.xds, tok, sc, s);
+                },
+                4 * copies);
+            std::printf(" %d/%d %.1f", tile, splits, us);
+          }
+        }
+        std::printf("\n");
+        std::fflush(stdout);
+      }
+      cudaFree(w);
+    }
+  }
+  ASSERT_EQ(cudaSuccess, cudaGetLastError());
+  cudaFree(x);
+  cudaFree(y);
 }
 
 }  // namespace

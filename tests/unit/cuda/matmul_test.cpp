@@ -1,8 +1,9 @@
 // CUDA matmul and matmul_id against cpu::matmul_reference (fp32 activations against the
 // reference dequantization), on fresh random inputs: weights quantized from Gaussian rows,
 // Gaussian activations. The error is |y - ref| / |ref| over the whole output (L2 norms):
-//   int8 matvec (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K at n_tokens <= 8): activations rounded to int8
-//   per 32 values, 1.5e-2 (and 1e-5 on activations that int8 holds exactly);
+//   int8 matvec (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K at n_tokens <= 8) and int8 MMA (the same types at
+//   9..16 tokens by default, 9..256 when a test moves the crossover; mmq): activations rounded
+//   to int8 per 32 values, 1.5e-2 (and 1e-5 on activations that int8 holds exactly);
 //   direct kernels (other types at n_tokens <= 8, n_in % 8 == 0; every matmul_id): fp32
 //   arithmetic, 1e-5;
 //   cuBLAS path with F32 weights: plain fp32 GEMM, 1e-5;
@@ -17,6 +18,7 @@
 
 #include "kiln/backend/cpu/matmul.h"
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/mmq.h"
 #include "kiln/quant/convert.h"
 #include "test_util.h"
 
@@ -43,8 +45,10 @@ bool matvec_type(Type t) {
          t == Type::Q6_K;
 }
 
+// The bound of the path the default dispatch takes for a weight under 4096 x 4096 values: the
+// int8 matvec up to 8 tokens, mmq up to 16, cuBLAS above.
 double error_bound(Type t, int64_t n_tokens, int64_t n_in) {
-  if (n_tokens <= 8 && matvec_type(t)) return kMatvecBound;
+  if (n_tokens <= 16 && matvec_type(t)) return kMatvecBound;
   if (n_tokens <= 8 && n_in % 8 == 0) return kDirectBound;
   return t == Type::F32 ? kFp32GemmBound : kFp16GemmBound;
 }
@@ -187,6 +191,7 @@ TEST(CudaMatmul, WeightLargerThanScratchIsChunked) {
   const int64_t n_in = 4096, n_out = 8293, n_tokens = 12;
   Ctx ctx(n_tokens, n_in, n_out);
   ASSERT_NE(ctx.p, nullptr);
+  backend::cuda::matmul_set_mmq(ctx.p, 0);  // the cuBLAS path at 12 tokens
   const std::vector<uint8_t> wb = quantized_rows(Type::Q4_K, n_out, n_in, rng);
   test::DeviceVec<uint8_t> dw(wb);
   const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
@@ -279,7 +284,8 @@ TEST(CudaMatmul, GraphReplayEqualsEager) {
   const Weight w = weight_view(Type::Q4_K, n_in, n_out, dw.get());
   const std::vector<float> x = gaussian(static_cast<size_t>(64 * n_in), rng);
   test::DeviceVec<float> dx(x);
-  for (int64_t n_tokens : {1, 5, 64}) {  // direct, direct masked, cuBLAS
+  backend::cuda::matmul_set_mmq(ctx.p, 64, 0, 2);  // mmq at 64 tokens, with split-K
+  for (int64_t n_tokens : {1, 5, 64}) {            // matvec, matvec masked, mmq (split-K)
     const size_t n = static_cast<size_t>(n_tokens * n_out);
     test::DeviceVec<float> dy(n);
     auto run = [&](cudaStream_t s) {
@@ -307,10 +313,12 @@ TEST(CudaMatmul, ContextReportsItsBytes) {
   KILN_REQUIRE_GPU();
   Ctx ctx(16, 4096, 4096);
   ASSERT_NE(ctx.p, nullptr);
-  // The cuBLAS workspace (32 MiB), 16 x 4096 fp16 activations, 4096 x 4096 fp16 weights, and
-  // the matvec's 8 x 4096 int8 activations with 8 x 128 (d, sum) pairs.
+  // The cuBLAS workspace (32 MiB), 16 x 4096 fp16 activations, 4096 x 4096 fp16 weights, the
+  // matvec's and mmq's 16 x 4096 int8 activations with 16 x 128 (d, sum) pairs, and mmq's
+  // split-K scratch: 4 x 16 x 4096 partial sums and 16384 tile counters.
   EXPECT_EQ(backend::cuda::matmul_context_bytes(ctx.p),
-            (uint64_t{32} << 20) + 16 * 4096 * 2 + 4096 * 4096 * 2 + 8 * 4096 + 8 * 128 * 8);
+            (uint64_t{32} << 20) + 16 * 4096 * 2 + 4096 * 4096 * 2 + 16 * 4096 + 16 * 128 * 8 +
+                4 * 16 * 4096 * 4 + 16384 * 4);
 }
 
 // Activations that int8 levels hold exactly (each group of 32: integers in [-127, 127] with
@@ -368,7 +376,7 @@ TEST(CudaMatmul, SharedInputEqualsSeparateCalls) {
   const uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);
   const int64_t n_in = 1024;
-  Ctx ctx(16, n_in, 300);
+  Ctx ctx(64, n_in, 300);
   ASSERT_NE(ctx.p, nullptr);
   // Weights of one type share a launch (rows numbered across them; a CTA's warps may span
   // two weights): three Q4_K of ragged heights, two F16, one Q6_K between them.
@@ -381,7 +389,7 @@ TEST(CudaMatmul, SharedInputEqualsSeparateCalls) {
   for (int i = 0; i < kW; ++i) host.push_back(quantized_rows(types[i], outs[i], n_in, rng));
   for (int i = 0; i < kW; ++i) dev.emplace_back(host[i]);
   for (int i = 0; i < kW; ++i) ws.push_back(weight_view(types[i], n_in, outs[i], dev[i].get()));
-  for (int64_t n_tokens : {1, 3, 8, 16}) {
+  for (int64_t n_tokens : {1, 3, 8, 16, 64}) {
     const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
     test::DeviceVec<float> dx(x);
     std::deque<test::DeviceVec<float>> shared, single;
@@ -398,6 +406,105 @@ TEST(CudaMatmul, SharedInputEqualsSeparateCalls) {
       EXPECT_EQ(shared[i].to_host(), single[i].to_host())
           << "weight " << i << " n_tokens=" << n_tokens << " seed=" << seed;
   }
+}
+
+// Activations that int8 levels hold exactly (each group of 32: integers in [-127, 127] with one
+// of magnitude 127, times a power of two), as MatvecExactOnRepresentableActivations.
+std::vector<float> representable(int64_t n, std::mt19937_64& rng) {
+  std::vector<float> x(static_cast<size_t>(n));
+  for (size_t g = 0; g < x.size() / 32; ++g) {
+    const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 9);
+    for (int i = 0; i < 32; ++i)
+      x[g * 32 + i] = scale * static_cast<float>(static_cast<int>(rng() % 255) - 127);
+    x[g * 32 + rng() % 32] = (rng() & 1 ? 127.0f : -127.0f) * scale;
+  }
+  return x;
+}
+
+// The int8 MMA path (mmq, 9..256 tokens) on every tiling (16, 32 or 64 tokens per CTA; one
+// K split or several), ragged heights (a partial 64-row tile) and ragged K steps (Q4_0/Q8_0
+// rows of 3 blocks, or 9 steps and a tail): on representable activations within 1e-5 of the
+// reference (a wrong nibble, scale or min shows), on Gaussian ones within kMatvecBound.
+TEST(CudaMatmul, MmqMatchesReference) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  Ctx ctx(256, 2336, 200);
+  ASSERT_NE(ctx.p, nullptr);
+  struct Tiling {
+    int tile_tokens, splits;
+  };
+  const Tiling tilings[] = {{0, 0}, {16, 1}, {32, 3}, {64, 2}};
+  for (Type t : {Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q5_K, Type::Q6_K}) {
+    const int64_t be = quant::traits(t).block_elems;
+    for (int64_t n_in : {3 * be, be == 32 ? int64_t{2336} : int64_t{2304}}) {
+      const int64_t n_out = n_in == 3 * be ? 67 : 200;
+      const std::vector<uint8_t> wb = quantized_rows(t, n_out, n_in, rng);
+      test::DeviceVec<uint8_t> dw(wb);
+      const Weight hw = weight_view(t, n_in, n_out, wb.data());
+      const Weight w = weight_view(t, n_in, n_out, dw.get());
+      for (int64_t n_tokens : {9, 16, 17, 31, 64, 100, 128, 256}) {
+        for (const Tiling& tl : tilings) {
+          SCOPED_TRACE(testing::Message() << quant::type_name(t) << " n_in=" << n_in
+                                          << " n_tokens=" << n_tokens << " tile=" << tl.tile_tokens
+                                          << " splits=" << tl.splits << " seed=" << seed);
+          backend::cuda::matmul_set_mmq(ctx.p, 256, tl.tile_tokens, tl.splits);
+          for (bool exact : {true, false}) {
+            const std::vector<float> x = exact
+                                             ? representable(n_tokens * n_in, rng)
+                                             : gaussian(static_cast<size_t>(n_tokens * n_in), rng);
+            std::vector<float> ref(static_cast<size_t>(n_tokens * n_out));
+            backend::cpu::matmul_reference(hw, x.data(), ref.data(), n_tokens, nullptr);
+            test::DeviceVec<float> dx(x);
+            test::DeviceVec<float> dy(ref.size());
+            KILN_CUDA_OK(cudaMemset(dy.get(), 0xff, ref.size() * sizeof(float)));
+            backend::cuda::matmul(ctx.p, w, dx.get(), dy.get(), n_tokens, nullptr);
+            KILN_CUDA_OK(cudaDeviceSynchronize());
+            EXPECT_LE(rel_error(dy.to_host(), ref), exact ? kDirectBound : kMatvecBound)
+                << (exact ? "representable" : "gaussian");
+          }
+        }
+      }
+    }
+  }
+}
+
+// The int8 activations a producer wrote (matmul_shared's x_quantized, here quantize_q8_32 into
+// the context's buffers) give the same bits as the matmul quantizing x itself; and with mmq
+// off, the same product comes from dequantize + cuBLAS within its fp16 bound.
+TEST(CudaMatmul, MmqProducerQuantizedAndSwitch) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int64_t n_in = 4096, n_out = 1000, n_tokens = 48;
+  Ctx ctx(n_tokens, n_in, n_out);
+  ASSERT_NE(ctx.p, nullptr);
+  backend::cuda::matmul_set_mmq(ctx.p, n_tokens);  // mmq at 48 tokens for this 1000-row weight
+  const std::vector<uint8_t> wb = quantized_rows(Type::Q4_K, n_out, n_in, rng);
+  test::DeviceVec<uint8_t> dw(wb);
+  const Weight w = weight_view(Type::Q4_K, n_in, n_out, dw.get());
+  const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
+  test::DeviceVec<float> dx(x);
+  test::DeviceVec<float> d1(static_cast<size_t>(n_tokens * n_out));
+  test::DeviceVec<float> d2(static_cast<size_t>(n_tokens * n_out));
+  backend::cuda::matmul(ctx.p, w, dx.get(), d1.get(), n_tokens, nullptr);
+  const backend::cuda::MatmulQ8 q = backend::cuda::matmul_q8(ctx.p);
+  ASSERT_GE(q.max_tokens, n_tokens);
+  backend::cuda::quantize_q8_32(dx.get(), n_tokens, n_in, q.xq, q.xds, nullptr);
+  const Weight* wp[1] = {&w};
+  float* yp[1] = {d2.get()};
+  EXPECT_TRUE(backend::cuda::matmul_shared(ctx.p, wp, yp, 1, dx.get(), n_tokens, nullptr, true));
+  KILN_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> y = d1.to_host();
+  EXPECT_EQ(y, d2.to_host()) << "seed=" << seed;
+  std::vector<float> ref(y.size());
+  backend::cpu::matmul_reference(weight_view(Type::Q4_K, n_in, n_out, wb.data()), x.data(),
+                                 ref.data(), n_tokens, nullptr);
+  EXPECT_LE(rel_error(y, ref), kMatvecBound) << "seed=" << seed;
+  backend::cuda::matmul_set_mmq(ctx.p, 0);
+  backend::cuda::matmul(ctx.p, w, dx.get(), d2.get(), n_tokens, nullptr);
+  KILN_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_LE(rel_error(d2.to_host(), ref), kFp16GemmBound) << "seed=" << seed;
 }
 
 }  // namespace

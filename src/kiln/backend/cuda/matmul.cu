@@ -12,10 +12,15 @@
 // memory bandwidth for the 4-bit types. F16, BF16, F32, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K have
 // kernels for 4 and 8 tokens; the other types one for 8 (fewer tokens are masked).
 //
-// cuBLAS (n_tokens > 8): activations are rounded to fp16 into scratch; F16 weights are used
-// in place, other types are dequantized to fp16 in chunks of rows (<= 64 MiB of scratch) and
-// each chunk is one GemmEx (fp16 operands, fp32 accumulation and output) on the tensor cores.
-// F32 weights stay fp32: one GemmEx in plain fp32 (no TF32), no scratch.
+// mmq (Q4_0/Q8_0/Q4_K/Q5_K/Q6_K from 9 tokens up to a crossover by weight size: 64 or 16,
+// below): activations quantized to int8 per 32 values (or as their producer wrote them), int8
+// tensor-core MMA on the weights as stored (mmq.cu). KILN_CUDA_MMQ=0 sends these to cuBLAS (for
+// comparisons).
+//
+// cuBLAS (n_tokens > 8, and above the mmq range): activations are rounded to fp16 into scratch; F16
+// weights are used in place, other types are dequantized to fp16 in chunks of rows (<= 64 MiB of
+// scratch) and each chunk is one GemmEx (fp16 operands, fp32 accumulation and output) on the tensor
+// cores. F32 weights stay fp32: one GemmEx in plain fp32 (no TF32), no scratch.
 //
 // Nothing here allocates or synchronises the host: the cuBLAS workspace is the context's
 // (cublasSetWorkspace after every cublasSetStream, which resets it), so a call can be captured.
@@ -27,6 +32,7 @@
 #include <string_view>
 
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/mmq.h"
 #include "kiln/backend/cuda/quant_blocks.cuh"
 
 namespace kiln::backend::cuda {
@@ -39,9 +45,13 @@ struct MatmulContext {
   int64_t x16_elems = 0;
   __half* w16 = nullptr;  // [w16_elems]: a chunk of dequantized weight rows
   int64_t w16_elems = 0;
-  int32_t* moe = nullptr;  // perm [max_pairs], num_tiles [1], tiles [3 * max_tiles]
-  int8_t* xq = nullptr;    // [kMatvecMaxTokens, max_n_in]: activations quantized for matvec
-  float2* xds = nullptr;   // [kMatvecMaxTokens, max_n_in / 32]
+  int32_t* moe = nullptr;      // perm [max_pairs], num_tiles [1], tiles [3 * max_tiles]
+  int8_t* xq = nullptr;        // [q8_tokens, max_n_in]: activations quantized for matvec / mmq
+  float2* xds = nullptr;       // [q8_tokens, max_n_in / 32]
+  int64_t q8_tokens = 0;       // kMatvecMaxTokens, or up to kMmqMaxTokens when mmq may run
+  int64_t mmq_max_tokens = 0;  // the largest token count mmq takes (0: none)
+  bool mmq_forced = false;     // matmul_set_mmq: mmq_max_tokens for every weight size
+  MmqScratch mmq;
   int64_t max_n_in = 0;
   int64_t max_pairs = 0;
   int64_t max_experts = 0;
@@ -57,6 +67,15 @@ constexpr int kDirectTokens = 8;  // the direct path's largest token count
 constexpr int kThreads = 32 * kWarps;
 constexpr int64_t kW16Bytes = int64_t{64} << 20;
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS' advice for Hopper
+// mmq's range, from the crossover measured on the H200 (docs/performance.md): 9..64 tokens for
+// weights of 4096 x 4096 values or more, 9..16 for smaller ones (a 1024 x 4096 projection has
+// too few 64-row tiles to fill the GPU: dequantize + cuBLAS wins from 32 tokens); dequantize +
+// cuBLAS above.
+constexpr int64_t kMmqDefaultTokens = 64;
+constexpr int64_t kMmqSmallTokens = 16;
+constexpr int64_t kMmqLargeWeight = int64_t{4096} * 4096;
+constexpr int64_t kMmqPartialFloats = int64_t{4} << 20;  // split-K partial sums, at most
+constexpr int64_t kMmqCounters = 16384;
 
 // Blocks per chunk: whole blocks, 16-byte multiples where one block is not, ~0.5-1 KiB.
 template <class D>
@@ -91,6 +110,15 @@ constexpr bool has_token_variants() {
     default:
       return false;
   }
+}
+
+// KILN_CUDA_MMQ=0: batches of 9+ tokens go to dequantize + cuBLAS (for comparisons).
+bool mmq_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("KILN_CUDA_MMQ");
+    return e == nullptr || std::string_view(e) != "0";
+  }();
+  return enabled;
 }
 
 constexpr int gcd16(int b) {
@@ -425,9 +453,24 @@ MatmulContext* create_matmul_context(int64_t max_tokens, int64_t max_n_in, int64
                                      std::max<int64_t>(1, max_n_in));
   alloc(reinterpret_cast<void**>(&ctx->w16), static_cast<size_t>(ctx->w16_elems) * 2);
   const int64_t q_in = (std::max<int64_t>(1, max_n_in) + 255) / 256 * 256;
-  alloc(reinterpret_cast<void**>(&ctx->xq), static_cast<size_t>(kMatvecMaxTokens * q_in));
+  ctx->mmq_max_tokens = mmq_enabled() ? kMmqDefaultTokens : 0;
+  // The int8 activations hold up to kMmqMaxTokens rows (when mmq is on), so that a benchmark or
+  // test can move the crossover (matmul_set_mmq).
+  ctx->q8_tokens = std::max<int64_t>(
+      kMatvecMaxTokens, std::min(max_tokens, mmq_enabled() ? int64_t{kMmqMaxTokens} : 0));
+  alloc(reinterpret_cast<void**>(&ctx->xq), static_cast<size_t>(ctx->q8_tokens * q_in));
   alloc(reinterpret_cast<void**>(&ctx->xds),
-        static_cast<size_t>(kMatvecMaxTokens * q_in / 32) * sizeof(float2));
+        static_cast<size_t>(ctx->q8_tokens * q_in / 32) * sizeof(float2));
+  if (ctx->q8_tokens > kMatvecMaxTokens) {
+    ctx->mmq.partial_floats =
+        std::min(kMmqPartialFloats, 4 * ctx->q8_tokens * std::max<int64_t>(1, max_n_out));
+    alloc(reinterpret_cast<void**>(&ctx->mmq.partials),
+          static_cast<size_t>(ctx->mmq.partial_floats) * sizeof(float));
+    ctx->mmq.n_counters = kMmqCounters;
+    alloc(reinterpret_cast<void**>(&ctx->mmq.counters),
+          static_cast<size_t>(kMmqCounters) * sizeof(int32_t));
+    if (ok) ok = cudaMemset(ctx->mmq.counters, 0, kMmqCounters * sizeof(int32_t)) == cudaSuccess;
+  }
   if (max_pairs > 0) {
     ctx->max_pairs = max_pairs;
     ctx->max_experts = max_experts;
@@ -452,6 +495,8 @@ void destroy_matmul_context(MatmulContext* ctx) {
   cudaFree(ctx->moe);
   cudaFree(ctx->xq);
   cudaFree(ctx->xds);
+  cudaFree(ctx->mmq.partials);
+  cudaFree(ctx->mmq.counters);
   delete ctx;
 }
 
@@ -475,6 +520,13 @@ bool use_matvec(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
          matvec_supports(w);
 }
 
+bool use_mmq(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
+  if (n_tokens <= kMatvecMaxTokens || n_tokens > ctx->mmq_max_tokens || n_tokens > ctx->q8_tokens ||
+      w.n_in > ctx->max_n_in || !mmq_supports(w))
+    return false;
+  return ctx->mmq_forced || n_tokens <= kMmqSmallTokens || w.n_in * w.n_out >= kMmqLargeWeight;
+}
+
 }  // namespace
 
 void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64_t n_tokens,
@@ -486,7 +538,7 @@ void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64
 
 bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys, int n_w,
                    const float* x, int64_t n_tokens, cudaStream_t s, bool x_quantized) {
-  bool quantized = x_quantized && n_tokens <= kMatvecMaxTokens;
+  bool quantized = x_quantized && n_tokens <= ctx->q8_tokens;
   // Decode-sized products the matvec kernels take are launched together after the loop: one
   // launch per weight type for the weights sharing x.
   const Weight* mq[8];
@@ -503,10 +555,15 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
       yq[n_q++] = y;
       continue;
     }
-    if (n_tokens <= kMatvecMaxTokens && matvec_enabled() && matvec_half_supports(w, x) &&
-        n_h < 8) {
+    if (n_tokens <= kMatvecMaxTokens && matvec_enabled() && matvec_half_supports(w, x) && n_h < 8) {
       mh[n_h] = &w;
       yh[n_h++] = y;
+      continue;
+    }
+    if (use_mmq(ctx, w, n_tokens)) {
+      if (!quantized) quantize_q8_32(x, n_tokens, w.n_in, ctx->xq, ctx->xds, s);
+      quantized = true;
+      mmq(w, y, ctx->xq, ctx->xds, n_tokens, ctx->mmq, s);
       continue;
     }
     const bool direct_shape = w.n_in % 8 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 1) == 0;
@@ -529,11 +586,18 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
   return quantized;
 }
 
+void matmul_set_mmq(MatmulContext* ctx, int64_t max_tokens, int tile_tokens, int splits) {
+  ctx->mmq_max_tokens = std::min(max_tokens, ctx->q8_tokens);
+  ctx->mmq_forced = true;
+  ctx->mmq.tile_tokens = tile_tokens;
+  ctx->mmq.splits = splits;
+}
+
 MatmulQ8 matmul_q8(MatmulContext* ctx) {
   MatmulQ8 q;
   q.xq = ctx->xq;
   q.xds = ctx->xds;
-  q.max_tokens = kMatvecMaxTokens;
+  q.max_tokens = std::max<int64_t>(kMatvecMaxTokens, std::min(ctx->q8_tokens, ctx->mmq_max_tokens));
   q.max_cols = (std::max<int64_t>(1, ctx->max_n_in) + 255) / 256 * 256;
   return q;
 }
