@@ -556,6 +556,42 @@ TEST(Scheduler, PrefillOnlyAndNoPrefixReuse) {
   EXPECT_EQ(s.kv().num_free_blocks(), 32);
 }
 
+// Encoder inputs (whole_prompt) are never split: one longer than a step is refused at add();
+// one that does not fit in what is left of a step waits whole for the next, and nobody behind
+// it jumps the queue; a cached prefix is never reused for them.
+TEST(Scheduler, WholePromptsAreNeverChunked) {
+  SchedulerConfig cfg = config(/*max_batch_tokens=*/64, 32);
+  Scheduler s(cfg);
+  auto whole = [](SeqId id, int32_t n) {
+    Request r{id, iota_tokens(static_cast<int32_t>(id) * 1000, n), 1};
+    r.prefill_only = true;
+    r.whole_prompt = true;
+    return r;
+  };
+  EXPECT_EQ(s.add(whole(9, 65)).code, AdmitErrc::kContextLengthExceeded);
+  ASSERT_TRUE(s.add(whole(1, 40)).ok());
+  ASSERT_TRUE(s.add(whole(2, 40)).ok());  // 24 tokens left in the step: waits whole
+  ASSERT_TRUE(s.add(whole(3, 8)).ok());   // would fit, but stays behind 2
+  StepPlan p = s.schedule();
+  ASSERT_THAT(ids_of(p), ElementsAre(1));
+  EXPECT_EQ(p.seqs[0].num_tokens, 40);
+  EXPECT_EQ(s.update(p, std::vector<SeqOutput>{{1, 0, true}}).size(), 1u);
+  p = s.schedule();
+  ASSERT_THAT(ids_of(p), ElementsAre(2, 3));
+  EXPECT_EQ(p.seqs[0].num_tokens, 40);
+  EXPECT_EQ(p.seqs[1].num_tokens, 8);
+  EXPECT_EQ(s.update(p, std::vector<SeqOutput>{{2, 0, true}, {3, 0, true}}).size(), 2u);
+  // The same 40 tokens again: their full blocks are cached, but an encoder computes them all.
+  Request again = whole(1, 40);
+  again.id = 4;
+  ASSERT_TRUE(s.add(again).ok());
+  p = s.schedule();
+  ASSERT_THAT(ids_of(p), ElementsAre(4));
+  EXPECT_EQ(p.seqs[0].first_token, 0);
+  EXPECT_EQ(p.seqs[0].num_tokens, 40);
+  s.check_invariants();
+}
+
 TEST(Scheduler, CancellationFreesBlocksAtTheNextStep) {
   Scheduler s(config(256, 32, /*max_seqs=*/2));
   FakeEngine e(&s);
