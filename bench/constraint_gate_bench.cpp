@@ -5,8 +5,8 @@
 // at temperature 1 from random logits (a noisy model: the states it reaches are many). A step
 // does what the engine's does for every constrained row (engine.cpp):
 //   mask:   ConstraintGate::prefetch_mask (the engine runs it while the device computes)
-//   sample: ConstraintGate::sample: the mask applied to the row's logits, the request's
-//           sampler drawing, the grammar accepting the token
+//   sample: ConstraintGate::sample: the request's sampler drawing from the row's logits under
+//           the mask (Sampler::sample's allowed ids), the grammar accepting the token
 // and, for the same rows, the sampler alone (what the step costs without a constraint). The
 // gate's cost is mask + sample - plain. A sequence whose grammar finishes starts again (a new
 // request with the same schema), so every step has N constrained rows. Run from the repository
@@ -135,8 +135,10 @@ int main() {
         for (size_t i = 0; i < seqs.size(); ++i) {
           Seq& s = seqs[i];
           const std::vector<float>& row = rows[(step + i) % kLogitRows];
-          auto r = s.gate->sample(
-              row, [&](std::span<const float> l) { return s.sampler.sample(l, s.tokens); });
+          auto r =
+              s.gate->sample(row, [&](std::span<const float> l, std::span<const uint64_t> allowed) {
+                return s.sampler.sample(l, s.tokens, allowed);
+              });
           picked[i] = r ? r->token : -1;
         }
         const double sample_us = us_since(t1);

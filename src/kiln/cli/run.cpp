@@ -206,7 +206,9 @@ Expected<std::string> generate(Runtime& rt, const RunOptions& o, engine::Sampler
     if (next_id >= 0) {
       r.token = next_id;
     } else {
-      auto draw = [&](std::span<const float> row) { return sampler.sample(row, rt.seq->tokens()); };
+      auto draw = [&](std::span<const float> row, std::span<const uint64_t> allowed) {
+        return sampler.sample(row, rt.seq->tokens(), allowed);
+      };
       if (gate) {
         std::optional<engine::SampleResult> g = gate->sample(logits, draw);
         if (!g) {
@@ -216,7 +218,7 @@ Expected<std::string> generate(Runtime& rt, const RunOptions& o, engine::Sampler
         }
         r = std::move(*g);
       } else {
-        r = draw(logits);
+        r = draw(logits, {});
       }
     }
     if (!o.ignore_eos && eog.contains(r.token)) break;

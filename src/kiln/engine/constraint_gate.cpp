@@ -287,20 +287,23 @@ void ConstraintGate::prefetch_mask() {
   mask_ready_ = true;
 }
 
-std::optional<SampleResult> ConstraintGate::sample(
-    std::span<const float> logits,
-    const std::function<SampleResult(std::span<const float>)>& draw) {
+std::optional<SampleResult> ConstraintGate::sample(std::span<const float> logits,
+                                                   const DrawFn& draw) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   SampleResult r;
   const bool constrained = mask_ready_ ? mask_constrained_ : fill_mask(&mask_);
   mask_ready_ = false;
   if (constrained) {
-    if (!grammar::mask_logits(logits, mask_, &masked_logits_)) return std::nullopt;
-    r = draw(masked_logits_);
+    // The sampler applies the mask as it copies the logits: no masked copy here (one of the
+    // whole vocabulary per row and step was most of the gate's cost).
+    if (!grammar::any_allowed(mask_, logits.size())) return std::nullopt;
+    r = draw(logits, mask_);
     if (accept(r.token)) return r;
+    // Refused (rare: a token crossing a boundary): the redraws work on a masked copy.
+    grammar::mask_logits(logits, mask_, &masked_logits_);
   } else {
     // Free text: the logits as they are, copied only when a token is refused.
-    r = draw(logits);
+    r = draw(logits, {});
     if (accept(r.token)) return r;
     masked_logits_.assign(logits.begin(), logits.end());
   }
@@ -315,7 +318,7 @@ std::optional<SampleResult> ConstraintGate::sample(
     if (std::all_of(masked_logits_.begin(), masked_logits_.end(),
                     [&](float x) { return x == kNegInf; }))
       return std::nullopt;
-    r = draw(masked_logits_);
+    r = draw(masked_logits_, {});
     if (accept(r.token)) return r;
   }
 }

@@ -56,13 +56,15 @@ class ConstraintGate {
   // Would accept(token) succeed? (Nothing changes.)
   bool probe(int32_t token);
   // Draws the next token and accepts it: `draw` samples from logits (the request's sampler)
-  // after the gate's mask; a token accept() refuses is removed and drawn again, and after
-  // kMaxRedraws refusals the logits keep exactly the tokens probe() allows. nullopt (nothing
-  // accepted): no token is allowed. `logits` may hold padding ids past the vocabulary.
+  // keeping only the ids of an allowed-id mask (Sampler::sample's `allowed`; empty: all), so
+  // the gate never writes a masked copy of the row; a token accept() refuses is removed and
+  // drawn again (from a masked copy, with an empty mask), and after kMaxRedraws refusals the
+  // logits keep exactly the tokens probe() allows. nullopt (nothing accepted): no token is
+  // allowed. `logits` may hold padding ids past the vocabulary (never allowed under a mask).
   static constexpr int kMaxRedraws = 8;
-  std::optional<SampleResult> sample(
-      std::span<const float> logits,
-      const std::function<SampleResult(std::span<const float>)>& draw);
+  using DrawFn =
+      std::function<SampleResult(std::span<const float> logits, std::span<const uint64_t> allowed)>;
+  std::optional<SampleResult> sample(std::span<const float> logits, const DrawFn& draw);
   const grammar::Matcher& matcher() const { return matcher_; }
   int32_t num_vocab_tokens() const { return num_tokens_; }
 
@@ -100,7 +102,7 @@ class ConstraintGate {
   std::vector<uint64_t> mask_;        // sample(): scratch, or prefetch_mask()'s mask
   bool mask_ready_ = false;           // mask_ holds the current state's (prefetch_mask)
   bool mask_constrained_ = false;     // ... and fill_mask's answer for it
-  std::vector<float> masked_logits_;  // sample(): scratch
+  std::vector<float> masked_logits_;  // sample(): the redraws' logits
   std::vector<int32_t> space_tokens_;
   bool space_tokens_known_ = false;
 };

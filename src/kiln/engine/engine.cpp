@@ -221,8 +221,9 @@ struct Engine::Impl {
         const std::span<const float> row_logits = logits.subspan(this_row * n_vocab, n_vocab);
         if (a.gate) {
           std::optional<SampleResult> sampled = a.gate->sample(
-              row_logits,
-              [&](std::span<const float> l) { return a.sampler.sample(l, seq->tokens); });
+              row_logits, [&](std::span<const float> l, std::span<const uint64_t> allowed) {
+                return a.sampler.sample(l, seq->tokens, allowed);
+              });
           if (!sampled) {
             // Nothing allowed: end here (never emit a token outside the grammar).
             a.grammar_dead_end = true;

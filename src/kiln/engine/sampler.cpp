@@ -1,6 +1,7 @@
 #include "kiln/engine/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -47,6 +48,43 @@ KILN_VOCAB_LOOP void copy_sanitized(const float* __restrict src, float* __restri
     for (size_t j = 0; j < kLanes; ++j) dst[i + j] = clean(src[i + j]);
   }
   for (; i < n; ++i) dst[i] = clean(src[i]);
+}
+
+// Ids per word of an allowed-id mask (Sampler::sample: bit id % 64 of word id / 64).
+constexpr size_t kMaskBits = 64;
+
+// dst = src sanitized (copy_sanitized) at the ids `allowed` has, -inf at the others and at
+// every id past the mask: the bits copy_sanitized would write for a copy of src with the
+// disallowed ids set to -inf (NaN and +inf only ever come from src). A mask word with no bit
+// is a fill, one with most bits a vectorized copy patched at its clear bits, any other one is
+// written at its set bits.
+void copy_sanitized_allowed(const float* __restrict src, float* __restrict dst, size_t n,
+                            std::span<const uint64_t> allowed) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  const auto clean = [](float x) {
+    return select_float(x != x, kNegInf, select_float(x > kMax, kMax, x));
+  };
+  size_t begin = 0;
+  for (size_t w = 0; w < allowed.size() && begin < n; ++w, begin += kMaskBits) {
+    const size_t len = std::min(kMaskBits, n - begin);
+    uint64_t bits = allowed[w];
+    if (len < kMaskBits) bits &= (uint64_t{1} << len) - 1;
+    if (std::popcount(bits) > static_cast<int>(kMaskBits / 2)) {
+      copy_sanitized(src + begin, dst + begin, len);
+      for (uint64_t off = ~bits; off; off &= off - 1) {
+        const size_t j = static_cast<size_t>(std::countr_zero(off));
+        if (j >= len) break;
+        dst[begin + j] = kNegInf;
+      }
+    } else {
+      std::fill(dst + begin, dst + begin + len, kNegInf);
+      for (; bits; bits &= bits - 1) {
+        const size_t i = begin + static_cast<size_t>(std::countr_zero(bits));
+        dst[i] = clean(src[i]);
+      }
+    }
+  }
+  if (begin < n) std::fill(dst + begin, dst + n, kNegInf);
 }
 
 KILN_VOCAB_LOOP float max_value(const float* v, size_t n) {
@@ -295,21 +333,29 @@ Expected<Sampler> Sampler::create(SamplingParams params, int32_t n_vocab) {
   return Sampler(std::move(params), n_vocab);
 }
 
-float Sampler::prepare(std::span<const float> logits, std::span<const int32_t> history) {
+float Sampler::prepare(std::span<const float> logits, std::span<const int32_t> history,
+                       std::span<const uint64_t> allowed) {
   KILN_ASSERT(logits.size() == static_cast<size_t>(n_vocab_));
   logits_.resize(logits.size());
-  copy_sanitized(logits.data(), logits_.data(), logits.size());
+  if (allowed.empty()) {
+    copy_sanitized(logits.data(), logits_.data(), logits.size());
+  } else {
+    copy_sanitized_allowed(logits.data(), logits_.data(), logits.size(), allowed);
+  }
   apply_logit_bias(logits_, params_);
   apply_penalties(logits_, history, params_);
   return max_value(logits_.data(), logits_.size());
 }
 
-// Index of the largest value, lowest index on ties; -1 when all are -inf or NaN.
-static int32_t argmax(std::span<const float> v) {
+// Index of the largest value among the allowed ids (all of them for an empty mask), lowest
+// index on ties; -1 when all are -inf or NaN. A disallowed id counts as -inf, which never wins.
+static int32_t argmax(std::span<const float> v, std::span<const uint64_t> allowed) {
   int32_t best = -1;
   float best_v = kNegInf;
   for (size_t i = 0; i < v.size(); ++i) {
-    if (v[i] > best_v) {
+    const bool in = allowed.empty() || (i / kMaskBits < allowed.size() &&
+                                        ((allowed[i / kMaskBits] >> (i % kMaskBits)) & 1));
+    if (in && v[i] > best_v) {
       best_v = v[i];
       best = static_cast<int32_t>(i);
     }
@@ -502,11 +548,12 @@ void Sampler::fill_logprobs(int32_t token, float max_logit, SampleResult* result
   }
 }
 
-SampleResult Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+SampleResult Sampler::sample(std::span<const float> logits, std::span<const int32_t> history,
+                             std::span<const uint64_t> allowed) {
   SampleResult result;
-  const float max_logit = prepare(logits, history);
+  const float max_logit = prepare(logits, history, allowed);
   if (max_logit == kNegInf) {  // every token banned (or every logit NaN)
-    result.token = std::max(argmax(logits), 0);
+    result.token = std::max(argmax(logits, allowed), 0);
     if (params_.logprobs) result.logprob = kNegInf;
     return result;
   }
@@ -524,8 +571,8 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
 
 std::vector<std::pair<int32_t, float>> Sampler::distribution(std::span<const float> logits,
                                                              std::span<const int32_t> history) {
-  const float max_logit = prepare(logits, history);
-  if (max_logit == kNegInf) return {{std::max(argmax(logits), 0), 1.0f}};
+  const float max_logit = prepare(logits, history, {});
+  if (max_logit == kNegInf) return {{std::max(argmax(logits, {}), 0), 1.0f}};
   if (is_greedy(params_)) return {{first_index_of(logits_, max_logit), 1.0f}};
   const double total = truncate(max_logit);
   std::vector<std::pair<int32_t, float>> out;

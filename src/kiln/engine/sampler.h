@@ -3,6 +3,7 @@
 // logit_bias, seed, logprobs/top_logprobs).
 //
 // The pipeline of Sampler::sample, in this order:
+//   0. with an allowed-id mask (a grammar's): every other id's logit is -inf.
 //   1. logit_bias: logits[id] += bias (a bias <= -100 bans the token: -inf).
 //   2. penalties over the last penalty_last_n ids of `history` (apply_penalties).
 //   3. temperature == 0 or top_k == 1: greedy argmax (lowest id on ties). Otherwise:
@@ -13,7 +14,7 @@
 //   7. min-p: keep tokens with p >= min_p * p_max.
 //   8. renormalize and draw with the seeded Rng (one 64-bit output per non-greedy draw).
 //
-// Logprobs: reported from log_softmax of the logits after steps 1-2 (bias and penalties) and
+// Logprobs: reported from log_softmax of the logits after steps 0-2 (mask, bias, penalties) and
 // before temperature and truncation (steps 3-7). This is what OpenAI reports (logprobs do not
 // move with temperature or top_p) and it keeps the logprob of every token finite unless it was
 // banned. The chosen token's logprob is therefore not the log of the probability it was drawn
@@ -164,7 +165,14 @@ class Sampler {
   // logits: [n_vocab] of this sequence's last position. history: prompt + generated ids so far
   // (for the penalties). NaN logits count as -inf, +inf as the largest float. When every token
   // is banned, falls back to the argmax of the raw logits (logprob -inf).
-  SampleResult sample(std::span<const float> logits, std::span<const int32_t> history);
+  //
+  // allowed: the ids that may be drawn, a bit mask (bit id % 64 of word id / 64; ids past its
+  // last word are not allowed), as a grammar's mask (grammar::Matcher::fill_mask); empty: every
+  // id. The result, the Rng's draws and the logprobs are those of sample() over a copy of the
+  // logits with every other id set to -inf, without writing that copy (step 0 of the pipeline,
+  // fused into the pass that copies the logits).
+  SampleResult sample(std::span<const float> logits, std::span<const int32_t> history,
+                      std::span<const uint64_t> allowed = {});
 
   // The distribution step 8 draws from: (id, probability) in draw order, summing to 1. For a
   // greedy sampler it is the single argmax with probability 1. Does not touch the Rng.
@@ -179,8 +187,10 @@ class Sampler {
     float weight;  // exp((logit - max) / temperature), unnormalized
     int32_t id;
   };
-  // Steps 1-2 into logits_; returns the max logit (-inf when every token is banned).
-  float prepare(std::span<const float> logits, std::span<const int32_t> history);
+  // Steps 0-2 (0: ids outside `allowed` -> -inf) into logits_; returns the max logit (-inf
+  // when every token is banned).
+  float prepare(std::span<const float> logits, std::span<const int32_t> history,
+                std::span<const uint64_t> allowed);
   // Steps 4-7 into cands_ (draw order) and returns the sum of their weights; sets all_vocab_
   // instead when nothing is truncated (every token of probs_ in ascending id).
   double truncate(float max_logit);

@@ -669,6 +669,15 @@ void Matcher::reset() {
   history_.clear();
 }
 
+bool any_allowed(std::span<const uint64_t> mask, size_t n) {
+  for (size_t w = 0; w < mask.size() && w * 64 < n; ++w) {
+    uint64_t bits = mask[w];
+    if (n - w * 64 < 64) bits &= (uint64_t{1} << (n - w * 64)) - 1;
+    if (bits != 0) return true;
+  }
+  return false;
+}
+
 bool mask_logits(std::span<const float> logits, std::span<const uint64_t> mask,
                  std::vector<float>* out) {
   const size_t n = logits.size();

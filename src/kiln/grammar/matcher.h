@@ -239,6 +239,9 @@ class Matcher {
   std::vector<std::pair<int32_t, bool>> history_;  // (state, finished) before each accept
 };
 
+// Does the mask allow any of the ids [0, n)?
+bool any_allowed(std::span<const uint64_t> mask, size_t n);
+
 // `logits` with every token the mask does not allow set to -inf, into `out` ([logits.size()];
 // ids past the mask, such as padding rows of an output matrix, are never allowed). False when
 // the mask allows nothing.

@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <limits>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -282,11 +285,21 @@ TEST(ConstraintGateThinking, LazyTriggersWaitForTheEndOfThinking) {
   feed(gate, {4, 5, 6, 8, 9, 10, 11, 12, kEnd});
 }
 
+// The first largest logit among the allowed ids (every id for an empty mask).
+int32_t argmax_allowed(std::span<const float> l, std::span<const uint64_t> allowed) {
+  int32_t best = -1;
+  for (size_t id = 0; id < l.size(); ++id) {
+    const bool in =
+        allowed.empty() || (id / 64 < allowed.size() && ((allowed[id / 64] >> (id % 64)) & 1));
+    if (in && (best < 0 || l[id] > l[best])) best = static_cast<int32_t>(id);
+  }
+  return best;
+}
+
 // sample(): a drawn token the gate refuses is removed and drawn again; nothing left: nullopt.
 TEST(ConstraintGateSample, RedrawsRefusedTokensAndReportsADeadEnd) {
-  auto argmax = [](std::span<const float> l) {
-    return SampleResult{
-        static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin()), 0.0f, {}};
+  auto argmax = [](std::span<const float> l, std::span<const uint64_t> allowed) {
+    return SampleResult{argmax_allowed(l, allowed), 0.0f, {}};
   };
   std::vector<float> logits(kVocab.size(), 0.0f);
   logits[25] = 9.0f;  // "<tool_call>x": opens a call with text the grammar rejects
@@ -315,9 +328,8 @@ TEST(ConstraintGateSample, RedrawsRefusedTokensAndReportsADeadEnd) {
 // gives the draws sample() gives alone, through free text, the trigger and the call, and a
 // stale one is never used: accept() drops it.
 TEST(ConstraintGateSample, PrefetchedMaskDrawsAsSampleAlone) {
-  auto argmax = [](std::span<const float> l) {
-    return SampleResult{
-        static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin()), 0.0f, {}};
+  auto argmax = [](std::span<const float> l, std::span<const uint64_t> allowed) {
+    return SampleResult{argmax_allowed(l, allowed), 0.0f, {}};
   };
   // Per step, the logits' favourite: free text, the trigger, then tokens the call must mask.
   const std::vector<std::vector<int32_t>> favourites = {{1}, {2}, {3},  {1, 4}, {5},  {7, 6},
@@ -348,6 +360,124 @@ TEST(ConstraintGateSample, PrefetchedMaskDrawsAsSampleAlone) {
   const auto r = gate.sample(logits, argmax);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->token, 5);
+}
+
+// The gate's sample() before the sampler took the mask: a masked copy of the row (-inf at every
+// id the mask leaves out, padding ids past the vocabulary included) drawn from without a mask,
+// then the same redraws. Written on the gate's public calls.
+std::optional<SampleResult> reference_sample(ConstraintGate& gate, std::span<const float> logits,
+                                             Sampler& sampler,
+                                             const std::vector<int32_t>& history) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  std::vector<uint64_t> mask;
+  std::vector<float> masked(logits.begin(), logits.end());
+  if (gate.fill_mask(&mask)) {
+    bool any = false;
+    for (size_t id = 0; id < masked.size(); ++id) {
+      const bool in = id / 64 < mask.size() && ((mask[id / 64] >> (id % 64)) & 1);
+      if (!in) masked[id] = ninf;
+      any = any || in;
+    }
+    if (!any) return std::nullopt;
+  }
+  SampleResult r = sampler.sample(masked, history);
+  for (int num_refused = 0; !gate.accept(r.token);) {
+    masked[r.token] = ninf;
+    if (++num_refused == ConstraintGate::kMaxRedraws) {
+      for (size_t id = 0; id < masked.size(); ++id) {
+        if (masked[id] != ninf && !gate.probe(static_cast<int32_t>(id))) masked[id] = ninf;
+      }
+    }
+    if (std::all_of(masked.begin(), masked.end(), [&](float x) { return x == ninf; }))
+      return std::nullopt;
+    r = sampler.sample(masked, history);
+  }
+  return r;
+}
+
+// The gate drawing through the sampler's allowed-id mask gives the reference's tokens and
+// logprobs, bit for bit, over random rows (with padding ids past the vocabulary) through free
+// text, refused tokens and their redraws, thinking blocks and the grammar, for greedy and
+// sampled draws with truncation, penalties, bans and logprobs, and many seeds.
+TEST(ConstraintGateSample, MaskedDrawEqualsTheMaskedCopyReference) {
+  constexpr int32_t kRowSize = 40;  // 33 tokens + padding
+  struct Case {
+    std::shared_ptr<grammar::CompiledGrammar> (*grammar)();
+    GrammarStart start;
+  };
+  const std::vector<Case> cases = {{hermes_calls, hermes_lazy()},
+                                   {llama_calls, GrammarStart{}},
+                                   {city_schema, GrammarStart{}},
+                                   {city_schema, thinking(false)},
+                                   {hermes_calls, thinking(true)}};
+  std::vector<SamplingParams> params(6);
+  params[0].temperature = 0.0f;
+  params[0].logprobs = true;
+  params[1].temperature = 1.0f;
+  params[2].temperature = 0.7f;
+  params[2].top_k = 4;
+  params[2].logprobs = true;
+  params[2].top_logprobs = 3;
+  params[3].top_p = 0.8f;
+  params[3].min_p = 0.05f;
+  params[3].repetition_penalty = 1.2f;
+  params[3].presence_penalty = 0.3f;
+  params[4].temperature = 1.5f;
+  params[4].logit_bias = {{3, 4.0f}, {25, 6.0f}, {1, -100.0f}};
+  params[4].logprobs = true;
+  params[5].min_p = 0.2f;
+  params[5].frequency_penalty = -0.5f;
+  params[5].logprobs = true;
+  params[5].top_logprobs = 5;
+  int num_draws = 0, num_outputs_ended = 0;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (size_t pi = 0; pi < params.size(); ++pi) {
+      for (uint64_t seed = 1; seed <= 25; ++seed) {
+        SamplingParams p = params[pi];
+        p.seed = seed;
+        Sampler fused(p, kRowSize), reference(p, kRowSize);
+        // Padding ids have no text (free text may draw them, as the engine's rows allow).
+        const auto piece = [](int32_t id) {
+          return id < static_cast<int32_t>(kVocab.size()) ? std::string_view(kVocab[id])
+                                                          : std::string_view();
+        };
+        ConstraintGate gate(cases[c].grammar(), cases[c].start, piece, {});
+        ConstraintGate ref_gate(cases[c].grammar(), cases[c].start, piece, {});
+        std::vector<int32_t> history;
+        Rng row_rng(seed * 131 + c * 17 + pi);
+        for (int step = 0; step < 40; ++step) {
+          std::vector<float> logits(kRowSize);
+          for (float& x : logits) x = static_cast<float>(4.0 * row_rng.uniform() - 2.0);
+          if (step % 2 == 0) gate.prefetch_mask();  // the engine's order, half of the time
+          const auto a =
+              gate.sample(logits, [&](std::span<const float> l, std::span<const uint64_t> allowed) {
+                return fused.sample(l, history, allowed);
+              });
+          const auto b = reference_sample(ref_gate, logits, reference, history);
+          ASSERT_EQ(a.has_value(), b.has_value()) << "case " << c << " params " << pi;
+          if (!a) break;
+          ASSERT_EQ(a->token, b->token) << "case " << c << " params " << pi << " seed " << seed;
+          ASSERT_EQ(std::bit_cast<uint32_t>(a->logprob), std::bit_cast<uint32_t>(b->logprob));
+          ASSERT_EQ(a->top.size(), b->top.size());
+          for (size_t i = 0; i < a->top.size(); ++i) {
+            ASSERT_EQ(a->top[i].first, b->top[i].first);
+            ASSERT_EQ(std::bit_cast<uint32_t>(a->top[i].second),
+                      std::bit_cast<uint32_t>(b->top[i].second));
+          }
+          ASSERT_EQ(gate.phase(), ref_gate.phase());
+          ++num_draws;
+          history.push_back(a->token);
+          if (a->token == kEnd) {
+            ++num_outputs_ended;
+            break;
+          }
+        }
+        ASSERT_EQ(fused.rng().state(), reference.rng().state());
+      }
+    }
+  }
+  EXPECT_GT(num_draws, 1000);
+  EXPECT_GT(num_outputs_ended, 0);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "kiln/engine/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -573,6 +574,103 @@ TEST(Logprobs, TopNSortedWithTiesByIdAndIndependentOfTemperature) {
   const SampleResult none = Sampler(params_with(0.0f), 6).sample(logits, {});
   EXPECT_EQ(none.logprob, 0.0f);
   EXPECT_TRUE(none.top.empty());
+}
+
+// ---------------------------------------------------------------------------
+// Allowed-id mask
+// ---------------------------------------------------------------------------
+
+// The reference of sample(logits, history, allowed): the masked copy the constraint gate used to
+// write (grammar::mask_logits before the sampler took the mask), sampled without a mask.
+std::vector<float> masked_copy(const std::vector<float>& logits,
+                               const std::vector<uint64_t>& allowed) {
+  std::vector<float> out(logits.size(), -kInf);
+  for (size_t id = 0; id < logits.size() && id / 64 < allowed.size(); ++id) {
+    if ((allowed[id / 64] >> (id % 64)) & 1) out[id] = logits[id];
+  }
+  return out;
+}
+
+bool same_bits(float a, float b) {
+  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
+
+// Every sampling parameter the sampler has (greedy, temperature, top-k, top-p, min-p,
+// penalties, logit_bias with bans, logprobs and top_logprobs), masks from empty to full (words
+// with no bit, few bits, most bits, all bits; the tail of the vocabulary past the mask), logits
+// with NaN and infinities, several seeds and draws in a row (the Rng must stay in step): the
+// masked sample gives the reference's token, logprob and top logprobs, bit for bit.
+TEST(AllowedMask, SampleEqualsSampleOfTheMaskedCopy) {
+  const std::vector<double> densities = {0.0, 1e-9, 0.01, 0.3, 0.5, 0.7, 0.97, 1.0};
+  int num_checked = 0, num_in_mask = 0;
+  for (const int32_t n_vocab : {1000, 3001}) {
+    // 1000 ids with a mask of 15 words: ids 960.. are padding past the mask.
+    const size_t words = n_vocab == 1000 ? 15 : (static_cast<size_t>(n_vocab) + 63) / 64;
+    for (size_t d = 0; d < densities.size(); ++d) {
+      Rng mask_rng(1000 * static_cast<uint64_t>(n_vocab) + d);
+      std::vector<uint64_t> allowed(words, 0);
+      for (size_t id = 0; id < words * 64; ++id) {
+        if (mask_rng.uniform() < densities[d]) allowed[id / 64] |= uint64_t{1} << (id % 64);
+      }
+      if (d == 1) allowed[3] = uint64_t{1} << 17;  // a single allowed id
+      for (const float temperature : {0.0f, 0.6f, 1.0f, 1.7f}) {
+        for (const int32_t top_k : {0, 1, 3, 40}) {
+          for (const float top_p : {1.0f, 0.9f, 0.3f}) {
+            for (const float min_p : {0.0f, 0.1f}) {
+              for (const int penalties : {0, 1}) {
+                for (const int bias : {0, 1}) {
+                  for (const int logprobs : {0, 1, 2}) {
+                    SamplingParams p = params_with(temperature, top_k, top_p, min_p,
+                                                   static_cast<uint64_t>(num_checked) * 7919);
+                    if (penalties) {
+                      p.repetition_penalty = 1.3f;
+                      p.presence_penalty = 0.5f;
+                      p.frequency_penalty = 0.4f;
+                      p.penalty_last_n = 16;
+                    }
+                    if (bias) p.logit_bias = {{17 + 192, 5.0f}, {5, -100.0f}, {64, -kInf}};
+                    p.logprobs = logprobs > 0;
+                    p.top_logprobs = logprobs == 2 ? 5 : 0;
+                    Sampler masked(p, n_vocab), reference(p, n_vocab);
+                    std::vector<int32_t> history = {5, 17 + 192, 64, 3, 3};
+                    for (int draw = 0; draw < 3; ++draw) {
+                      const uint64_t row_seed = static_cast<uint64_t>(num_checked) * 3 + draw;
+                      std::vector<float> logits = random_logits(n_vocab, 3.0f, row_seed);
+                      if (draw == 1) {  // non-finite logits (209: the single id's, NaN)
+                        logits[192 + 17] = std::numeric_limits<float>::quiet_NaN();
+                        logits[100] = kInf;
+                        logits[101] = -kInf;
+                      }
+                      const SampleResult a = masked.sample(logits, history, allowed);
+                      const SampleResult b =
+                          reference.sample(masked_copy(logits, allowed), history);
+                      ASSERT_EQ(a.token, b.token) << "density " << densities[d] << " case "
+                                                  << num_checked << " draw " << draw;
+                      ASSERT_TRUE(same_bits(a.logprob, b.logprob)) << a.logprob << " " << b.logprob;
+                      ASSERT_EQ(a.top.size(), b.top.size());
+                      for (size_t i = 0; i < a.top.size(); ++i) {
+                        ASSERT_EQ(a.top[i].first, b.top[i].first);
+                        ASSERT_TRUE(same_bits(a.top[i].second, b.top[i].second));
+                      }
+                      const bool in_mask = a.token / 64 < static_cast<int32_t>(words) &&
+                                           ((allowed[a.token / 64] >> (a.token % 64)) & 1);
+                      num_in_mask += in_mask ? 1 : 0;
+                      history.push_back(a.token);
+                    }
+                    ASSERT_EQ(masked.rng().state(), reference.rng().state());
+                    ++num_checked;
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(num_checked, 2 * 8 * 4 * 4 * 3 * 2 * 2 * 2 * 3);
+  // Draws from an allowed id were the rule (the rest: empty masks and all-banned fallbacks).
+  EXPECT_GT(num_in_mask, num_checked * 3 * 5 / 8);
 }
 
 }  // namespace

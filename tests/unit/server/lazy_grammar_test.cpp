@@ -10,7 +10,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
+#include <span>
+#include <vector>
 
 #include "kiln/chat/output_parser.h"
 #include "kiln/engine/constraint_gate.h"
@@ -41,10 +44,18 @@ std::string check_args(const std::string& arguments_json) {
   return "";
 }
 
-// Draws from softmax(logits) (-inf: never), as a sampler at temperature 1 would.
+// Draws from softmax(logits) over the ids of `allowed` (all for an empty mask; -inf: never), as
+// a sampler at temperature 1 would.
 struct Drawer {
   std::mt19937_64 rng;
-  engine::SampleResult operator()(std::span<const float> logits) {
+  std::vector<float> masked;
+  engine::SampleResult operator()(std::span<const float> row, std::span<const uint64_t> allowed) {
+    masked.assign(row.begin(), row.end());
+    for (size_t id = 0; id < masked.size() && !allowed.empty(); ++id) {
+      if (id / 64 >= allowed.size() || !((allowed[id / 64] >> (id % 64)) & 1))
+        masked[id] = -std::numeric_limits<float>::infinity();
+    }
+    const std::span<const float> logits = masked;
     double total = 0;
     for (float l : logits) total += std::isfinite(l) ? std::exp(static_cast<double>(l)) : 0.0;
     double u = std::uniform_real_distribution<double>(0, total)(rng);
@@ -68,7 +79,7 @@ struct Walk {
 Walk random_walk(engine::ConstraintGate& gate, uint64_t seed,
                  const std::vector<std::tuple<int32_t, float, double>>& boosts, int max_steps) {
   const tokenizer::Tokenizer& tok = qwen3_tokenizer();
-  Drawer draw{std::mt19937_64(seed)};
+  Drawer draw{std::mt19937_64(seed), {}};
   std::vector<float> logits(tok.num_tokens());
   const std::vector<int32_t> ends = engine::end_of_generation_ids(tok);
   Walk w;
@@ -77,7 +88,9 @@ Walk random_walk(engine::ConstraintGate& gate, uint64_t seed,
     for (const auto& [id, logit, p] : boosts) {
       if (std::uniform_real_distribution<double>(0, 1)(draw.rng) < p) logits[id] = logit;
     }
-    auto r = gate.sample(logits, [&](std::span<const float> l) { return draw(l); });
+    auto r = gate.sample(logits, [&](std::span<const float> l, std::span<const uint64_t> allowed) {
+      return draw(l, allowed);
+    });
     EXPECT_TRUE(r.has_value()) << "dead end after: " << w.text;
     if (!r) break;
     if (std::find(ends.begin(), ends.end(), r->token) != ends.end()) {
