@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
-#include <variant>
 
+#include "kiln/model/arch/with_field.h"
 #include "kiln/quant/convert.h"
 
 namespace kiln::model {
@@ -58,26 +57,16 @@ Status Forward::prepare() {
     return {};
   };
   for (const TensorSpec& spec : tensor_manifest(model_.arch(), hp)) {
-    LayerWeights* l = spec.layer >= 0 ? &layers_[static_cast<size_t>(spec.layer)] : nullptr;
-    KILN_TRY_STATUS(std::visit(
-        [&](auto field) -> Status {
-          using F = decltype(field);
-          if constexpr (std::is_same_v<F, std::monostate>) {
-            return {};
-          } else if constexpr (std::is_same_v<F, backend::Weight LayerWeights::*>) {
-            return weight(l->*field, Use::kMatmul);
-          } else if constexpr (std::is_same_v<F, backend::Weight ModelWeights::*>) {
-            return weight(weights_.*field,
-                          field == &ModelWeights::tok_embd ? Use::kRows : Use::kMatmul);
-          } else if constexpr (std::is_same_v<F, const float * LayerWeights::*>) {
-            return vec(l->*field, spec.ne);
-          } else {
-            // rope_freqs stays on the host: it only feeds the rope tables below.
-            if (field == &ModelWeights::rope_freqs) return {};
-            return vec(weights_.*field, spec.ne);
-          }
+    KILN_TRY_STATUS(with_field(
+        spec, layers_, weights_,
+        [&](backend::Weight& w) {
+          return weight(w, &w == &weights_.tok_embd ? Use::kRows : Use::kMatmul);
         },
-        spec.field));
+        [&](const float*& v) -> Status {
+          // rope_freqs stays on the host: it only feeds the rope tables below.
+          if (&v == &weights_.rope_freqs) return {};
+          return vec(v, spec.ne);
+        }));
   }
   if (!weights_.token_types.empty()) {  // host copy of row 0 (the table is F32 as converted)
     token_type0_host_.resize(hp.n_embd);

@@ -1,8 +1,6 @@
 #include "kiln/model/model.h"
 
-#include <type_traits>
-#include <variant>
-
+#include "kiln/model/arch/with_field.h"
 #include "kiln/model/hparams.h"
 #include "kiln/quant/convert.h"
 
@@ -44,27 +42,16 @@ Expected<const float*> Model::vector(const gguf::TensorInfo& t) {
 }
 
 Status Model::bind(const TensorSpec& spec, const gguf::TensorInfo& t) {
-  if (spec.layer >= static_cast<int32_t>(layers_.size()))
-    return err("model: tensor '{}' of layer {} past the {} layers", spec.name, spec.layer,
-               layers_.size());
-  LayerWeights* layer = spec.layer >= 0 ? &layers_[static_cast<size_t>(spec.layer)] : nullptr;
-  return std::visit(
-      [&](auto field) -> Status {
-        using F = decltype(field);
-        if constexpr (std::is_same_v<F, std::monostate>) {
-          return {};
-        } else if constexpr (std::is_same_v<F, backend::Weight LayerWeights::*>) {
-          layer->*field = weight(t);
-        } else if constexpr (std::is_same_v<F, backend::Weight ModelWeights::*>) {
-          weights_.*field = weight(t);
-        } else if constexpr (std::is_same_v<F, const float * LayerWeights::*>) {
-          KILN_TRY(layer->*field, vector(t));
-        } else {
-          KILN_TRY(weights_.*field, vector(t));
-        }
+  return with_field(
+      spec, layers_, weights_,
+      [&](backend::Weight& w) -> Status {
+        w = weight(t);
         return {};
       },
-      spec.field);
+      [&](const float*& v) -> Status {
+        KILN_TRY(v, vector(t));
+        return {};
+      });
 }
 
 Expected<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<gguf::File> file) {

@@ -22,6 +22,7 @@
 #include "kiln/backend/cpu/attention.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 #include "kiln/backend/cpu/ops.h"
+#include "unit/backend/layernorm_rows.h"
 
 namespace kiln::backend::cpu {
 namespace {
@@ -55,20 +56,10 @@ std::vector<long double> layernorm_ld(const std::vector<float>& x, const float* 
   return y;
 }
 
-// Rows of several kinds: plain, a large mean over a unit spread (catastrophic cancellation for
-// a one-pass fp32 variance), a tiny spread where eps matters, and a constant row (variance 0).
+// Rows of the kinds that separate a right layernorm from wrong ones (layernorm_rows.h).
 std::vector<float> layernorm_input(std::mt19937& rng, int64_t rows, int64_t n) {
   std::vector<float> x = random_vec(rng, rows * n, -4, 4);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* xr = x.data() + r * n;
-    if (r % 4 == 1) {
-      for (int64_t i = 0; i < n; ++i) xr[i] = 1e4f + xr[i] / 4;
-    } else if (r % 4 == 2) {
-      for (int64_t i = 0; i < n; ++i) xr[i] = -3.0f + xr[i] * 1e-3f;
-    } else if (r % 4 == 3) {
-      std::fill(xr, xr + n, 7.25f);
-    }
-  }
+  test::shape_layernorm_rows(x, rows, n);
   return x;
 }
 

@@ -21,6 +21,7 @@
 #include "kiln/backend/cuda/kernels.h"
 #include "ops_test_util.h"
 #include "test_util.h"
+#include "unit/backend/layernorm_rows.h"
 
 namespace kiln {
 namespace {
@@ -37,20 +38,10 @@ std::string shape(const char* op, int64_t rows, int64_t n, const std::string& ex
   return std::string(op) + " [" + std::to_string(rows) + ", " + std::to_string(n) + "]" + extra;
 }
 
-// Rows of several kinds: plain, a large mean over a unit spread, a tiny spread where eps
-// matters, a constant row (variance 0).
+// Rows of the kinds that separate a right layernorm from wrong ones (layernorm_rows.h).
 std::vector<float> layernorm_input(std::mt19937& rng, int64_t rows, int64_t n) {
   std::vector<float> x = random_floats(rng, rows * n, -4, 4);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* xr = x.data() + r * n;
-    if (r % 4 == 1) {
-      for (int64_t i = 0; i < n; ++i) xr[i] = 1e4f + xr[i] / 4;
-    } else if (r % 4 == 2) {
-      for (int64_t i = 0; i < n; ++i) xr[i] = -3.0f + xr[i] * 1e-3f;
-    } else if (r % 4 == 3) {
-      std::fill(xr, xr + n, 7.25f);
-    }
-  }
+  test::shape_layernorm_rows(x, rows, n);
   return x;
 }
 
