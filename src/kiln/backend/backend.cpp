@@ -26,6 +26,21 @@ Status check_kv_spec(const KvSpec& s) {
   return {};
 }
 
+Status check_state_spec(const StateSpec& s) {
+  if (s.n_layer <= 0 || s.conv_dim <= 0 || s.conv_k <= 0 || s.n_k_heads <= 0 || s.n_v_heads <= 0 ||
+      s.head_k_dim <= 0 || s.head_v_dim <= 0)
+    return err(
+        "state: invalid recurrent state shape (layers {}, conv {}x{}, heads {}/{}, head dims "
+        "{}/{})",
+        s.n_layer, s.conv_dim, s.conv_k, s.n_k_heads, s.n_v_heads, s.head_k_dim, s.head_v_dim);
+  if (s.n_v_heads % s.n_k_heads != 0)
+    return err("state: {} value heads are not a multiple of {} key heads", s.n_v_heads,
+               s.n_k_heads);
+  const int64_t qkv = 2 * int64_t{s.n_k_heads} * s.head_k_dim + int64_t{s.n_v_heads} * s.head_v_dim;
+  if (s.conv_dim != qkv) return err("state: conv width {} is not q + k + v ({})", s.conv_dim, qkv);
+  return {};
+}
+
 bool cuda_compiled() {
 #ifdef KILN_HAVE_CUDA
   return true;

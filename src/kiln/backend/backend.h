@@ -73,6 +73,61 @@ class KvCache {
   int32_t num_blocks_ = 0;
 };
 
+// Per-sequence recurrent state of gated-delta-net layers (qwen35/qwen3next "linear attention"):
+// per slot and per recurrent layer, a conv state [conv_k - 1, conv_dim] (the last conv_k - 1
+// inputs of the causal conv1d) and an SSM state [n_v_heads, head_k_dim, head_v_dim], fp32.
+// conv_dim is the width of the conv's input, q | k | v: 2 * n_k_heads * head_k_dim +
+// n_v_heads * head_v_dim. n_layer counts the recurrent layers only.
+struct StateSpec {
+  int32_t n_layer = 0;
+  int32_t conv_dim = 0;
+  int32_t conv_k = 0;
+  int32_t n_k_heads = 0;
+  int32_t n_v_heads = 0;
+  int32_t head_k_dim = 0;
+  int32_t head_v_dim = 0;
+
+  // Values of one slot's state of one layer: the conv part and the SSM part.
+  int64_t conv_values() const { return int64_t{conv_k - 1} * conv_dim; }
+  int64_t ssm_values() const { return int64_t{n_v_heads} * head_k_dim * head_v_dim; }
+};
+
+// The checks every backend makes of a state spec: positive shapes, n_v_heads a multiple of
+// n_k_heads, conv_dim == 2 * n_k_heads * head_k_dim + n_v_heads * head_v_dim. An error naming
+// them.
+Status check_state_spec(const StateSpec& spec);
+
+// Recurrent state storage of one backend, num_slots slots (the layout is the backend's own).
+// Which slot belongs to which sequence is the state pool's business (kv/); this only owns the
+// memory. Fresh storage is zero.
+class StateCache {
+ public:
+  virtual ~StateCache() = default;
+  const StateSpec& spec() const { return spec_; }
+  int32_t num_slots() const { return num_slots_; }
+  // Host copies of one slot's state of one layer: conv [conv_k - 1, conv_dim], SSM
+  // [n_v_heads, head_k_dim, head_v_dim]. They wait for every op issued before. For tests.
+  virtual void read_conv(int32_t layer, int32_t slot, float* out) const = 0;
+  virtual void read_ssm(int32_t layer, int32_t slot, float* out) const = 0;
+  virtual void write_conv(int32_t layer, int32_t slot, const float* in) = 0;
+  virtual void write_ssm(int32_t layer, int32_t slot, const float* in) = 0;
+
+ protected:
+  StateCache(const StateSpec& spec, int32_t num_slots) : spec_(spec), num_slots_(num_slots) {}
+  StateSpec spec_;
+  int32_t num_slots_ = 0;
+};
+
+// The shape of a gated delta rule (Backend::gated_delta_rule). Value head h reads key head
+// h % n_k_heads (the GGUF files store the V heads tiled, as llama.cpp reads them).
+struct DeltaParams {
+  int32_t n_k_heads = 0;
+  int32_t n_v_heads = 0;
+  int32_t head_k_dim = 0;
+  int32_t head_v_dim = 0;
+  float norm_eps = 1e-6f;  // of the L2 norms of q and k
+};
+
 // One step's inputs in backend memory (Backend::upload_step). n_tokens rows; attn's pointers
 // are backend memory; logit_rows lists the flat rows whose logits are wanted.
 struct StepArgs {
@@ -84,6 +139,9 @@ struct StepArgs {
   const int32_t* logit_rows = nullptr;  // [n_logit_rows]
   const float* row_scale = nullptr;     // [n_tokens] per-row values the host computed
                                         // (mistral3's query scale), null when not uploaded
+  // [attn.num_seqs] the recurrent state slot of each sequence; null when the model has no
+  // recurrent layers.
+  const int32_t* state_slots = nullptr;
 };
 
 // The step as the host builds it (host memory).
@@ -91,7 +149,8 @@ struct HostStep {
   std::span<const int32_t> tokens;
   AttnBatch attn;  // host pointers
   std::span<const int32_t> logit_rows;
-  std::span<const float> row_scale;  // optional, [n_tokens]
+  std::span<const float> row_scale;      // optional, [n_tokens]
+  std::span<const int32_t> state_slots;  // [attn.num_seqs], or empty: no recurrent layers
 };
 
 struct StepCapacity {
@@ -207,6 +266,15 @@ class Backend {
   virtual uint64_t kv_bytes_per_block(const KvSpec& spec) const = 0;
   virtual Expected<std::unique_ptr<KvCache>> create_kv(const KvSpec& spec, int32_t num_blocks) = 0;
 
+  // Recurrent state storage (gated-delta-net layers): bytes of one slot over all layers, and
+  // the storage itself.
+  virtual uint64_t state_bytes_per_slot(const StateSpec& spec) const = 0;
+  virtual Expected<std::unique_ptr<StateCache>> create_state(const StateSpec& spec,
+                                                             int32_t num_slots) = 0;
+  // Copies every layer's conv and SSM state of slot src to slot dst (prefix-cache snapshots),
+  // ordered with the ops.
+  virtual void state_copy(StateCache& st, int32_t src_slot, int32_t dst_slot) = 0;
+
   // Fixed buffers for the step's inputs, sized once; upload_step copies a step into them
   // (their addresses never change, so a captured graph reads the new values).
   virtual Status reserve_step(const StepCapacity& cap) = 0;
@@ -289,6 +357,32 @@ class Backend {
   // sequence with p.causal false.
   virtual void attention(KvCache& kv, int32_t layer, const StepArgs& step, Mat q, Mat out,
                          const AttnParams& p) = 0;
+  // ---- gated delta net (qwen35/qwen3next linear attention; cpu::gated_delta_rule_reference
+  // holds the math). A sequence starts from a zero state (conv and SSM) when the position of
+  // its first row in the step is 0, else from its slot's state (step.state_slots); both ops
+  // write the updated state back to the slot.
+  // Causal depthwise conv1d + SiLU over each sequence's rows of x [n, conv_dim] (rows of a
+  // sequence contiguous and in order, per attn.qo_indptr): out[t][c] = silu(sum_j w[c][j] *
+  // x[t - (conv_k - 1) + j][c]), the rows before the sequence's first taken from its conv
+  // state. w [conv_dim, conv_k] row-major (GGUF ssm_conv1d, ne = {conv_k, conv_dim}). out must
+  // not alias x.
+  virtual void conv1d_silu(StateCache& st, int32_t layer, const StepArgs& step, Mat x,
+                           const float* w, Mat out) = 0;
+  // The gated delta rule, token by token per value head h: q, k L2-normalised (q then scaled
+  // by 1 / sqrt(head_k_dim)), beta = sigmoid(beta_raw), g = ssm_a[h] * softplus(alpha[h] +
+  // dt_bias[h]); S = exp(g) S; S += k (beta (v - S^T k))^T; o = S^T q. qkv [n, conv_dim] (the
+  // conv's output: q | k | v columns), alpha and beta [n, n_v_heads] raw projections, ssm_a
+  // and dt_bias [n_v_heads]; out [n, n_v_heads * head_v_dim].
+  virtual void gated_delta_rule(StateCache& st, int32_t layer, const StepArgs& step, Mat qkv,
+                                Mat alpha, Mat beta, const float* ssm_a, const float* dt_bias,
+                                Mat out, const DeltaParams& p) = 0;
+  // out = x * sigmoid(gate) elementwise (the attention output gate of qwen35/qwen3next); out
+  // may alias x.
+  virtual void sigmoid_mul(Mat x, Mat gate, Mat out) = 0;
+  // src rows are groups of 2 * width columns [a_0 b_0 a_1 b_1 ...] (width columns each): a
+  // gets the a_i, b the b_i (qwen35's attn_q output interleaves each head's query and gate).
+  virtual void deinterleave(Mat src, int64_t width, Mat a, Mat b) = 0;
+
   // out[t] = sum over the k chosen experts of weight * expert(xn[t]) (SwiGLU experts),
   // routing by softmax + top-k (ties to the lower index) with the weights renormalised.
   virtual void moe(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) = 0;

@@ -54,6 +54,49 @@ class CpuKvCache final : public KvCache {
   std::vector<uint8_t> k_, v_;
 };
 
+// The CPU's recurrent state: one block of floats per slot, per layer its conv state then its
+// SSM state (DeltaLayerView), so a slot's whole state is one contiguous copy.
+class CpuStateCache final : public StateCache {
+ public:
+  CpuStateCache(const StateSpec& spec, int32_t num_slots)
+      : StateCache(spec, num_slots),
+        values_(static_cast<size_t>(slot_values(spec)) * num_slots, 0.0f) {}
+  static int64_t layer_values(const StateSpec& s) { return s.conv_values() + s.ssm_values(); }
+  static int64_t slot_values(const StateSpec& s) { return s.n_layer * layer_values(s); }
+  float* slot(int32_t i) { return values_.data() + static_cast<size_t>(i) * slot_values(spec_); }
+  DeltaLayerView layer(int32_t il) {
+    KILN_ASSERT(il >= 0 && il < spec_.n_layer);
+    DeltaLayerView v;
+    v.conv = values_.data() + il * layer_values(spec_);
+    v.ssm = v.conv + spec_.conv_values();
+    v.slot_stride = slot_values(spec_);
+    v.conv_dim = spec_.conv_dim;
+    v.conv_k = spec_.conv_k;
+    return v;
+  }
+  void read_conv(int32_t il, int32_t s, float* out) const override {
+    std::copy_n(part(il, s, false), spec_.conv_values(), out);
+  }
+  void read_ssm(int32_t il, int32_t s, float* out) const override {
+    std::copy_n(part(il, s, true), spec_.ssm_values(), out);
+  }
+  void write_conv(int32_t il, int32_t s, const float* in) override {
+    std::copy_n(in, spec_.conv_values(), part(il, s, false));
+  }
+  void write_ssm(int32_t il, int32_t s, const float* in) override {
+    std::copy_n(in, spec_.ssm_values(), part(il, s, true));
+  }
+
+ private:
+  float* part(int32_t il, int32_t s, bool ssm) const {
+    KILN_ASSERT(il >= 0 && il < spec_.n_layer && s >= 0 && s < num_slots_);
+    float* base = const_cast<float*>(values_.data()) + static_cast<size_t>(s) * slot_values(spec_) +
+                  il * layer_values(spec_);
+    return ssm ? base + spec_.conv_values() : base;
+  }
+  std::vector<float> values_;  // [num_slots][n_layer][conv | ssm]
+};
+
 Expected<KvLayerView> kv_geometry(const KvSpec& s) {
   KILN_TRY_STATUS(check_kv_spec(s));
   return make_kv_view(s.type, nullptr, nullptr, s.block_tokens, s.n_kv_heads, s.head_dim_k,
@@ -134,6 +177,35 @@ Expected<std::unique_ptr<KvCache>> CpuBackend::create_kv(const KvSpec& spec, int
   }
 }
 
+uint64_t CpuBackend::state_bytes_per_slot(const StateSpec& spec) const {
+  if (!check_state_spec(spec).ok()) return 0;
+  return static_cast<uint64_t>(CpuStateCache::slot_values(spec)) * sizeof(float);
+}
+
+Expected<std::unique_ptr<StateCache>> CpuBackend::create_state(const StateSpec& spec,
+                                                               int32_t num_slots) {
+  KILN_TRY_STATUS(check_state_spec(spec));
+  if (num_slots <= 0) return err("state: {} slots is not a state pool size", num_slots);
+  try {
+    return std::unique_ptr<StateCache>(new CpuStateCache(spec, num_slots));
+  } catch (const std::bad_alloc&) {
+    return err("state: out of memory for {} slots ({} bytes)", num_slots,
+               state_bytes_per_slot(spec) * static_cast<uint64_t>(num_slots));
+  }
+}
+
+void CpuBackend::state_copy(StateCache& st, int32_t src_slot, int32_t dst_slot) {
+  auto& c = static_cast<CpuStateCache&>(st);
+  KILN_ASSERT(src_slot >= 0 && src_slot < c.num_slots() && dst_slot >= 0 &&
+              dst_slot < c.num_slots());
+  if (src_slot != dst_slot)
+    std::copy_n(c.slot(src_slot), CpuStateCache::slot_values(c.spec()), c.slot(dst_slot));
+}
+
+DeltaLayerView CpuBackend::state_view(StateCache& st, int32_t layer) {
+  return static_cast<CpuStateCache&>(st).layer(layer);
+}
+
 KvLayerView CpuBackend::layer_view(KvCache& kv, int32_t layer) {
   return static_cast<CpuKvCache&>(kv).layer(layer);
 }
@@ -146,6 +218,10 @@ Expected<StepArgs> CpuBackend::upload_step(const HostStep& step) {
   a.attn = step.attn;
   a.logit_rows = step.logit_rows.data();
   a.row_scale = step.row_scale.empty() ? nullptr : step.row_scale.data();
+  if (!step.state_slots.empty() &&
+      step.state_slots.size() != static_cast<size_t>(step.attn.num_seqs))
+    return err("cpu: {} state slots for {} sequences", step.state_slots.size(), step.attn.num_seqs);
+  a.state_slots = step.state_slots.empty() ? nullptr : step.state_slots.data();
   for (int32_t s = 0; s < step.attn.num_seqs; ++s)
     a.max_q_len = std::max(a.max_q_len, step.attn.qo_indptr[s + 1] - step.attn.qo_indptr[s]);
   return a;
@@ -221,6 +297,34 @@ void CpuBackend::kv_write(KvCache& kv, int32_t layer, const StepArgs& step, Mat 
 void CpuBackend::attention(KvCache& kv, int32_t layer, const StepArgs& step, Mat q, Mat out,
                            const AttnParams& p) {
   cpu::attention(layer_view(kv, layer), step.attn, q.data, out.data, p, pool_);
+}
+
+void CpuBackend::conv1d_silu(StateCache& st, int32_t layer, const StepArgs& step, Mat x,
+                             const float* w, Mat out) {
+  KILN_ASSERT(step.state_slots != nullptr && x.cols == st.spec().conv_dim && out.cols == x.cols &&
+              x.rows == step.n_tokens && out.rows == x.rows && out.data != x.data);
+  cpu::conv1d_silu(state_view(st, layer), step.attn, step.state_slots, x.data, w, out.data, pool_);
+}
+void CpuBackend::gated_delta_rule(StateCache& st, int32_t layer, const StepArgs& step, Mat qkv,
+                                  Mat alpha, Mat beta, const float* ssm_a, const float* dt_bias,
+                                  Mat out, const DeltaParams& p) {
+  const StateSpec& s = st.spec();
+  KILN_ASSERT(step.state_slots != nullptr && p.n_k_heads == s.n_k_heads &&
+              p.n_v_heads == s.n_v_heads && p.head_k_dim == s.head_k_dim &&
+              p.head_v_dim == s.head_v_dim && qkv.cols == s.conv_dim && qkv.rows == step.n_tokens &&
+              alpha.cols == p.n_v_heads && beta.cols == p.n_v_heads &&
+              out.cols == int64_t{p.n_v_heads} * p.head_v_dim);
+  cpu::gated_delta_rule(state_view(st, layer), step.attn, step.state_slots, qkv.data, alpha.data,
+                        beta.data, ssm_a, dt_bias, out.data, p, pool_);
+}
+void CpuBackend::sigmoid_mul(Mat x, Mat gate, Mat out) {
+  KILN_ASSERT(gate.size() == x.size() && out.size() == x.size());
+  cpu::sigmoid_mul(x.data, gate.data, out.data, x.size());
+}
+void CpuBackend::deinterleave(Mat src, int64_t width, Mat a, Mat b) {
+  KILN_ASSERT(width > 0 && src.cols % (2 * width) == 0 && a.cols * 2 == src.cols &&
+              b.cols == a.cols && a.rows == src.rows && b.rows == src.rows);
+  cpu::deinterleave(src.data, src.rows, src.cols / (2 * width), width, a.data, b.data);
 }
 
 // Mixture of experts (qwen3moe): softmax over the router logits, the top n_expert_used experts

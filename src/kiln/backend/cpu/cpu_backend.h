@@ -39,6 +39,11 @@ class CpuBackend final : public Backend {
   uint64_t kv_bytes_per_block(const KvSpec& spec) const override;
   Expected<std::unique_ptr<KvCache>> create_kv(const KvSpec& spec, int32_t num_blocks) override;
 
+  uint64_t state_bytes_per_slot(const StateSpec& spec) const override;
+  Expected<std::unique_ptr<StateCache>> create_state(const StateSpec& spec,
+                                                     int32_t num_slots) override;
+  void state_copy(StateCache& st, int32_t src_slot, int32_t dst_slot) override;
+
   Status reserve_step(const StepCapacity&) override { return {}; }
   Expected<StepArgs> upload_step(const HostStep& step) override;
 
@@ -64,10 +69,19 @@ class CpuBackend final : public Backend {
   void attention(KvCache& kv, int32_t layer, const StepArgs& step, Mat q, Mat out,
                  const AttnParams& p) override;
   void moe(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) override;
+  void conv1d_silu(StateCache& st, int32_t layer, const StepArgs& step, Mat x, const float* w,
+                   Mat out) override;
+  void gated_delta_rule(StateCache& st, int32_t layer, const StepArgs& step, Mat qkv, Mat alpha,
+                        Mat beta, const float* ssm_a, const float* dt_bias, Mat out,
+                        const DeltaParams& p) override;
+  void sigmoid_mul(Mat x, Mat gate, Mat out) override;
+  void deinterleave(Mat src, int64_t width, Mat a, Mat b) override;
 
   util::ThreadPool* pool() const { return pool_; }
   // The view of one layer of a cache this backend made (tests compare kernels with it).
   static KvLayerView layer_view(KvCache& kv, int32_t layer);
+  // The view of one layer of a recurrent state this backend made.
+  static DeltaLayerView state_view(StateCache& st, int32_t layer);
 
  private:
   std::unique_ptr<util::ThreadPool> own_pool_;

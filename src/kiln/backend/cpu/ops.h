@@ -128,6 +128,64 @@ enum class OpsMode { Fast, Reference };
 void set_ops_mode(OpsMode mode);
 OpsMode ops_mode();
 
+// ---- gated delta net (qwen35/qwen3next linear attention; delta_net.cpp) ------------------
+
+// out = x * sigmoid(gate), written x / (1 + exp(-gate)); n elements, out may alias x.
+void sigmoid_mul(const float* x, const float* gate, float* out, int64_t n);
+// Rows of src [n_rows, n_groups * 2 * width] are groups [a_g b_g] of width columns each:
+// a [n_rows, n_groups * width] gets the a_g, b the b_g.
+void deinterleave(const float* src, int64_t n_rows, int64_t n_groups, int64_t width, float* a,
+                  float* b);
+
+// One layer's recurrent state of every slot (the CPU backend's StateCache): slot s's conv
+// state [conv_k - 1, conv_dim] (oldest input first) at conv + s * slot_stride and its SSM
+// state [n_v_heads, head_k_dim, head_v_dim] (S[h][i][j], i over key dims) at
+// ssm + s * slot_stride.
+struct DeltaLayerView {
+  float* conv = nullptr;
+  float* ssm = nullptr;
+  int64_t slot_stride = 0;  // floats from one slot's state to the next
+  int32_t conv_dim = 0;
+  int32_t conv_k = 0;
+};
+
+// Causal depthwise conv1d + SiLU (Backend::conv1d_silu) over the sequences of b: x, out
+// [n_tokens, conv_dim], w [conv_dim, conv_k]; sequence s uses slot slots[s], from a zero state
+// when positions[qo_indptr[s]] == 0, and leaves its last conv_k - 1 inputs there. Per output:
+// a = sum over j in order of w[c][j] * input, out = a / (1 + exp(-a)). Threads split the
+// channels (the arithmetic of each output is fixed). out must not alias x.
+void conv1d_silu(const DeltaLayerView& st, const AttnBatch& b, const int32_t* slots, const float* x,
+                 const float* w, float* out, util::ThreadPool* pool = nullptr);
+
+// The gated delta rule (Backend::gated_delta_rule), token by token: the scalar oracle. Per row
+// t and value head h (key head h % n_k_heads): q, k scaled by 1 / sqrt(sum x^2 + eps) (the sum
+// in double), q then by 1 / sqrt(head_k_dim); beta = 1 / (1 + exp(-beta_raw)); g = ssm_a[h] *
+// softplus(alpha + dt_bias[h]) (softplus as torch: x itself above 20); then
+//   S *= exp(g); kv[j] = sum_i S[i][j] k[i]; delta[j] = (v[j] - kv[j]) * beta;
+//   S[i][j] += k[i] delta[j]; o[j] = sum_i S[i][j] q[i]   (every sum in order of i).
+// qkv [n_tokens, conv_dim] (q | k | v columns), alpha, beta [n_tokens, n_v_heads], ssm_a,
+// dt_bias [n_v_heads], out [n_tokens, n_v_heads * head_v_dim]. Slots and zero starts as
+// conv1d_silu.
+void gated_delta_rule_reference(const DeltaLayerView& st, const AttnBatch& b, const int32_t* slots,
+                                const float* qkv, const float* alpha, const float* beta,
+                                const float* ssm_a, const float* dt_bias, float* out,
+                                const DeltaParams& p);
+
+// Which form gated_delta_rule runs per sequence: kAuto takes the chunked form for sequences of
+// at least kDeltaChunkMinRows rows in the step, the recurrence otherwise.
+enum class DeltaForm { kAuto, kRecurrent, kChunked };
+constexpr int32_t kDeltaChunkRows = 64;
+constexpr int32_t kDeltaChunkMinRows = 64;
+
+// The gated delta rule on threads over (sequence, value head). The recurrence is the
+// reference's arithmetic (bit for bit). The chunked form (chunks of kDeltaChunkRows, the
+// recurrence across chunks; delta_net.cpp derives it) rounds differently: within ~1e-5 of the
+// output's scale of the recurrence (tests/unit/backend/delta_net_test.cpp states the bound).
+void gated_delta_rule(const DeltaLayerView& st, const AttnBatch& b, const int32_t* slots,
+                      const float* qkv, const float* alpha, const float* beta, const float* ssm_a,
+                      const float* dt_bias, float* out, const DeltaParams& p,
+                      util::ThreadPool* pool, DeltaForm form = DeltaForm::kAuto);
+
 // Index of the largest value (first on ties).
 int32_t argmax(const float* x, int64_t n);
 
