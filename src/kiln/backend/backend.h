@@ -119,13 +119,20 @@ class StateCache {
 };
 
 // The shape of a gated delta rule (Backend::gated_delta_rule). Value head h reads key head
-// h % n_k_heads (the GGUF files store the V heads tiled, as llama.cpp reads them).
+// p.key_head(h).
 struct DeltaParams {
   int32_t n_k_heads = 0;
   int32_t n_v_heads = 0;
   int32_t head_k_dim = 0;
   int32_t head_v_dim = 0;
   float norm_eps = 1e-6f;  // of the L2 norms of q and k
+  // Which key head value head h reads: h % n_k_heads when the value heads are stored tiled
+  // (qwen35 and qwen35moe files: llama.cpp's converter reorders them), h / (n_v / n_k) when
+  // grouped as Hugging Face keeps them (qwen3next files).
+  bool tiled_heads = true;
+  int32_t key_head(int32_t h) const {
+    return tiled_heads ? h % n_k_heads : h / (n_v_heads / n_k_heads);
+  }
 };
 
 // One step's inputs in backend memory (Backend::upload_step). n_tokens rows; attn's pointers
@@ -320,6 +327,8 @@ class Backend {
   virtual void add(Mat x, Mat y) = 0;                  // x += y
   virtual void scale(Mat x, float s) = 0;              // x *= s
   virtual void scale_rows(Mat x, const float* s) = 0;  // x[t] *= s[t]
+  // x[t] += sigmoid(s[t]) * y[t] for s [n, 1]: the gated shared expert (qwen35moe, qwen3next).
+  virtual void add_gated_rows(Mat x, Mat y, Mat s) = 0;
   virtual void softcap(Mat x, float cap) = 0;          // x = cap * tanh(x / cap)
   virtual void swiglu(Mat gate, Mat up, Mat out) = 0;  // out = silu(gate) * up
   virtual void geglu(Mat gate, Mat up, Mat out) = 0;   // out = gelu_tanh(gate) * up

@@ -258,6 +258,14 @@ void CpuBackend::scale_rows(Mat x, const float* s) {
   for (int64_t t = 0; t < x.rows; ++t)
     if (s[t] != 1.0f) cpu::scale(x.data + t * x.cols, s[t], x.cols);
 }
+void CpuBackend::add_gated_rows(Mat x, Mat y, Mat s) {
+  for (int64_t t = 0; t < x.rows; ++t) {
+    const float g = 1.0f / (1.0f + std::exp(-s.data[t]));
+    float* xt = x.data + t * x.cols;
+    const float* yt = y.data + t * y.cols;
+    for (int64_t i = 0; i < x.cols; ++i) xt[i] += g * yt[i];
+  }
+}
 void CpuBackend::softcap(Mat x, float cap) {
   cpu::softcap(x.data, cap, x.size());
 }

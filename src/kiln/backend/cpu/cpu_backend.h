@@ -56,6 +56,7 @@ class CpuBackend final : public Backend {
   void add(Mat x, Mat y) override;
   void scale(Mat x, float s) override;
   void scale_rows(Mat x, const float* s) override;
+  void add_gated_rows(Mat x, Mat y, Mat s) override;
   void softcap(Mat x, float cap) override;
   void swiglu(Mat gate, Mat up, Mat out) override;
   void geglu(Mat gate, Mat up, Mat out) override;

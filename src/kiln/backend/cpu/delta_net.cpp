@@ -135,7 +135,7 @@ struct RowInputs {
 
 RowInputs prepare_row(const DeltaInputs& in, int64_t t, int32_t h, float* qn, float* kn) {
   const DeltaParams& p = in.p;
-  const int32_t hk = h % p.n_k_heads, dk = p.head_k_dim;
+  const int32_t hk = p.key_head(h), dk = p.head_k_dim;
   const float* row = in.qkv + t * in.conv_dim;
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
   l2_normalise(row + int64_t{hk} * dk, dk, p.norm_eps, q_scale, qn);
