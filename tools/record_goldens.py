@@ -37,6 +37,14 @@ def configs():
     common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                   rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    hybrid = dict(common, num_hidden_layers=4, head_dim=32, full_attention_interval=2,
+                  linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                  linear_num_key_heads=2, linear_num_value_heads=4,
+                  rope_parameters=dict(rope_type="default", rope_theta=1e6,
+                                       partial_rotary_factor=0.25, mrope_section=[2, 1, 1],
+                                       mrope_interleaved=True))
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+               shared_expert_intermediate_size=48)
     out = {
         "llama": (transformers.LlamaConfig, dict(common, rope_theta=10000.0,
                                                  tie_word_embeddings=False)),
@@ -74,8 +82,21 @@ def configs():
         "llama_linear": (transformers.LlamaConfig, dict(common, rope_theta=10000.0,
                          tie_word_embeddings=False,
                          rope_scaling=dict(rope_type="linear", factor=2.0))),
+        # Hybrid linear attention (Gated DeltaNet) + gated full attention: layers alternate
+        # (full_attention_interval 2), twice as many value heads as key heads (the converter
+        # reorders them), a quarter of each head rotated.
+        "qwen35": (transformers.Qwen3_5TextConfig, dict(hybrid, tie_word_embeddings=False)),
+        "qwen35moe": (transformers.Qwen3_5MoeTextConfig, dict(hybrid, **moe, tie_word_embeddings=False)),
+        "qwen3next": (transformers.Qwen3NextConfig, dict(hybrid, **moe, decoder_sparse_step=1,
+                                                         mlp_only_layers=[], norm_topk_prob=True,
+                                                         tie_word_embeddings=False)),
     }
     return out
+
+
+# Sequences recorded per architecture where the default lengths are too short: the hybrid
+# models' chunked delta rule works in chunks of 64, so one sequence spans several chunks.
+EXTRA_SEQ_LENS = {"qwen35": (150,), "qwen35moe": (150,), "qwen3next": (150,)}
 
 
 def make_config(cfg_cls, kw):
@@ -97,7 +118,9 @@ def make_config(cfg_cls, kw):
 def randomise(model, gen):
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.ndim == 1:
+            if name.endswith("A_log"):  # decays exp(g) near 1, so the state carries far
+                p.copy_(torch.empty(p.shape).uniform_(0.02, 0.5, generator=gen).log())
+            elif p.ndim == 1:
                 if "norm" in name or "layernorm" in name:
                     p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
                 else:  # biases
@@ -190,7 +213,8 @@ def main():
             d = os.path.join(out_dir, arch)
             os.makedirs(d, exist_ok=True)
             model.save_pretrained(d, safe_serialization=True)
-            seqs = [torch.randint(3, VOCAB, (n,), generator=gen).tolist() for n in SEQ_LENS]
+            lens = SEQ_LENS + EXTRA_SEQ_LENS.get(arch, ())
+            seqs = [torch.randint(3, VOCAB, (n,), generator=gen).tolist() for n in lens]
             rows = []
             with torch.no_grad():
                 for s in seqs:

@@ -44,7 +44,8 @@ Expected<FileType> parse_file_type(std::string_view name) {
 }
 
 quant::Type tensor_type(const FileType& ft, const TensorSpec& spec, const HParams& hp) {
-  if (spec.kind == TensorKind::kNorm) return quant::Type::F32;
+  // Vectors stay F32, as llama.cpp keeps every 1-D tensor (the shared expert's gate row too).
+  if (spec.kind == TensorKind::kNorm || spec.ne.size() == 1) return quant::Type::F32;
   quant::Type t = ft.base;
   if (ft.mixture) {
     const bool is_output =

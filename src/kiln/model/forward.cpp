@@ -109,8 +109,10 @@ Status Forward::carve_arena() {
       {&v_, t, int64_t{hp.n_head_kv} * hp.head_dim_v},
       {&attn_, t, int64_t{hp.n_head} * hp.head_dim_v},
       // Fused projections (phi3) need room for [q | k | v] and [gate | up] rows.
-      {&gate_, t, std::max<int64_t>(hp.n_ff, qkv)},
-      {&up_, t, hp.n_ff},
+      {&gate_, t, std::max<int64_t>({hp.n_ff, qkv, hp.n_ff_shared})},
+      {&up_, t, std::max(hp.n_ff, hp.n_ff_shared)},
+      {&shexp_out_, f.shared_expert ? t : 0, hp.n_embd},
+      {&shexp_gate_, f.shared_expert ? t : 0, 1},
       {&tmp2_, f.fused_gate_up ? t : 0, 2 * int64_t{hp.n_ff}},
       {&tmp_, t, hp.n_embd},
       // Rows gathered for the final norm: the logit rows, then the hidden rows.
@@ -119,7 +121,20 @@ Status Forward::carve_arena() {
       {&logits_, opts_.max_logit_rows, hp.n_vocab},
       {&ids_, opts_.max_logit_rows, 1},
       {&row_scale_, hp.attn_temp_scale != 0 ? t : 0, 1},
+      {&q_gate_, f.attn_output_gate ? t : 0, 2 * q_width},
+      {&attn_gate_, f.attn_output_gate ? t : 0, q_width},
   };
+  if (hp.n_linear_layers() > 0) {
+    const int64_t value_dim = int64_t{hp.linear_n_v_heads} * hp.linear_head_v_dim;
+    const int64_t nv = hp.linear_n_v_heads;
+    parts.push_back({&lin_mixed_, t, hp.linear_conv_dim()});
+    parts.push_back({&lin_conv_, t, hp.linear_conv_dim()});
+    parts.push_back({&lin_z_, t, value_dim});
+    parts.push_back({&lin_core_, t, value_dim});
+    parts.push_back({&lin_beta_, t, nv});
+    parts.push_back({&lin_alpha_, t, nv});
+    parts.push_back({&lin_ba_, t, 2 * nv});
+  }
   const int64_t n_pairs = hp.n_rot / 2;
   for (int i = 0; i < 2; ++i) {
     const int64_t rows = i == 0 || rope_swa_differs_ ? t : 0;
@@ -165,7 +180,10 @@ void Forward::enable_graphs(int32_t null_kv_block) {
   // Graph buckets: decode batches of 1, 2, 4, 8, then steps of 8 up to 64 and of 32 beyond,
   // up to the step's sequence and logit-row capacity.
   const int32_t max_rows = std::min({opts_.max_seqs, opts_.max_logit_rows, opts_.max_tokens});
-  if (opts_.graphs && opts_.null_kv_block >= 0 && be_.supports_graphs()) {
+  // Hybrid models run their decode steps without graphs: a padding row would need a state slot
+  // of its own.
+  if (opts_.graphs && opts_.null_kv_block >= 0 && be_.supports_graphs() &&
+      model_.hparams().n_linear_layers() == 0) {
     for (int32_t b = 1; b <= max_rows; b = b < 8 ? 2 * b : b < 64 ? b + 8 : b + 32)
       buckets_.push_back(b);
     if (buckets_.empty() || buckets_.back() != max_rows) buckets_.push_back(max_rows);
@@ -193,8 +211,8 @@ std::span<const float> Forward::row_scales(const int32_t* positions, int64_t n) 
   return std::span<const float>(row_scale_host_.data(), static_cast<size_t>(n));
 }
 
-void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64_t n, int64_t n_out,
-                   int64_t n_hidden) {
+void Forward::body(const backend::StepArgs& step, backend::KvCache& cache,
+                   backend::StateCache* state, int64_t n, int64_t n_out, int64_t n_hidden) {
   const HParams& hp = model_.hparams();
   const Mat x = x_.first_rows(n);
   const bool encoder = model_.arch().features.encoder;
@@ -213,7 +231,9 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64
   // Each layer: its mixer, then its FFN, by the architecture's description of the layer. A
   // block leaves its output in tmp_ for the next block to add to x_ (fused with its norm).
   const std::vector<LayerDesc>& descs = model_.layer_descs();
-  for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
+  // The multi-token-prediction blocks after the main layers are not run here.
+  const int n_layers = static_cast<int>(hp.n_main_layers());
+  for (int il = 0; il < n_layers; ++il) {
     const LayerDesc& d = descs[static_cast<size_t>(il)];
     switch (d.mixer) {
       case Mixer::kAttention:
@@ -221,6 +241,11 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64
         break;
       case Mixer::kEncoderAttention:
         encoder_attention_block(il, step, cache, n);
+        break;
+      case Mixer::kGatedDeltaNet:
+        delta_net_block(il, step, *state, n);  // launch checked there is a state
+        break;
+      case Mixer::kNextN:
         break;
     }
     switch (d.ffn) {
@@ -240,7 +265,7 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache, int64
     return;
   }
   be_.add(x, tmp_.first_rows(n));  // the last layer's FFN output
-  dump("layer_out", static_cast<int>(hp.n_layer) - 1, x);
+  dump("layer_out", n_layers - 1, x);
   if (n_out + n_hidden == 0) return;
   // Final norm only for the rows that need it (logits, then hidden states), logits only for
   // the first n_out.
@@ -313,6 +338,15 @@ Status Forward::launch(const StepInput& in, backend::KvCache& cache, float* logi
   }
   for (int32_t r : in.hidden_rows)
     if (r < 0 || r >= n) return err("forward: hidden row {} is outside the step (0..{})", r, n - 1);
+  if (hp.n_linear_layers() > 0) {
+    if (in.state == nullptr || in.state_slots.size() != static_cast<size_t>(in.attn.num_seqs))
+      return err("forward: a {} step needs a recurrent state slot for each of its {} sequences",
+                 hp.arch, in.attn.num_seqs);
+    for (int32_t slot : in.state_slots)
+      if (slot < 0 || slot >= in.state->num_slots())
+        return err("forward: state slot {} is outside the state (0..{})", slot,
+                   in.state->num_slots() - 1);
+  }
   // Decode steps whose logit rows are 0..n_out-1 run from a graph.
   bool decode =
       !buckets_.empty() && !dump_ && n_hidden == 0 && in.attn.num_seqs == n && n <= buckets_.back();
@@ -327,8 +361,9 @@ Status Forward::launch(const StepInput& in, backend::KvCache& cache, float* logi
     out_rows = out_rows_host_;
   }
   backend::HostStep hs{in.tokens, in.attn, out_rows, row_scales(in.attn.positions, n)};
+  hs.state_slots = in.state_slots;
   KILN_TRY(const backend::StepArgs step, be_.upload_step(hs));
-  body(step, cache, n, n_out, n_hidden);
+  body(step, cache, in.state, n, n_out, n_hidden);
   download_logits(n_out, logits, ids);
   if (n_hidden > 0) {  // rows [n_out, n_out + n_hidden) of the final norm's output
     const int64_t width = hp.n_embd;
@@ -379,7 +414,7 @@ Status Forward::run_graph(const StepInput& in, backend::KvCache& cache, float* l
   KILN_TRY(const backend::StepArgs step, be_.upload_step(hs));
   if (graph_of_bucket_[b] < 0) {
     KILN_TRY_STATUS(be_.begin_capture());
-    body(step, cache, rows, rows);
+    body(step, cache, nullptr, rows, rows);
     KILN_TRY(graph_of_bucket_[b], be_.end_capture());
     ++num_graph_captures_;
   }

@@ -24,6 +24,11 @@ struct StepInput {
   // Flat rows whose final-norm hidden states are wanted (embedding pooling), in output order;
   // disjoint from logit_rows.
   std::span<const int32_t> hidden_rows;
+  // Hybrid models (Gated DeltaNet layers): the recurrent state and each sequence's slot in it
+  // [attn.num_seqs]. A sequence whose first row here is at position 0 starts from a zero
+  // state; any other continues from its slot.
+  backend::StateCache* state = nullptr;
+  std::span<const int32_t> state_slots;
 };
 
 // Called with each named intermediate: (name, layer or -1, data [rows, cols], host memory).
@@ -81,6 +86,10 @@ class Forward {
   // in tmp_.
   void attention_block(int layer, const LayerDesc& desc, const backend::StepArgs& step,
                        backend::KvCache& cache, int64_t n);
+  // A Gated DeltaNet layer (blocks/delta_net.cpp): the conv and the delta rule over the
+  // sequences' recurrent states.
+  void delta_net_block(int layer, const backend::StepArgs& step, backend::StateCache& state,
+                       int64_t n);
   void ffn_input(int layer, int64_t n);
   void dense_ffn_block(int layer, int64_t n);
   void moe_ffn_block(int layer, int64_t n);
@@ -92,8 +101,8 @@ class Forward {
   // The ops of a step of n rows whose inputs are uploaded, up to the logits of its first
   // n_out logit rows in logits_; the n_hidden rows after them (step.logit_rows holds both
   // lists) stop at the final norm, rows [n_out, n_out + n_hidden) of xn_.
-  void body(const backend::StepArgs& step, backend::KvCache& cache, int64_t n, int64_t n_out,
-            int64_t n_hidden = 0);
+  void body(const backend::StepArgs& step, backend::KvCache& cache, backend::StateCache* state,
+            int64_t n, int64_t n_out, int64_t n_hidden = 0);
   // The decode step padded to its bucket, run from its graph (captured on first use).
   Status run_graph(const StepInput& in, backend::KvCache& cache, float* logits, int32_t* ids);
   // The step's first n_out logit rows to the host: the logits, or with ids their argmax.
@@ -117,6 +126,13 @@ class Forward {
   std::unique_ptr<backend::Buffer> arena_;
   backend::Mat x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, tmp2_, out_rows_, logits_, row_scale_;
   backend::Mat ids_;  // [max_logit_rows] int32 (the size of a float): the logit rows' argmax
+  // The shared expert's output and gate logit (qwen35moe, qwen3next).
+  backend::Mat shexp_out_, shexp_gate_;
+  // qwen35 attention: the projection of [q_h | gate_h] per head, and the gates.
+  backend::Mat q_gate_, attn_gate_;
+  // Gated DeltaNet layers: the projections (mixed [q | k | v], z, beta, alpha; qwen3next's
+  // [b | a]), the conv's output and the delta rule's.
+  backend::Mat lin_mixed_, lin_conv_, lin_z_, lin_beta_, lin_alpha_, lin_ba_, lin_core_;
   backend::MoeScratch moe_;
   // Rope: [0] full-attention layers, [1] sliding layers (when their frequencies differ); the
   // step's cos/sin tables ([max_tokens, n_rot / 2]) are shared by Q, K and every layer.

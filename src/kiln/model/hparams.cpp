@@ -86,6 +86,50 @@ Status read_rope_scaling(const gguf::File& f, HParams& hp) {
   return {};
 }
 
+// The Gated DeltaNet keys of the hybrid architectures (llama.cpp's ssm.* names): the value
+// head dim is ssm.inner_size / ssm.time_step_rank, the key head dim ssm.state_size; every
+// full_attention_interval-th layer (4 unless given) is full attention.
+Status read_linear_attention(const gguf::File& f, const ArchDef& def, HParams& hp) {
+  const std::string& a = hp.arch;
+  KILN_TRY(hp.n_nextn_layers, get_u32(f, key(a, "nextn_predict_layers"), 0));
+  KILN_TRY(hp.n_ff_shared, get_u32(f, key(a, "expert_shared_feed_forward_length"), 0));
+  if (hp.n_nextn_layers >= hp.n_layer && hp.n_layer > 0)
+    return err("model: nextn_predict_layers {} leaves no layers of {}", hp.n_nextn_layers,
+               hp.n_layer);
+  if (const gguf::Value* v = f.find(key(a, "rope.dimension_sections"))) {
+    const gguf::Array* arr = v->as_array();
+    if (arr == nullptr || arr->items.size() > hp.rope_sections.size())
+      return err("model: {} must be an array of at most 4 integers",
+                 key(a, "rope.dimension_sections"));
+    for (size_t i = 0; i < arr->items.size(); ++i) {
+      const std::optional<int64_t> x = arr->items[i].as_int();
+      if (!x || *x < 0 || *x > 4096)
+        return err("model: {} holds an invalid value", key(a, "rope.dimension_sections"));
+      hp.rope_sections[i] = static_cast<int32_t>(*x);
+    }
+  }
+  if (!def.features.linear_attention) return {};
+  KILN_TRY(hp.linear_conv_kernel, get_u32(f, key(a, "ssm.conv_kernel"), 0));
+  KILN_TRY(hp.linear_head_k_dim, get_u32(f, key(a, "ssm.state_size"), 0));
+  KILN_TRY(hp.linear_n_k_heads, get_u32(f, key(a, "ssm.group_count"), 0));
+  KILN_TRY(hp.linear_n_v_heads, get_u32(f, key(a, "ssm.time_step_rank"), 0));
+  KILN_TRY(uint32_t inner, get_u32(f, key(a, "ssm.inner_size"), 0));
+  KILN_TRY(hp.full_attn_interval, get_u32(f, key(a, "full_attention_interval"), 4));
+  if (hp.linear_conv_kernel < 2 || hp.linear_conv_kernel > 16 || hp.linear_head_k_dim == 0 ||
+      hp.linear_head_k_dim > 1024 || hp.linear_n_k_heads == 0 || hp.linear_n_v_heads == 0 ||
+      hp.linear_n_v_heads > 4096 || inner == 0 || inner % hp.linear_n_v_heads != 0 ||
+      hp.linear_n_v_heads % hp.linear_n_k_heads != 0 || hp.full_attn_interval == 0)
+    return err("model: invalid linear attention keys (ssm.conv_kernel {}, ssm.state_size {}, "
+               "ssm.group_count {}, ssm.time_step_rank {}, ssm.inner_size {}, "
+               "full_attention_interval {})",
+               hp.linear_conv_kernel, hp.linear_head_k_dim, hp.linear_n_k_heads,
+               hp.linear_n_v_heads, inner, hp.full_attn_interval);
+  hp.linear_head_v_dim = inner / hp.linear_n_v_heads;
+  if (hp.linear_head_v_dim > 1024)
+    return err("model: linear attention value head dim {} is implausible", hp.linear_head_v_dim);
+  return {};
+}
+
 }  // namespace
 
 Expected<HParams> read_hparams(const gguf::File& f) {
@@ -160,6 +204,7 @@ Expected<HParams> read_hparams(const gguf::File& f) {
   hp.pooling = static_cast<Pooling>(pooling);
   KILN_TRY_STATUS(read_rope_scaling(f, hp));
   hp.rope_scaling_swa = dflt.rope_scaling_swa;
+  KILN_TRY_STATUS(read_linear_attention(f, *def, hp));
   if (def->features.moe && hp.n_expert == 0)
     return err("model: architecture '{}' needs {}.expert_count", a, a);
   KILN_TRY_STATUS(validate(hp));
@@ -225,6 +270,18 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
     w.set_uint32(key(a, "expert_used_count"), hp.n_expert_used);
     w.set_uint32(key(a, "expert_feed_forward_length"), hp.n_ff_expert);
   }
+  if (hp.n_ff_shared > 0) w.set_uint32(key(a, "expert_shared_feed_forward_length"), hp.n_ff_shared);
+  if (hp.full_attn_interval > 0) {
+    w.set_uint32(key(a, "ssm.conv_kernel"), hp.linear_conv_kernel);
+    w.set_uint32(key(a, "ssm.state_size"), hp.linear_head_k_dim);
+    w.set_uint32(key(a, "ssm.group_count"), hp.linear_n_k_heads);
+    w.set_uint32(key(a, "ssm.time_step_rank"), hp.linear_n_v_heads);
+    w.set_uint32(key(a, "ssm.inner_size"), hp.linear_n_v_heads * hp.linear_head_v_dim);
+    w.set_uint32(key(a, "full_attention_interval"), hp.full_attn_interval);
+  }
+  if (hp.n_nextn_layers > 0) w.set_uint32(key(a, "nextn_predict_layers"), hp.n_nextn_layers);
+  if (hp.rope_sections != std::array<int32_t, 4>{})
+    w.set_int32_array(key(a, "rope.dimension_sections"), hp.rope_sections);
 }
 
 Status check_manifest(const gguf::File& f, const ArchDef& arch, const HParams& hp) {

@@ -95,6 +95,14 @@ Expected<ConfigShape> shape_from_config(const std::string& path, size_t n_tokens
 // their scale through the layers.
 std::vector<float> random_values(const TensorSpec& spec, int64_t n, Rng& rng) {
   std::vector<float> v(static_cast<size_t>(n));
+  if (spec.name.ends_with(".ssm_a")) {  // -exp(A_log): decays exp(g) in (0, 1)
+    for (float& x : v) x = -0.5f - rng.uniform();
+    return v;
+  }
+  if (spec.name.ends_with("ssm_conv1d.weight")) {  // a conv of a few taps keeps the scale
+    for (float& x : v) x = 0.5f * rng.normal();
+    return v;
+  }
   if (spec.kind == TensorKind::kNorm) {
     const bool bias = spec.name.ends_with(".bias");
     for (float& x : v) x = bias ? 0.02f * rng.normal() : 1.0f + 0.1f * rng.normal();

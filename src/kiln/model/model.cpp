@@ -8,12 +8,24 @@ namespace kiln::model {
 
 backend::KvSpec kv_spec(const HParams& hp, quant::Type type) {
   backend::KvSpec s;
-  s.n_layer = static_cast<int32_t>(hp.n_layer);
+  s.n_layer = static_cast<int32_t>(hp.n_kv_layers());
   s.n_kv_heads = static_cast<int32_t>(hp.n_head_kv);
   s.head_dim_k = static_cast<int32_t>(hp.head_dim_k);
   s.head_dim_v = static_cast<int32_t>(hp.head_dim_v);
   s.type = type;
   s.block_tokens = kv::kBlockTokens;
+  return s;
+}
+
+backend::StateSpec state_spec(const HParams& hp) {
+  backend::StateSpec s;
+  s.n_layer = static_cast<int32_t>(hp.n_linear_layers());
+  s.conv_dim = static_cast<int32_t>(hp.linear_conv_dim());
+  s.conv_k = static_cast<int32_t>(hp.linear_conv_kernel);
+  s.n_k_heads = static_cast<int32_t>(hp.linear_n_k_heads);
+  s.n_v_heads = static_cast<int32_t>(hp.linear_n_v_heads);
+  s.head_k_dim = static_cast<int32_t>(hp.linear_head_k_dim);
+  s.head_v_dim = static_cast<int32_t>(hp.linear_head_v_dim);
   return s;
 }
 
@@ -23,11 +35,12 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
 }
 
 backend::Weight Model::weight(const gguf::TensorInfo& t) const {
-  // check_manifest has checked the shape (2-D, or 3-D for stacked experts) and the type.
+  // check_manifest has checked the shape (2-D, or 3-D for stacked experts; 1-D: one row, the
+  // shared expert's gate) and the type.
   backend::Weight w;
   w.type = t.type;
   w.n_in = t.ne[0];
-  w.n_out = t.ne[1];
+  w.n_out = t.ne.size() > 1 ? t.ne[1] : 1;
   w.n_mats = t.ne.size() > 2 ? t.ne[2] : 1;
   w.data = t.data;
   w.row_bytes = *quant::row_bytes(t.type, static_cast<uint64_t>(t.ne[0]));

@@ -18,6 +18,8 @@ namespace kiln::model {
 
 // The KV cache a model needs, stored as `type` (one place for the hparams -> cache mapping).
 backend::KvSpec kv_spec(const HParams& hp, quant::Type type = quant::Type::F16);
+// The recurrent state of a hybrid model's linear layers (per sequence).
+backend::StateSpec state_spec(const HParams& hp);
 
 class Model {
  public:

@@ -30,6 +30,17 @@ struct LayerWeights {
   // MoE (qwen3moe): router [n_embd -> n_expert] and the stacked experts; expert e of a stacked
   // weight is expert(w, e).
   backend::Weight w_gate_inp, w_gate_exps, w_up_exps, w_down_exps;
+  // The shared expert (qwen35moe, qwen3next) and its gate (a [n_embd] row: n_out 1).
+  backend::Weight w_gate_shexp, w_up_shexp, w_down_shexp, w_gate_inp_shexp;
+  // Gated DeltaNet (qwen35, qwen3next): wqkv is the conv's input projection [q | k | v]; the
+  // output gate z, beta and alpha projections (qwen3next: [b | a] of each key head's group in
+  // one w_ba), the conv taps [conv_dim, conv_kernel], dt bias and -exp(A_log) per value head,
+  // the gated RMSNorm [head_v_dim] and the output projection.
+  backend::Weight w_z, w_beta, w_alpha, w_ba, ssm_out;
+  const float* ssm_conv1d = nullptr;
+  const float* ssm_dt_bias = nullptr;
+  const float* ssm_a = nullptr;
+  const float* ssm_norm = nullptr;
 };
 
 // The weights outside the layers.

@@ -41,13 +41,15 @@ struct TestForward {
   std::unique_ptr<backend::Backend> be;
   std::unique_ptr<Forward> fwd;
   std::unique_ptr<backend::KvCache> kv;
+  // Hybrid models: the recurrent state, state_slots slots (0 .. n - 1).
+  std::unique_ptr<backend::StateCache> state;
   bool ok() const { return fwd != nullptr && kv != nullptr; }
 };
 
 // max_logit_rows 0: max_tokens.
 inline TestForward make_forward(const Model& m, int32_t max_tokens, int32_t n_blocks,
                                 quant::Type kv_type = quant::Type::F16,
-                                util::ThreadPool* pool = nullptr) {
+                                util::ThreadPool* pool = nullptr, int32_t state_slots = 1) {
   TestForward t;
   t.be = test_backend(pool);
   ForwardOptions o;
@@ -61,6 +63,11 @@ inline TestForward make_forward(const Model& m, int32_t max_tokens, int32_t n_bl
   auto kv = t.be->create_kv(kv_spec(m.hparams(), kv_type), n_blocks);
   EXPECT_TRUE(kv.ok()) << kv.error().message;
   if (kv.ok()) t.kv = std::move(*kv);
+  if (m.hparams().n_linear_layers() > 0) {
+    auto st = t.be->create_state(state_spec(m.hparams()), state_slots);
+    EXPECT_TRUE(st.ok()) << st.error().message;
+    if (st.ok()) t.state = std::move(*st);
+  }
   return t;
 }
 

@@ -44,6 +44,11 @@ std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& seq,
   in.tokens = seq;
   in.attn = {1, qo, kv_ptr, blocks.data(), kv_len, positions.data()};
   in.logit_rows = rows;
+  const int32_t slot0[1] = {0};
+  if (tf.state != nullptr) {
+    in.state = tf.state.get();
+    in.state_slots = slot0;
+  }
   std::vector<float> logits(static_cast<size_t>(n) * hp.n_vocab);
   Status st = tf.fwd->run(in, *tf.kv, logits.data());
   EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
@@ -102,7 +107,8 @@ TEST_P(HfGoldens, LogitsAndGreedyMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(Archs, HfGoldens,
                          ::testing::Values("llama", "llama_tied", "llama3_rope", "qwen2", "qwen3",
                                            "qwen3moe", "mistral_swa", "gemma2", "gemma3", "phi3",
-                                           "qwen3_yarn", "llama_linear"));
+                                           "qwen3_yarn", "llama_linear", "qwen35", "qwen35moe",
+                                           "qwen3next"));
 
 // KV cache types: logits with F16 and Q8_0 KV stay within a bound of those with F32 KV
 // (same weights, same fast kernels). Bounds are relative to the largest |logit| of the row:

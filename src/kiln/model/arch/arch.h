@@ -4,6 +4,7 @@
 // fails naming the tensor, so a wrong file never becomes a wrong logit.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -77,10 +78,49 @@ struct HParams {
   // token type table.
   float norm_eps = 1e-12f;
   uint32_t n_token_types = 0;
+  // Hybrid linear attention (qwen35, qwen35moe, qwen3next): Gated DeltaNet layers with n_k
+  // key heads and n_v value heads (ssm.group_count, ssm.time_step_rank), key head dim
+  // ssm.state_size, value head dim ssm.inner_size / n_v, a causal conv of ssm.conv_kernel taps;
+  // every full_attention_interval-th layer is full attention. The last nextn_predict_layers
+  // blocks are multi-token-prediction layers, loaded and not run by the forward.
+  uint32_t linear_n_k_heads = 0;
+  uint32_t linear_n_v_heads = 0;
+  uint32_t linear_head_k_dim = 0;
+  uint32_t linear_head_v_dim = 0;
+  uint32_t linear_conv_kernel = 0;
+  uint32_t full_attn_interval = 0;  // 0: no linear layers
+  uint32_t n_nextn_layers = 0;
+  uint32_t n_ff_shared = 0;  // MoE shared expert width (expert_shared_feed_forward_length)
+  // rope.dimension_sections (qwen35's multimodal rope): kept to write the file back; text
+  // tokens have equal positions in every section, which makes it the plain neox rope.
+  std::array<int32_t, 4> rope_sections{};
 
   bool swa_layer(uint32_t il) const {
     if (sliding_window == 0) return false;
     return swa_pattern == 0 || il % swa_pattern < swa_pattern - 1;
+  }
+  // The layers the forward runs (the multi-token-prediction blocks come after them).
+  uint32_t n_main_layers() const { return n_layer - n_nextn_layers; }
+  // Whether layer il is a Gated DeltaNet (linear attention) layer.
+  bool linear_layer(uint32_t il) const {
+    return full_attn_interval > 0 && il < n_main_layers() && (il + 1) % full_attn_interval != 0;
+  }
+  // The layers that keep KV in the paged cache (all but the linear and the MTP layers of the
+  // hybrid models), and the cache's index of attention layer il.
+  uint32_t n_kv_layers() const {
+    return full_attn_interval > 0 ? n_main_layers() / full_attn_interval : n_layer;
+  }
+  uint32_t kv_layer(uint32_t il) const {
+    return full_attn_interval > 0 ? il / full_attn_interval : il;
+  }
+  // The linear layers, and the recurrent state's index of linear layer il.
+  uint32_t n_linear_layers() const {
+    return full_attn_interval > 0 ? n_main_layers() - n_kv_layers() : 0;
+  }
+  uint32_t linear_index(uint32_t il) const { return il - il / full_attn_interval; }
+  // Channels of the conv: [q | k | v] of the linear layers.
+  uint32_t linear_conv_dim() const {
+    return 2 * linear_n_k_heads * linear_head_k_dim + linear_n_v_heads * linear_head_v_dim;
   }
 };
 
@@ -111,6 +151,12 @@ struct TensorSpec {
 enum class Mixer : uint8_t {
   kAttention,         // softmax attention over the paged KV cache
   kEncoderAttention,  // bert: non-causal attention, biases, post-norm (blocks/encoder.cpp)
+  // Gated DeltaNet linear attention (qwen35, qwen3next; blocks/delta_net.cpp): a causal conv
+  // and the gated delta rule over a fixed-size recurrent state per sequence, no KV.
+  kGatedDeltaNet,
+  // A multi-token-prediction block (qwen35 nextn layers): loaded and described for
+  // speculative decoding, not run by the forward.
+  kNextN,
 };
 
 enum class FfnKind : uint8_t {
@@ -139,6 +185,16 @@ struct ArchFeatures {
   // bert: an encoder. Embeddings only (no logits), every token of a sequence sees every other
   // (so a sequence's whole input is one step and no prefix is reused), post-norm layers.
   bool encoder = false;
+  // qwen35/qwen3next full attention: attn_q holds each head's query and an output gate
+  // ([q_h | gate_h] per head, twice the width); the attention output is scaled by
+  // sigmoid(gate) before attn_output.
+  bool attn_output_gate = false;
+  // qwen35moe/qwen3next: a shared expert beside the routed ones, scaled by
+  // sigmoid(ffn_gate_inp_shexp . x).
+  bool shared_expert = false;
+  // qwen35/qwen35moe/qwen3next: Gated DeltaNet layers (HParams::linear_layer) beside full
+  // attention; each sequence has a recurrent state (a state slot) as well as KV blocks.
+  bool linear_attention = false;
 };
 
 // An architecture's defaults for keys that files may omit (llama.cpp's defaults).
@@ -187,5 +243,7 @@ std::vector<TensorSpec> standard_manifest(const ArchDef& arch, const HParams& hp
 // Llama's manifest (arch/llama.cpp): the standard one plus the optional rope_freqs.weight of
 // Llama 3.x files; mistral3 files have the same tensors.
 std::vector<TensorSpec> llama_manifest(const ArchDef& arch, const HParams& hp);
+// The hybrid family's manifest (arch/qwen35.cpp): qwen35, qwen35moe, qwen3next.
+std::vector<TensorSpec> qwen35_manifest(const ArchDef& arch, const HParams& hp);
 
 }  // namespace kiln::model

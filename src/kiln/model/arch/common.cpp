@@ -53,7 +53,8 @@ void add_attention(std::vector<TensorSpec>& out, const HParams& hp, uint32_t i,
   if (f.fused_qkv) {
     out.push_back(layer_tensor(i, "attn_qkv.weight", {d, q + k + v}, &L::wqkv));
   } else {
-    out.push_back(layer_tensor(i, "attn_q.weight", {d, q}, &L::wq));
+    // qwen35: each head's query followed by its output gate.
+    out.push_back(layer_tensor(i, "attn_q.weight", {d, f.attn_output_gate ? 2 * q : q}, &L::wq));
     out.push_back(layer_tensor(i, "attn_k.weight", {d, k}, &L::wk));
     out.push_back(layer_tensor(i, "attn_v.weight", {d, v}, &L::wv));
   }

@@ -14,5 +14,9 @@ extern const ArchDef kArchGemma3;
 extern const ArchDef kArchPhi3;
 extern const ArchDef kArchMistral3;
 extern const ArchDef kArchBert;
+// arch/qwen35.cpp: the hybrid family, one manifest.
+extern const ArchDef kArchQwen35;
+extern const ArchDef kArchQwen35Moe;
+extern const ArchDef kArchQwen3Next;
 
 }  // namespace kiln::model

@@ -1,7 +1,7 @@
 // The attention mixer of a layer: norm (with the previous block's residual add), q/k/v
-// projections (fused for phi3, biased for qwen2), per-head q/k norms (qwen3, gemma3), rope and
-// the KV write, paged attention (sliding on the layers that slide), and the output
-// projection. Its output is left in tmp_ for the FFN block to add.
+// projections (fused for phi3, biased for qwen2, with an output gate per head for qwen35),
+// per-head q/k norms (qwen3, gemma3), rope and the KV write, paged attention (sliding on the
+// layers that slide; the cache's layer is hp.kv_layer), the gate, and the output projection. Its output is left in tmp_ for the FFN block to add.
 #include <cmath>
 
 #include "kiln/model/forward.h"
@@ -33,6 +33,12 @@ void Forward::attention_block(int il, const LayerDesc& desc, const backend::Step
     be_.copy_cols(qkv, 0, q);
     be_.copy_cols(qkv, q_width, k);
     be_.copy_cols(qkv, q_width + k_width, v);
+  } else if (f.attn_output_gate) {  // [q_h | gate_h] per head -> q, gates
+    const Mat qg = q_gate_.first_rows(n);
+    const backend::Weight* ws[] = {&l.wq, &l.wk, &l.wv};
+    const Mat ys[] = {qg, k, v};
+    be_.matmuls(ws, xn, ys);
+    be_.deinterleave(qg, hp.head_dim_k, q, attn_gate_.first_rows(n));
   } else {
     const backend::Weight* ws[] = {&l.wq, &l.wk, &l.wv};
     const Mat ys[] = {q, k, v};
@@ -49,10 +55,12 @@ void Forward::attention_block(int il, const LayerDesc& desc, const backend::Step
     be_.rmsnorm(kh, l.k_norm, kh, hp.rms_eps);
   }
   const bool swa = desc.sliding;
+  const int32_t kv_layer = static_cast<int32_t>(hp.kv_layer(static_cast<uint32_t>(il)));
   const int table = swa && rope_swa_differs_ ? 1 : 0;
   const Mat cos = rope_cos_[table].first_rows(n), sin = rope_sin_[table].first_rows(n);
   be_.rope_kv_write(q, static_cast<int32_t>(hp.n_head), k, static_cast<int32_t>(hp.n_head_kv),
-                    static_cast<int32_t>(hp.head_dim_k), f.rope_neox, cos, sin, cache, il, step, v);
+                    static_cast<int32_t>(hp.head_dim_k), f.rope_neox, cos, sin, cache, kv_layer, step,
+                    v);
   if (step.row_scale != nullptr) be_.scale_rows(q, step.row_scale);
   dump("q", il, q);
   dump("k", il, k);
@@ -64,7 +72,8 @@ void Forward::attention_block(int il, const LayerDesc& desc, const backend::Step
   ap.softcap = hp.attn_softcap;
   ap.sliding_window = swa ? static_cast<int32_t>(hp.sliding_window) : 0;
   const Mat attn = attn_.first_rows(n), tmp = tmp_.first_rows(n);
-  be_.attention(cache, il, step, q, attn, ap);
+  be_.attention(cache, kv_layer, step, q, attn, ap);
+  if (f.attn_output_gate) be_.sigmoid_mul(attn, attn_gate_.first_rows(n), attn);
   dump("attn_out", il, attn);
   be_.matmul(l.wo, attn, tmp);
   if (f.sandwich_norm) be_.rmsnorm(tmp, l.attn_post_norm, tmp, hp.rms_eps);

@@ -1,5 +1,6 @@
 // The feed-forward blocks of a layer: the mixer's residual added to x and the FFN norm, then a
-// dense gated FFN (SwiGLU, GeGLU for gemma; phi3's fused gate|up) or routed experts (qwen3moe).
+// dense gated FFN (SwiGLU, GeGLU for gemma; phi3's fused gate|up) or routed experts (qwen3moe;
+// with a gated shared expert for qwen35moe and qwen3next).
 // The output is left in tmp_ for the next layer's mixer (or body()) to add.
 #include "kiln/model/forward.h"
 
@@ -61,6 +62,19 @@ void Forward::moe_ffn_block(int il, int64_t n) {
   be_.moe(mw, xn, tmp, moe_);
   dump("ffn_moe_logits", il, moe_.router.as(n, hp.n_expert));
   dump("ffn_moe_out", il, tmp);
+  if (!model_.arch().features.shared_expert) return;
+  // The shared expert (qwen35moe, qwen3next): a SwiGLU FFN on every token, added scaled by
+  // sigmoid(ffn_gate_inp_shexp . xn).
+  const int64_t fs = hp.n_ff_shared;
+  const Mat g = gate_.as(n, fs), u = up_.as(n, fs);
+  const Mat sh = shexp_out_.first_rows(n), sg = shexp_gate_.first_rows(n);
+  const backend::Weight* ws[] = {&l.w_gate_shexp, &l.w_up_shexp, &l.w_gate_inp_shexp};
+  const Mat ys[] = {g, u, sg};
+  be_.matmuls(ws, xn, ys);
+  be_.swiglu(g, u, g);
+  be_.matmul(l.w_down_shexp, g, sh);
+  be_.add_gated_rows(tmp, sh, sg);
+  dump("ffn_shexp_out", il, sh);
 }
 
 }  // namespace kiln::model

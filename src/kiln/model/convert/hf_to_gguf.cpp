@@ -10,6 +10,7 @@
 
 #include "kiln/model/arch/arch.h"
 #include "kiln/model/convert/bert.h"
+#include "kiln/model/convert/qwen35.h"
 #include "kiln/model/convert/safetensors.h"
 #include "kiln/model/file_type.h"
 #include "kiln/model/hparams.h"
@@ -148,6 +149,7 @@ std::string hf_rope_type(const nlohmann::json& rope) {
 }
 
 Expected<HParams> hparams_from_hf_config(const nlohmann::json& c) {
+  if (is_qwen35_config(c)) return qwen35_hparams(c);
   HParams hp;
   KILN_TRY(hp.arch, arch_for(c));
   hp.n_vocab = cfg<uint32_t>(c, "vocab_size", 0);
@@ -212,42 +214,6 @@ std::vector<float> llama3_rope_factors(const nlohmann::json& rope, const HParams
 }
 
 namespace {
-
-// All *.safetensors in the folder, merged into one name index.
-struct Checkpoint {
-  std::vector<std::unique_ptr<SafetensorsFile>> files;
-  bool has(const std::string& name) const {
-    for (const auto& f : files)
-      if (f->find(name)) return true;
-    return false;
-  }
-  Expected<std::vector<float>> read(const std::string& name) const {
-    for (const auto& f : files)
-      if (f->find(name)) return f->read_f32(name);
-    // A base model saved on its own (Qwen3Model, embedding checkpoints) has no "model."
-    // prefix.
-    if (name.starts_with("model."))
-      for (const auto& f : files)
-        if (f->find(name.substr(6))) return f->read_f32(name.substr(6));
-    return err("convert: checkpoint has no tensor '{}'", name);
-  }
-};
-
-Expected<Checkpoint> open_checkpoint(const std::string& dir) {
-  Checkpoint ck;
-  std::error_code ec;
-  std::vector<fs::path> paths;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.path().extension() == ".safetensors") paths.push_back(e.path());
-  if (ec) return err("convert: cannot list '{}': {}", dir, ec.message());
-  if (paths.empty()) return err("convert: no .safetensors files in '{}'", dir);
-  std::sort(paths.begin(), paths.end());
-  for (const fs::path& p : paths) {
-    KILN_TRY(auto f, SafetensorsFile::open(p.string()));
-    ck.files.push_back(std::move(f));
-  }
-  return ck;
-}
 
 // The HF name of a GGUF tensor of the llama family ("" when it is built another way).
 std::string hf_name(const std::string& gguf, const ArchFeatures& f) {
@@ -338,6 +304,7 @@ Expected<gguf::Writer> convert_hf(const ConvertOptions& o) {
   const nlohmann::json config = nlohmann::json::parse(cf, nullptr, false);
   if (config.is_discarded()) return err("convert: config.json is not valid JSON");
   if (is_bert_config(config)) return convert_bert(o, config);  // an encoder: convert/bert.cpp
+  if (is_qwen35_config(config)) return convert_qwen35(o, config);  // convert/qwen35.cpp
   KILN_TRY(HParams hp, hparams_from_hf_config(config));
   KILN_TRY(FileType ft, parse_file_type(o.type));
   KILN_TRY(Checkpoint ck, open_checkpoint(o.hf_dir));

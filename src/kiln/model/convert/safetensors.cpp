@@ -1,6 +1,8 @@
 #include "kiln/model/convert/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -94,6 +96,47 @@ Expected<std::vector<float>> SafetensorsFile::read_f32(const std::string& name) 
     return err("safetensors: tensor '{}' has dtype {}, expected F32/F16/BF16", name, t->dtype);
   }
   return out;
+}
+
+const SafeTensor* Checkpoint::find(const std::string& name) const {
+  for (const auto& f : files)
+    if (const SafeTensor* t = f->find(name)) return t;
+  if (name.starts_with("model."))
+    for (const auto& f : files)
+      if (const SafeTensor* t = f->find(name.substr(6))) return t;
+  return nullptr;
+}
+
+bool Checkpoint::has(const std::string& name) const {
+  for (const auto& f : files)
+    if (f->find(name)) return true;
+  return false;
+}
+
+Expected<std::vector<float>> Checkpoint::read(const std::string& name) const {
+  for (const auto& f : files)
+    if (f->find(name)) return f->read_f32(name);
+  if (name.starts_with("model."))
+    for (const auto& f : files)
+      if (f->find(name.substr(6))) return f->read_f32(name.substr(6));
+  return err("convert: checkpoint has no tensor '{}'", name);
+}
+
+Expected<Checkpoint> open_checkpoint(const std::string& dir) {
+  namespace fs = std::filesystem;
+  Checkpoint ck;
+  std::error_code ec;
+  std::vector<fs::path> paths;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".safetensors") paths.push_back(e.path());
+  if (ec) return err("convert: cannot list '{}': {}", dir, ec.message());
+  if (paths.empty()) return err("convert: no .safetensors files in '{}'", dir);
+  std::sort(paths.begin(), paths.end());
+  for (const fs::path& p : paths) {
+    KILN_TRY(auto f, SafetensorsFile::open(p.string()));
+    ck.files.push_back(std::move(f));
+  }
+  return ck;
 }
 
 }  // namespace kiln::model

@@ -35,4 +35,17 @@ class SafetensorsFile {
   std::map<std::string, SafeTensor> tensors_;
 };
 
+// Every *.safetensors file of a Hugging Face folder, read as one name index.
+struct Checkpoint {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  bool has(const std::string& name) const;
+  // The tensor as F32. A base model saved on its own (Qwen3Model, embedding checkpoints) has
+  // no "model." prefix: a name with it is also looked up without it.
+  Expected<std::vector<float>> read(const std::string& name) const;
+  // Its shape (PyTorch order), or null.
+  const SafeTensor* find(const std::string& name) const;
+};
+
+Expected<Checkpoint> open_checkpoint(const std::string& dir);
+
 }  // namespace kiln::model
