@@ -158,6 +158,7 @@ struct EngineStats {
   int64_t num_waiting = 0;
   int64_t num_kv_blocks_used = 0;
   int64_t num_kv_blocks_total = 0;
+  int64_t num_state_slots_used = 0;  // hybrid models: recurrent-state slots held
   int64_t num_prefix_hit_tokens = 0;
   int64_t num_prefix_queried_tokens = 0;
   int64_t num_preemptions = 0;

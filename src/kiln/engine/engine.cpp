@@ -300,6 +300,7 @@ struct Engine::Impl {
     st.num_waiting = sched.num_waiting() + engine.num_queued_.load();
     st.num_kv_blocks_total = sched.config().num_blocks;
     st.num_kv_blocks_used = sched.kv().num_used_blocks();
+    st.num_state_slots_used = sched.num_used_state_slots();
     st.num_preemptions = sched.stats().num_preemptions;
     st.num_prefix_queried_tokens = sched.stats().num_prompt_tokens;
     st.num_prefix_hit_tokens = sched.stats().num_cached_prompt_tokens;
@@ -321,6 +322,8 @@ struct Engine::Impl {
     in.attn = plan.attn_batch();
     in.logit_rows = logit_rows;
     in.hidden_rows = hidden_rows;
+    in.state = exec->state();
+    in.state_slots = plan.state_slots;
     // A step that fails (an error, or an exception such as bad_alloc) fails its requests;
     // the engine goes on with the next step.
     std::string failure;
@@ -534,6 +537,10 @@ void Engine::thread_main() {
     cfg.max_context = opts_.n_ctx;
     cfg.max_waiting = opts_.max_waiting;
     cfg.enable_prefix_cache = opts_.enable_prefix_cache;
+    cfg.state_slots = exec->state() != nullptr;
+    if (cfg.state_slots && opts_.enable_prefix_cache)
+      log::info("prefix caching is off for {}: its recurrent state has no checkpoints yet",
+                hp.arch);
     log::info("engine: {}", be->description());
     memory_plan_ = exec->plan().to_string();
     log::info("{}", memory_plan_);

@@ -31,6 +31,10 @@ std::string MemoryPlan::to_string() const {
       mib(weight_bytes), mib(file_bytes), mib(activation_bytes),
       static_cast<double>(kv_bytes_per_token) / 1024, kv_tokens, kv_blocks,
       mib(kv_bytes_per_token * static_cast<uint64_t>(kv_tokens)), max_seqs_at_context, max_context);
+  if (state_slots > 0)
+    s += fmt::format("; recurrent state {:.1f} MiB per sequence x {} ({:.1f} MiB)",
+                     mib(state_bytes_per_seq), state_slots,
+                     mib(state_bytes_per_seq * static_cast<uint64_t>(state_slots)));
   return s;
 }
 
@@ -83,6 +87,12 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
         "needed",
         be.name(), budget, blocks, per_block, std::max(1, opts.min_kv_blocks));
   KILN_TRY(ex->kv_, be.create_kv(spec, static_cast<int32_t>(blocks) + 1));
+  if (model.hparams().n_linear_layers() > 0) {  // a recurrent-state slot per sequence
+    const backend::StateSpec sspec = model::state_spec(model.hparams());
+    KILN_TRY(ex->state_, be.create_state(sspec, opts.max_seqs));
+    ex->plan_.state_bytes_per_seq = be.state_bytes_per_slot(sspec);
+    ex->plan_.state_slots = opts.max_seqs;
+  }
   ex->num_blocks_ = static_cast<int32_t>(blocks);
   if (opts.graphs) ex->forward_->enable_graphs(static_cast<int32_t>(blocks));
 

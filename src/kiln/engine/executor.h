@@ -48,6 +48,8 @@ struct MemoryPlan {
   int64_t kv_tokens = 0;  // tokens the KV pool holds
   int32_t max_context = 0;
   int32_t max_seqs_at_context = 0;  // sequences of max_context tokens that fit at once
+  uint64_t state_bytes_per_seq = 0;  // hybrid models: one recurrent-state slot
+  int32_t state_slots = 0;
   std::string to_string() const;
 };
 
@@ -76,6 +78,8 @@ class Executor {
   int32_t num_blocks() const { return num_blocks_; }
   backend::KvCache& kv() { return *kv_; }
   const backend::KvCache& kv() const { return *kv_; }
+  // The recurrent state of hybrid models (one slot per sequence of max_seqs), else null.
+  backend::StateCache* state() { return state_.get(); }
   model::Forward& forward() { return *forward_; }
   const model::Forward& forward() const { return *forward_; }
   backend::Backend& backend() { return be_; }
@@ -93,6 +97,7 @@ class Executor {
   ExecutorOptions opts_;
   std::unique_ptr<model::Forward> forward_;
   std::unique_ptr<backend::KvCache> kv_;
+  std::unique_ptr<backend::StateCache> state_;
   std::unique_ptr<backend::Buffer> logits_;      // host memory, [max_logit_rows, n_vocab]
   size_t logits_capacity_ = 0;                   // floats
   std::unique_ptr<backend::Buffer> ids_;         // host memory, [max_logit_rows] int32

@@ -90,6 +90,7 @@ struct Sequence {
   bool cancel_requested = false;
   bool reuse_prefix = true;   // Request::reuse_prefix
   bool whole_prompt = false;  // Request::whole_prompt
+  int32_t state_slot = -1;    // recurrent-state slot while running (hybrid models)
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -59,9 +59,18 @@ Status validate(const SchedulerConfig& cfg) {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& cfg)
-    : cfg_(cfg), kv_(cfg.num_blocks, cfg.enable_prefix_cache, cfg.block_hash) {
+    : cfg_(cfg),
+      kv_(cfg.num_blocks, cfg.enable_prefix_cache && !cfg.state_slots, cfg.block_hash) {
   KILN_ASSERT(cfg.max_batch_tokens >= 1 && cfg.max_seqs >= 1 && cfg.max_context >= 1);
   KILN_ASSERT(cfg.max_waiting >= 0);
+  if (cfg.state_slots)
+    for (int32_t s = cfg.max_seqs - 1; s >= 0; --s) free_state_slots_.push_back(s);
+}
+
+void Scheduler::release_state_slot(Sequence* seq) {
+  if (seq->state_slot < 0) return;
+  free_state_slots_.push_back(seq->state_slot);
+  seq->state_slot = -1;
 }
 
 int32_t Scheduler::token_limit() const {
@@ -213,6 +222,7 @@ void Scheduler::preempt(Sequence* seq, int32_t* budget, std::vector<Chosen>* cho
   }
   kv_.release(seq->block_table);
   seq->block_table.clear();
+  release_state_slot(seq);  // recomputed from position 0: a fresh state then
   seq->num_computed_tokens = 0;
   seq->num_registered_blocks = 0;
   seq->status = SeqStatus::kPreempted;
@@ -249,6 +259,11 @@ void Scheduler::admit_waiting(int32_t* budget, int32_t* prompt_tokens,
       stats_.num_cached_prompt_tokens += seq->num_cached_prompt_tokens;
     }
     seq->status = SeqStatus::kRunning;
+    if (cfg_.state_slots) {  // fewer than max_seqs run, so a slot is free
+      KILN_ASSERT(!free_state_slots_.empty());
+      seq->state_slot = free_state_slots_.back();
+      free_state_slots_.pop_back();
+    }
     waiting_.pop_front();
     insert_running(seq);
     chosen->push_back({seq, n});
@@ -265,7 +280,8 @@ void Scheduler::build_plan(const std::vector<Chosen>& chosen, StepPlan* plan) co
     const int32_t first = seq.num_computed_tokens;
     const int32_t end = first + c.num_tokens;
     const bool needs_logits = end == seq.num_tokens();
-    plan->seqs.push_back({seq.id, first, c.num_tokens, needs_logits});
+    plan->seqs.push_back({seq.id, first, c.num_tokens, needs_logits, seq.state_slot});
+    if (cfg_.state_slots) plan->state_slots.push_back(seq.state_slot);
     for (int32_t t = first; t < end; ++t) {
       plan->token_ids.push_back(seq.tokens[t]);
       plan->positions.push_back(t);
@@ -326,6 +342,7 @@ std::vector<FinishedSeq> Scheduler::update(const StepPlan& plan,
 void Scheduler::finish(Sequence* seq, SeqFinishReason reason) {
   kv_.release(seq->block_table);
   seq->block_table.clear();
+  release_state_slot(seq);
   seq->status = SeqStatus::kFinished;
   seq->finish_reason = reason;
   const SeqId id = seq->id;  // erase() must not read a key from the node it destroys
@@ -358,10 +375,19 @@ void Scheduler::check_invariants() const {
     KILN_ASSERT(seq->num_output_tokens() < seq->max_tokens);
     KILN_ASSERT(seq->num_tokens() <= token_limit());
     for (int32_t b : seq->block_table) ++num_holders[b];
+    KILN_ASSERT((seq->state_slot >= 0) == cfg_.state_slots);
   }
   for (const Sequence* seq : waiting_) {
     KILN_ASSERT(seq->status == SeqStatus::kWaiting || seq->status == SeqStatus::kPreempted);
     KILN_ASSERT(seq->block_table.empty() && seq->num_computed_tokens == 0);
+    KILN_ASSERT(seq->state_slot < 0);
+  }
+  // Every slot is either free or held by exactly one running sequence.
+  if (cfg_.state_slots) {
+    std::vector<int32_t> holders(static_cast<size_t>(cfg_.max_seqs), 0);
+    for (int32_t s : free_state_slots_) ++holders[static_cast<size_t>(s)];
+    for (const Sequence* seq : running_) ++holders[static_cast<size_t>(seq->state_slot)];
+    for (int32_t h : holders) KILN_ASSERT(h == 1);
   }
   // A block's readers are exactly the tables that hold it (so nothing is freed under one).
   for (int32_t b = 0; b < kv_.num_blocks(); ++b) KILN_ASSERT(num_holders[b] == kv_.ref_count(b));

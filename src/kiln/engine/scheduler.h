@@ -41,6 +41,11 @@ struct SchedulerConfig {
   // still gets its whole chunk); 0: prompts fill the step's budget.
   int32_t step_prompt_tokens = 0;
   bool enable_prefix_cache = true;
+  // Hybrid models (Gated DeltaNet layers): each running sequence holds one of max_seqs
+  // recurrent-state slots, taken when it starts running and given back when it stops
+  // (finished, cancelled, preempted). No prefix is reused: a cached block of KV cannot rebuild
+  // the recurrent state at its end.
+  bool state_slots = false;
   kv::BlockHashFn block_hash = kv::hash_block;  // tests swap in a colliding one
 };
 
@@ -71,6 +76,7 @@ struct ScheduledSeq {
   int32_t first_token = 0;
   int32_t num_tokens = 0;
   bool needs_logits = false;  // the slice ends at the sequence's last known token: sample
+  int32_t state_slot = -1;    // its recurrent-state slot (SchedulerConfig::state_slots)
 };
 
 // The step, flat: rows of all sequences back to back, in `seqs` order.
@@ -87,6 +93,7 @@ struct StepPlan {
   std::vector<int32_t> kv_len;      // [num_seqs]
   // Flat row of the last token of each sequence with needs_logits, in `seqs` order.
   std::vector<int32_t> logits_rows;
+  std::vector<int32_t> state_slots;  // [num_seqs] with SchedulerConfig::state_slots, else empty
   std::vector<SeqId> preempted;  // sent back to the waiting queue this step
   std::vector<SeqId> cancelled;  // cancelled and freed this step (finished, kCancelled)
 
@@ -148,6 +155,10 @@ class Scheduler {
   const kv::PrefixCache& kv() const { return kv_; }
   const SchedulerStats& stats() const { return stats_; }
   const SchedulerConfig& config() const { return cfg_; }
+  // Recurrent-state slots held by running sequences (SchedulerConfig::state_slots).
+  int32_t num_used_state_slots() const {
+    return cfg_.state_slots ? cfg_.max_seqs - static_cast<int32_t>(free_state_slots_.size()) : 0;
+  }
 
   // Verifies the scheduler's and the cache's invariants (between steps): block tables cover
   // exactly the computed tokens, every block's ref_count equals the number of tables that
@@ -174,6 +185,7 @@ class Scheduler {
   void insert_running(Sequence* seq);
   void insert_waiting(Sequence* seq);
   void finish(Sequence* seq, SeqFinishReason reason);
+  void release_state_slot(Sequence* seq);
   int32_t token_limit() const;
 
   SchedulerConfig cfg_;
@@ -182,6 +194,7 @@ class Scheduler {
   std::vector<Sequence*> running_;  // sorted by arrival: back() is the newest
   std::deque<Sequence*> waiting_;   // sorted by arrival: front() is admitted next
   std::vector<SeqId> pending_cancels_;
+  std::vector<int32_t> free_state_slots_;  // max_seqs of them: a running sequence never waits
   uint64_t next_arrival_ = 0;
   bool step_in_flight_ = false;
   SchedulerStats stats_;

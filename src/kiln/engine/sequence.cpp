@@ -70,6 +70,11 @@ Status SequenceRunner::run_steps(std::span<const int32_t> tokens, int32_t* argma
     in.tokens = std::span<const int32_t>(tokens_).subspan(static_cast<size_t>(start), n);
     in.attn = {1, qo, kv_ptr, blocks_.data(), kv_len, positions.data()};
     in.logit_rows = rows;
+    static constexpr int32_t kSlot0[] = {0};  // one sequence: state slot 0
+    if (exec_->state() != nullptr) {
+      in.state = exec_->state();
+      in.state_slots = kSlot0;
+    }
     const bool want_id = argmax != nullptr && last_chunk;
     if (Status st = exec_->run(in, want_id); !st.ok()) {
       tokens_.resize(static_cast<size_t>(start));

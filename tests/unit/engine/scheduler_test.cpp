@@ -81,7 +81,10 @@ std::vector<int32_t> reference_output(std::vector<int32_t> ctx, int32_t max_toke
 
 class FakeEngine {
  public:
-  explicit FakeEngine(Scheduler* s) : s_(s), slots_(static_cast<size_t>(s->kv().num_blocks())) {
+  explicit FakeEngine(Scheduler* s)
+      : s_(s),
+        slots_(static_cast<size_t>(s->kv().num_blocks())),
+        states_(static_cast<size_t>(s->config().max_seqs), 0) {
     for (auto& b : slots_) b.fill(0);
   }
 
@@ -104,6 +107,7 @@ class FakeEngine {
     for (int32_t i = 0; i < plan.num_seqs(); ++i) {
       const ScheduledSeq& sc = plan.seqs[i];
       write_kv(plan, i);
+      if (s_->config().state_slots) advance_state(plan, i);
       if (!sc.needs_logits) continue;
       const int32_t token = sample(read_context(plan, i));
       outputs.push_back({sc.id, token, stop_ && stop_(token)});
@@ -216,6 +220,22 @@ class FakeEngine {
     }
   }
 
+  // A recurrent state per slot, as a hybrid model keeps it: the chain of kv_value over every
+  // token of the sequence, from the seed at position 0, on from what the slot holds
+  // otherwise. It must end where the KV chain ends: a sequence given another's slot, or a
+  // slot's stale state, does not.
+  void advance_state(const StepPlan& plan, int32_t i) {
+    const ScheduledSeq& sc = plan.seqs[i];
+    ASSERT_EQ(plan.state_slots.size(), plan.seqs.size());
+    ASSERT_EQ(plan.state_slots[i], sc.state_slot);
+    ASSERT_GE(sc.state_slot, 0);
+    uint64_t& st = states_[static_cast<size_t>(sc.state_slot)];
+    if (sc.first_token == 0) st = kKvSeed;
+    for (int32_t r = plan.qo_indptr[i]; r < plan.qo_indptr[i + 1]; ++r)
+      st = kv_value(st, plan.token_ids[r]);
+    EXPECT_EQ(st, slot(plan, i, sc.first_token + sc.num_tokens - 1)) << "sequence " << sc.id;
+  }
+
   std::vector<uint64_t> read_context(const StepPlan& plan, int32_t i) {
     std::vector<uint64_t> kv;
     for (int32_t pos = 0; pos < plan.kv_len[i]; ++pos) kv.push_back(slot(plan, i, pos));
@@ -224,6 +244,7 @@ class FakeEngine {
 
   Scheduler* s_;
   std::vector<std::array<uint64_t, kBlockTokens>> slots_;  // the fake KV: [num_blocks][16]
+  std::vector<uint64_t> states_;  // the fake recurrent state: [max_seqs]
   std::map<SeqId, Req> requests_;
   std::map<SeqId, std::vector<int32_t>> generated_;
   std::map<SeqId, FinishedSeq> finished_;
@@ -646,8 +667,10 @@ uint64_t colliding_hash(uint64_t parent, std::span<const int32_t> tokens) {
   return sum % 8;
 }
 
-void soak(bool enable_prefix_cache, uint32_t seed, kv::BlockHashFn hash = kv::hash_block) {
+void soak(bool enable_prefix_cache, uint32_t seed, kv::BlockHashFn hash = kv::hash_block,
+          bool state_slots = false) {
   SchedulerConfig cfg = config(48, 24, /*max_seqs=*/6);
+  cfg.state_slots = state_slots;
   cfg.max_waiting = 10;
   cfg.max_context = 300;
   cfg.enable_prefix_cache = enable_prefix_cache;
@@ -692,12 +715,16 @@ void soak(bool enable_prefix_cache, uint32_t seed, kv::BlockHashFn hash = kv::ha
   EXPECT_GT(e.finished().size(), 300u);
   EXPECT_GT(num_rejected, 0);
   EXPECT_GT(s.stats().num_preemptions, 0);
-  if (enable_prefix_cache) {
+  if (enable_prefix_cache && !state_slots) {
     EXPECT_GT(s.stats().num_cached_prompt_tokens, 0);
+  }
+  if (state_slots) {
+    EXPECT_EQ(s.stats().num_cached_prompt_tokens, 0);  // no prefix reuse
   }
   e.expect_outputs_match_reference();
   EXPECT_EQ(s.kv().num_free_blocks(), cfg.num_blocks);
   EXPECT_EQ(s.kv().num_used_blocks(), 0);
+  EXPECT_EQ(s.num_used_state_slots(), 0);
 }
 
 TEST(Scheduler, RandomizedSoakWithPrefixCache) {
@@ -711,6 +738,14 @@ TEST(Scheduler, RandomizedSoakWithoutPrefixCache) {
 
 TEST(Scheduler, RandomizedSoakWithACollidingHash) {
   soak(true, 4, colliding_hash);
+}
+
+// Hybrid models: preemptions, cancellations and finishes hand every recurrent-state slot back
+// (the pool's counter back to zero), a sequence always continues its own state, and the
+// prefix cache stays off even when asked for.
+TEST(Scheduler, RandomizedSoakWithRecurrentStateSlots) {
+  soak(true, 5, kv::hash_block, /*state_slots=*/true);
+  soak(false, 6, kv::hash_block, /*state_slots=*/true);
 }
 
 }  // namespace
