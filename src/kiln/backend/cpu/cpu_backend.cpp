@@ -75,24 +75,24 @@ class CpuStateCache final : public StateCache {
     return v;
   }
   void read_conv(int32_t il, int32_t s, float* out) const override {
-    std::copy_n(part(il, s, false), spec_.conv_values(), out);
+    std::copy_n(values_.data() + offset(il, s, false), spec_.conv_values(), out);
   }
   void read_ssm(int32_t il, int32_t s, float* out) const override {
-    std::copy_n(part(il, s, true), spec_.ssm_values(), out);
+    std::copy_n(values_.data() + offset(il, s, true), spec_.ssm_values(), out);
   }
   void write_conv(int32_t il, int32_t s, const float* in) override {
-    std::copy_n(in, spec_.conv_values(), part(il, s, false));
+    std::copy_n(in, spec_.conv_values(), values_.data() + offset(il, s, false));
   }
   void write_ssm(int32_t il, int32_t s, const float* in) override {
-    std::copy_n(in, spec_.ssm_values(), part(il, s, true));
+    std::copy_n(in, spec_.ssm_values(), values_.data() + offset(il, s, true));
   }
 
  private:
-  float* part(int32_t il, int32_t s, bool ssm) const {
+  // Where slot s's conv (or SSM) state of layer il starts.
+  size_t offset(int32_t il, int32_t s, bool ssm) const {
     KILN_ASSERT(il >= 0 && il < spec_.n_layer && s >= 0 && s < num_slots_);
-    float* base = const_cast<float*>(values_.data()) + static_cast<size_t>(s) * slot_values(spec_) +
-                  il * layer_values(spec_);
-    return ssm ? base + spec_.conv_values() : base;
+    return static_cast<size_t>(s * slot_values(spec_) + il * layer_values(spec_) +
+                               (ssm ? spec_.conv_values() : 0));
   }
   std::vector<float> values_;  // [num_slots][n_layer][conv | ssm]
 };

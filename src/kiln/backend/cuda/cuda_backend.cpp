@@ -97,6 +97,53 @@ class CudaKvCache final : public KvCache {
   void* v_ = nullptr;
 };
 
+// The recurrent state on the device: one block of floats per slot, per layer its conv state
+// then its SSM state (DeltaLayer, kernels.h), so state_copy is one copy.
+class CudaStateCache final : public StateCache {
+ public:
+  CudaStateCache(const StateSpec& spec, int32_t num_slots, float* values)
+      : StateCache(spec, num_slots), values_(values) {}
+  ~CudaStateCache() override { cudaFree(values_); }
+  static int64_t layer_values(const StateSpec& s) { return s.conv_values() + s.ssm_values(); }
+  static int64_t slot_values(const StateSpec& s) { return s.n_layer * layer_values(s); }
+  float* slot(int32_t i) const { return values_ + static_cast<size_t>(i) * slot_values(spec_); }
+  DeltaLayer layer(int32_t il) const {
+    KILN_ASSERT(il >= 0 && il < spec_.n_layer);
+    DeltaLayer l;
+    l.conv = values_ + il * layer_values(spec_);
+    l.ssm = l.conv + spec_.conv_values();
+    l.slot_stride = slot_values(spec_);
+    l.conv_dim = spec_.conv_dim;
+    l.conv_k = spec_.conv_k;
+    return l;
+  }
+  void read_conv(int32_t il, int32_t s, float* out) const override {
+    copy(out, part(il, s, false), spec_.conv_values(), cudaMemcpyDeviceToHost);
+  }
+  void read_ssm(int32_t il, int32_t s, float* out) const override {
+    copy(out, part(il, s, true), spec_.ssm_values(), cudaMemcpyDeviceToHost);
+  }
+  void write_conv(int32_t il, int32_t s, const float* in) override {
+    copy(part(il, s, false), in, spec_.conv_values(), cudaMemcpyHostToDevice);
+  }
+  void write_ssm(int32_t il, int32_t s, const float* in) override {
+    copy(part(il, s, true), in, spec_.ssm_values(), cudaMemcpyHostToDevice);
+  }
+
+ private:
+  float* part(int32_t il, int32_t s, bool ssm) const {
+    KILN_ASSERT(il >= 0 && il < spec_.n_layer && s >= 0 && s < num_slots_);
+    float* base = slot(s) + il * layer_values(spec_);
+    return ssm ? base + spec_.conv_values() : base;
+  }
+  // After every op issued on any stream (the backend's stream is non-blocking).
+  static void copy(void* dst, const void* src, int64_t n, cudaMemcpyKind kind) {
+    cudaDeviceSynchronize();
+    cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), kind);
+  }
+  float* values_ = nullptr;  // [num_slots][n_layer][conv | ssm]
+};
+
 // Largest expert count per token the MoE op supports (its identity row buffer).
 constexpr int64_t kMaxExpertsUsed = 32;
 
@@ -222,6 +269,33 @@ class CudaBackend final : public Backend {
     return std::unique_ptr<KvCache>(new CudaKvCache(s, num_blocks, g, k, *v));
   }
 
+  uint64_t state_bytes_per_slot(const StateSpec& s) const override {
+    if (!state_spec_ok(s).ok()) return 0;
+    return static_cast<uint64_t>(CudaStateCache::slot_values(s)) * sizeof(float);
+  }
+  Expected<std::unique_ptr<StateCache>> create_state(const StateSpec& s,
+                                                     int32_t num_slots) override {
+    KILN_TRY_STATUS(state_spec_ok(s));
+    if (num_slots <= 0) return err("state: {} slots is not a state pool size", num_slots);
+    const uint64_t bytes = state_bytes_per_slot(s) * static_cast<uint64_t>(num_slots);
+    KILN_TRY(void* p, device_alloc(bytes, "the recurrent state"));
+    cudaMemset(p, 0, bytes);
+    if (Status st = check(cudaDeviceSynchronize(), "clear the recurrent state"); !st.ok()) {
+      cudaFree(p);
+      return std::move(st).take_error();
+    }
+    return std::unique_ptr<StateCache>(new CudaStateCache(s, num_slots, static_cast<float*>(p)));
+  }
+  void state_copy(StateCache& st, int32_t src_slot, int32_t dst_slot) override {
+    const auto& c = static_cast<CudaStateCache&>(st);
+    KILN_ASSERT(src_slot >= 0 && src_slot < c.num_slots() && dst_slot >= 0 &&
+                dst_slot < c.num_slots());
+    if (src_slot == dst_slot) return;
+    cudaMemcpyAsync(c.slot(dst_slot), c.slot(src_slot),
+                    static_cast<size_t>(CudaStateCache::slot_values(c.spec())) * sizeof(float),
+                    cudaMemcpyDeviceToDevice, stream_);
+  }
+
   Status reserve_step(const StepCapacity& cap) override {
     if (cap.max_tokens <= step_cap_.max_tokens && cap.max_kv_indices <= step_cap_.max_kv_indices)
       return {};
@@ -233,7 +307,8 @@ class CudaBackend final : public Backend {
     step_cap_ = cap;
     const int64_t t = cap.max_tokens;
     // Layout (int32 words): tokens, positions, qo_indptr, kv_indptr, kv_len, logit_rows,
-    // row_scale (float), kv_indices.
+    // row_scale (float), state_slots, kv_indices. Per-sequence arrays are sized by max_tokens
+    // (upload_step refuses more sequences than that).
     off_tokens_ = 0;
     off_positions_ = off_tokens_ + t;
     off_qo_ = off_positions_ + t;
@@ -241,7 +316,8 @@ class CudaBackend final : public Backend {
     off_kvlen_ = off_kvptr_ + t + 1;
     off_rows_ = off_kvlen_ + t;
     off_scale_ = off_rows_ + t;
-    off_indices_ = off_scale_ + t;
+    off_slots_ = off_scale_ + t;
+    off_indices_ = off_slots_ + t;
     step_words_ = off_indices_ + cap.max_kv_indices;
     KILN_TRY(void* d, device_alloc(static_cast<uint64_t>(step_words_) * 4, "step inputs"));
     owned_.push_back(d);
@@ -282,6 +358,8 @@ class CudaBackend final : public Backend {
         static_cast<int64_t>(h.logit_rows.size()) > step_cap_.max_tokens)
       return err("cuda: the step ({} tokens, {} sequences, {} blocks) exceeds the step buffers", n,
                  a.num_seqs, n_idx);
+    if (!h.state_slots.empty() && h.state_slots.size() != static_cast<size_t>(a.num_seqs))
+      return err("cuda: {} state slots for {} sequences", h.state_slots.size(), a.num_seqs);
     auto* w = static_cast<int32_t*>(staging_);
     std::memcpy(w + off_tokens_, h.tokens.data(), n * 4);
     std::memcpy(w + off_positions_, a.positions, n * 4);
@@ -290,6 +368,8 @@ class CudaBackend final : public Backend {
     std::memcpy(w + off_kvlen_, a.kv_len, a.num_seqs * 4);
     std::memcpy(w + off_rows_, h.logit_rows.data(), h.logit_rows.size() * 4);
     if (!h.row_scale.empty()) std::memcpy(w + off_scale_, h.row_scale.data(), n * 4);
+    if (!h.state_slots.empty())
+      std::memcpy(w + off_slots_, h.state_slots.data(), h.state_slots.size() * 4);
     std::memcpy(w + off_indices_, a.kv_indices, n_idx * 4);
     // One copy: the staging words up to the last kv index used.
     cudaMemcpyAsync(step_dev_, staging_, static_cast<uint64_t>(off_indices_ + n_idx) * 4,
@@ -309,6 +389,7 @@ class CudaBackend final : public Backend {
     s.logit_rows = step_dev_ + off_rows_;
     s.row_scale =
         h.row_scale.empty() ? nullptr : reinterpret_cast<const float*>(step_dev_ + off_scale_);
+    s.state_slots = h.state_slots.empty() ? nullptr : step_dev_ + off_slots_;
     return s;
   }
 
@@ -497,6 +578,40 @@ class CudaBackend final : public Backend {
     cuda::moe_combine(s.out.data, s.weights.data, n, static_cast<int32_t>(k), xn.cols, out.data,
                       stream_);
   }
+  void conv1d_silu(StateCache& st, int32_t layer, const StepArgs& step, Mat x, const float* w,
+                   Mat out) override {
+    forget_q8();
+    KILN_ASSERT(step.state_slots != nullptr && x.cols == st.spec().conv_dim && out.cols == x.cols &&
+                x.rows == step.n_tokens && out.rows == x.rows && out.data != x.data);
+    cuda::conv1d_silu(static_cast<CudaStateCache&>(st).layer(layer), step.attn, step.state_slots,
+                      step.n_tokens, x.data, w, out.data, stream_);
+  }
+  void gated_delta_rule(StateCache& st, int32_t layer, const StepArgs& step, Mat qkv, Mat alpha,
+                        Mat beta, const float* ssm_a, const float* dt_bias, Mat out,
+                        const DeltaParams& p) override {
+    forget_q8();
+    const StateSpec& s = st.spec();
+    KILN_ASSERT(step.state_slots != nullptr && p.n_k_heads == s.n_k_heads &&
+                p.n_v_heads == s.n_v_heads && p.head_k_dim == s.head_k_dim &&
+                p.head_v_dim == s.head_v_dim && qkv.cols == s.conv_dim &&
+                qkv.rows == step.n_tokens && alpha.cols == p.n_v_heads &&
+                beta.cols == p.n_v_heads && out.cols == int64_t{p.n_v_heads} * p.head_v_dim);
+    const DeltaShape shape{p.n_k_heads, p.n_v_heads, p.head_k_dim, p.head_v_dim, p.norm_eps};
+    cuda::gated_delta_rule(static_cast<CudaStateCache&>(st).layer(layer), step.attn,
+                           step.state_slots, qkv.data, alpha.data, beta.data, ssm_a, dt_bias,
+                           out.data, shape, stream_);
+  }
+  void sigmoid_mul(Mat x, Mat gate, Mat out) override {
+    forget_q8();
+    KILN_ASSERT(gate.size() == x.size() && out.size() == x.size());
+    cuda::sigmoid_mul(x.data, gate.data, out.data, x.size(), stream_);
+  }
+  void deinterleave(Mat src, int64_t width, Mat a, Mat b) override {
+    forget_q8();
+    KILN_ASSERT(width > 0 && src.cols % (2 * width) == 0 && a.cols * 2 == src.cols &&
+                b.cols == a.cols && a.rows == src.rows && b.rows == src.rows);
+    cuda::deinterleave(src.data, src.rows, src.cols / (2 * width), width, a.data, b.data, stream_);
+  }
 
  private:
   // The matmul context's int8 activations hold quantize(q8_src_) after a producer (rmsnorm,
@@ -532,6 +647,14 @@ class CudaBackend final : public Backend {
     prepared_bytes_ += bytes;
     return p;
   }
+  // The shared checks, then the delta rule kernel's limit (a state column in registers).
+  static Status state_spec_ok(const StateSpec& s) {
+    KILN_TRY_STATUS(check_state_spec(s));
+    if (s.head_k_dim > kDeltaMaxHeadDimK)
+      return err("cuda: the gated delta rule supports key head dims up to {}; this model has {}",
+                 kDeltaMaxHeadDimK, s.head_k_dim);
+    return {};
+  }
   // The shared checks, then the CUDA attention's own limits.
   static Status kv_spec_ok(const KvSpec& s) {
     KILN_TRY_STATUS(check_kv_spec(s));
@@ -562,7 +685,7 @@ class CudaBackend final : public Backend {
   void* staging_ = nullptr;
   int32_t* step_dev_ = nullptr;
   int64_t off_tokens_ = 0, off_positions_ = 0, off_qo_ = 0, off_kvptr_ = 0, off_kvlen_ = 0,
-          off_rows_ = 0, off_scale_ = 0, off_indices_ = 0, step_words_ = 0;
+          off_rows_ = 0, off_scale_ = 0, off_slots_ = 0, off_indices_ = 0, step_words_ = 0;
 };
 
 }  // namespace

@@ -79,8 +79,57 @@ void rope_apply2(float* x, int32_t n_heads, float* x2, int32_t n_heads2, int64_t
                  int32_t head_dim, int32_t n_pairs, bool neox, const float* cos, const float* sin,
                  cudaStream_t s);
 
+// out = x * sigmoid(gate) as cpu::sigmoid_mul writes it (x / (1 + exp(-gate))), n elements;
+// out may alias x.
+void sigmoid_mul(const float* x, const float* gate, float* out, int64_t n, cudaStream_t s);
+// Rows of src [n_rows, n_groups * 2 * width] are groups [a_g b_g] of width columns each: a, b
+// [n_rows, n_groups * width] get the a_g and the b_g (cpu::deinterleave).
+void deinterleave(const float* src, int64_t n_rows, int64_t n_groups, int64_t width, float* a,
+                  float* b, cudaStream_t s);
+
 // Index of the largest value of each row (first on ties): out [n_rows]
 void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, cudaStream_t s);
+
+// ---- gated delta net (delta_net.cu) ---------------------------------------------------------
+
+// One layer's recurrent state of every slot (the CUDA backend's StateCache), laid out as
+// cpu::DeltaLayerView: slot s's conv state [conv_k - 1, conv_dim] (oldest input first) at
+// conv + s * slot_stride, its SSM state [n_v_heads, head_k_dim, head_v_dim] at
+// ssm + s * slot_stride.
+struct DeltaLayer {
+  float* conv = nullptr;
+  float* ssm = nullptr;
+  int64_t slot_stride = 0;
+  int32_t conv_dim = 0;
+  int32_t conv_k = 0;
+};
+// backend::DeltaParams.
+struct DeltaShape {
+  int32_t n_k_heads = 0;
+  int32_t n_v_heads = 0;
+  int32_t head_k_dim = 0;  // at most kDeltaMaxHeadDimK
+  int32_t head_v_dim = 0;
+  float norm_eps = 1e-6f;
+};
+// The largest head_k_dim gated_delta_rule takes (a thread holds a state column in registers).
+constexpr int32_t kDeltaMaxHeadDimK = 128;
+
+// cpu::conv1d_silu: the causal depthwise conv1d + SiLU over each sequence of b (device
+// metadata; slots device int32 [b.num_seqs]), from a zero conv state when the sequence's first
+// row is position 0, leaving its last conv_k - 1 inputs in its slot. x, out [n_tokens,
+// conv_dim] (out must not alias x), w [conv_dim, conv_k]. The same products summed in the same
+// order as the CPU; only expf differs (2 ulp).
+void conv1d_silu(const DeltaLayer& st, const AttnBatch& b, const int32_t* slots, int64_t n_tokens,
+                 const float* x, const float* w, float* out, cudaStream_t s);
+// cpu::gated_delta_rule_reference on the GPU: the recurrence, one warp per (sequence, value
+// head, 32 state columns), each lane holding its column of the head's state in registers; the
+// sequence's rows run one after the other (any number of rows). The CPU's arithmetic in the
+// same order (no FMA contraction), the L2 norms' sums in double; expf, log1pf differ by ulps.
+// qkv [n_tokens, conv_dim], alpha, beta [n_tokens, n_v_heads], ssm_a, dt_bias [n_v_heads], out
+// [n_tokens, n_v_heads * head_v_dim].
+void gated_delta_rule(const DeltaLayer& st, const AttnBatch& b, const int32_t* slots,
+                      const float* qkv, const float* alpha, const float* beta, const float* ssm_a,
+                      const float* dt_bias, float* out, const DeltaShape& p, cudaStream_t s);
 
 // ---- mixture of experts (moe.cu) ------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 // Elementwise and row ops of kernels.h: rmsnorm, layernorm, bias/add/scale, softcap,
-// swiglu/geglu/gelu, column and row copies, per-row scale, argmax. Each mirrors the CPU op of the
-// same name (ops.cpp); the bounds against it are in tests/unit/cuda/ops_test.cpp (layernorm,
-// gelu: encoder_ops_test.cpp).
+// swiglu/geglu/gelu, sigmoid_mul, column and row copies, deinterleave, per-row scale, argmax.
+// Each mirrors the CPU op of the same name (ops.cpp, delta_net.cpp); the bounds against it are
+// in tests/unit/cuda/ops_test.cpp (layernorm, gelu: encoder_ops_test.cpp; sigmoid_mul,
+// deinterleave: delta_net_test.cpp).
 //
 // Launch shapes: elementwise ops are grid-stride loops over float4 when every pointer is 16-byte
 // aligned and the row length allows it (a scalar loop finishes the tail); row ops (rmsnorm,
@@ -67,6 +68,11 @@ struct GegluOp {
     const float t = tanhf(__fmul_rn(kSqrt2OverPi, __fadd_rn(g, cube)));
     return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, t)), u);
   }
+};
+
+// x * sigmoid(g) as cpu::sigmoid_mul writes it; expf within 2 ulp.
+struct SigmoidMulOp {
+  __device__ float operator()(float x, float g) const { return x / (1.0f + expf(-g)); }
 };
 
 // The exact GELU 0.5 x (1 + erf(x / sqrt 2)) written as 0.5 x erfc(-x / sqrt 2), the same
@@ -199,6 +205,20 @@ __global__ void gather_rows_kernel(const float* src, const int32_t* rows, float*
   for (int64_t i = thread_index(); i < total; i += stride) {
     const int64_t r = i / n, c = i - r * n;
     dst[i] = src[int64_t{rows[r]} * n + c];
+  }
+}
+
+// Element i of src [n_rows * n_groups, 2 * width] goes to a or b [n_rows * n_groups, width].
+__global__ void deinterleave_kernel(const float* src, int64_t n_pairs, int64_t width, float* a,
+                                    float* b) {
+  const int64_t stride = thread_stride(), total = n_pairs * 2 * width;
+  for (int64_t i = thread_index(); i < total; i += stride) {
+    const int64_t pair = i / (2 * width), c = i - pair * 2 * width;
+    if (c < width) {
+      a[pair * width + c] = src[i];
+    } else {
+      b[pair * width + c - width] = src[i];
+    }
   }
 }
 
@@ -541,6 +561,17 @@ void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream
 
 void gelu(const float* x, float* out, int64_t n, cudaStream_t s) {
   map2(x, nullptr, out, n, GeluOp{}, s);
+}
+
+void sigmoid_mul(const float* x, const float* gate, float* out, int64_t n, cudaStream_t s) {
+  map2(x, gate, out, n, SigmoidMulOp{}, s);
+}
+
+void deinterleave(const float* src, int64_t n_rows, int64_t n_groups, int64_t width, float* a,
+                  float* b, cudaStream_t s) {
+  const int64_t n_pairs = n_rows * n_groups;
+  if (n_pairs <= 0 || width <= 0) return;
+  deinterleave_kernel<<<grid_for(n_pairs * 2 * width), kThreads, 0, s>>>(src, n_pairs, width, a, b);
 }
 
 void scale_rows(float* x, const float* s, int64_t n_rows, int64_t n, cudaStream_t st) {

@@ -1,0 +1,220 @@
+// The CUDA gated delta net ops (delta_net.cu, sigmoid_mul and deinterleave in
+// ops_elementwise.cu), through the CUDA backend (its state storage, step upload and
+// state_copy), against the CPU reference ops on the same inputs and states. Bounds:
+//  - conv1d_silu: 1e-6 relative (the same products summed in the same order; expf within
+//    2 ulp); the conv state: bit-identical (copies of inputs);
+//  - gated_delta_rule: outputs and SSM state within 1e-5 of the largest |value| of the
+//    reference (the same arithmetic, no FMA contraction; the norms' double sums in another
+//    order and expf/log1pf's ulps feed the recurrence);
+//  - sigmoid_mul: 1e-6 relative; deinterleave: bit-identical.
+// Steps mix sequences starting at position 0 (one in a slot holding stale values) with
+// continuations, decode rows with long prefill runs, and dk, dv that are not multiples of 32.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kiln/backend/backend.h"
+#include "kiln/backend/cpu/cpu_backend.h"
+#include "kiln/backend/cpu/ops.h"
+#include "ops_test_util.h"
+#include "test_util.h"
+#include "unit/backend/delta_net_problem.h"
+
+namespace kiln {
+namespace {
+
+using backend::Backend;
+using backend::Mat;
+using backend::StateCache;
+using test::expect_near_scaled;
+using test::Part;
+using test::Problem;
+using test::Shape;
+using test::Step;
+
+// Device copies of host vectors, owned by the backend's buffers.
+class DeviceArena {
+ public:
+  explicit DeviceArena(Backend& be) : be_(be) {}
+  float* put(const std::vector<float>& host) {
+    float* p = alloc(host.size());
+    be_.upload(p, host.data(), host.size() * sizeof(float));
+    return p;
+  }
+  float* alloc(size_t n) {
+    auto b = be_.alloc(std::max<size_t>(n, 1) * sizeof(float));
+    EXPECT_TRUE(b.ok());
+    bufs_.push_back(std::move(b).value());
+    return static_cast<float*>(bufs_.back()->data());
+  }
+  std::vector<float> get(const float* p, size_t n) {
+    std::vector<float> h(n);
+    be_.download(h.data(), p, n * sizeof(float));
+    return h;
+  }
+
+ private:
+  Backend& be_;
+  std::vector<std::unique_ptr<backend::Buffer>> bufs_;
+};
+
+std::unique_ptr<Backend> cuda_backend() {
+  backend::BackendOptions o;
+  o.device = "cuda";
+  auto be = backend::create_backend(o);
+  EXPECT_TRUE(be.ok()) << be.error().message;
+  backend::StepCapacity cap;
+  cap.max_tokens = 512;
+  cap.max_kv_indices = 64;
+  EXPECT_TRUE((*be)->reserve_step(cap).ok());
+  return std::move(be).value();
+}
+
+// One layer on both backends: the CPU reference ops on a CPU state, the CUDA backend's ops on
+// its own; each step's outputs and the touched slots' states compared.
+class Pair {
+ public:
+  Pair(const Problem& pr, int32_t num_slots)
+      : pr_(pr), cuda_(cuda_backend()), cpu_(nullptr), dev_(*cuda_) {
+    auto c = cpu_.create_state(test::spec_of(pr.shape), num_slots);
+    auto g = cuda_->create_state(test::spec_of(pr.shape), num_slots);
+    EXPECT_TRUE(c.ok() && g.ok());
+    cpu_st_ = std::move(c).value();
+    gpu_st_ = std::move(g).value();
+    conv_w_ = dev_.put(pr.conv_w);
+    ssm_a_ = dev_.put(pr.ssm_a);
+    dt_bias_ = dev_.put(pr.dt_bias);
+  }
+
+  // The same values in a slot of both states (stale contents).
+  void fill_slot(int32_t layer, int32_t slot, std::mt19937& rng) {
+    const std::vector<float> c = test::uniform(rng, cpu_st_->spec().conv_values(), -5, 5);
+    const std::vector<float> s = test::uniform(rng, cpu_st_->spec().ssm_values(), -5, 5);
+    cpu_st_->write_conv(layer, slot, c.data());
+    gpu_st_->write_conv(layer, slot, c.data());
+    cpu_st_->write_ssm(layer, slot, s.data());
+    gpu_st_->write_ssm(layer, slot, s.data());
+  }
+
+  void state_copy(int32_t src, int32_t dst) {
+    cpu_.state_copy(*cpu_st_, src, dst);
+    cuda_->state_copy(*gpu_st_, src, dst);
+  }
+
+  // conv1d_silu then gated_delta_rule on the conv's output, as the forward runs them.
+  void step(int32_t layer, const std::vector<Part>& parts, const std::string& what) {
+    const Shape& s = pr_.shape;
+    const Step st(pr_, parts);
+    const int64_t n = st.n, c = s.conv_dim(), o = int64_t{s.hv} * s.dv;
+    auto cpu_args = cpu_.upload_step(st.host());
+    auto gpu_args = cuda_->upload_step(st.host());
+    ASSERT_TRUE(cpu_args.ok() && gpu_args.ok());
+    // CPU reference.
+    const backend::cpu::DeltaLayerView view = backend::cpu::CpuBackend::state_view(*cpu_st_, layer);
+    std::vector<float> conv(n * c), out(n * o);
+    backend::cpu::conv1d_silu(view, cpu_args->attn, cpu_args->state_slots, st.x.data(),
+                              pr_.conv_w.data(), conv.data());
+    backend::cpu::gated_delta_rule_reference(
+        view, cpu_args->attn, cpu_args->state_slots, conv.data(), st.alpha.data(), st.beta.data(),
+        pr_.ssm_a.data(), pr_.dt_bias.data(), out.data(), test::params_of(s));
+    // CUDA.
+    float* x = dev_.put(st.x);
+    float* alpha = dev_.put(st.alpha);
+    float* beta = dev_.put(st.beta);
+    float* g_conv = dev_.alloc(n * c);
+    float* g_out = dev_.alloc(n * o);
+    cuda_->conv1d_silu(*gpu_st_, layer, *gpu_args, {x, n, c}, conv_w_, {g_conv, n, c});
+    cuda_->gated_delta_rule(*gpu_st_, layer, *gpu_args, {g_conv, n, c}, {alpha, n, s.hv},
+                            {beta, n, s.hv}, ssm_a_, dt_bias_, {g_out, n, o}, test::params_of(s));
+    test::expect_close(
+        dev_.get(g_conv, n * c), conv, [&](size_t i) { return 1e-6 * std::fabs(conv[i]) + 1e-30; },
+        what + " conv");
+    expect_near_scaled(dev_.get(g_out, n * o), out, 1e-5, what + " out", test::out_floor(s));
+    for (const Part& p : parts) {
+      std::vector<float> a(cpu_st_->spec().conv_values()), b(a.size());
+      cpu_st_->read_conv(layer, p.slot, a.data());
+      gpu_st_->read_conv(layer, p.slot, b.data());
+      EXPECT_EQ(b, a) << what << " conv state of slot " << p.slot;
+      std::vector<float> sa(cpu_st_->spec().ssm_values()), sb(sa.size());
+      cpu_st_->read_ssm(layer, p.slot, sa.data());
+      gpu_st_->read_ssm(layer, p.slot, sb.data());
+      expect_near_scaled(sb, sa, 1e-5, what + " state of slot " + std::to_string(p.slot));
+    }
+  }
+
+ private:
+  const Problem& pr_;
+  std::unique_ptr<Backend> cuda_;
+  backend::cpu::CpuBackend cpu_;
+  DeviceArena dev_;
+  std::unique_ptr<StateCache> cpu_st_, gpu_st_;
+  float* conv_w_ = nullptr;
+  float* ssm_a_ = nullptr;
+  float* dt_bias_ = nullptr;
+};
+
+TEST(CudaDeltaNet, MatchesTheCpuReference) {
+  KILN_REQUIRE_GPU();
+  // Qwen3-Next's heads (dk = dv = 128, tiled value heads), 64, and odd small sizes.
+  for (const Shape& s : {Shape{1, 2, 128, 128, 4}, Shape{2, 4, 64, 64, 4}, Shape{2, 4, 8, 6, 4},
+                         Shape{3, 6, 20, 40, 4}, Shape{2, 2, 33, 70, 3}}) {
+    const std::string name = "dk=" + std::to_string(s.dk) + " dv=" + std::to_string(s.dv) +
+                             " hv=" + std::to_string(s.hv);
+    const Problem pr(s, {150, 1, 9, 70, 40}, 21);
+    Pair pair(pr, 8);
+    std::mt19937 rng(22);
+    pair.fill_slot(1, 5, rng);  // stale: sequence 2 starts there at position 0
+    // Prefill runs of mixed lengths; a mixed step (continuations, a decode row, an empty
+    // sequence, a new one); then sequence 0 goes on from slot 3 and from a copy of it in slot 6.
+    pair.step(1, {{0, 3, 0, 100}, {1, 0, 0, 1}, {2, 5, 0, 5}, {3, 7, 0, 60}}, name + " step 1");
+    pair.step(1, {{0, 3, 100, 40}, {1, 0, 1, 0}, {2, 5, 5, 1}, {3, 7, 60, 10}, {4, 1, 0, 40}},
+              name + " step 2");
+    pair.state_copy(3, 6);
+    pair.step(1, {{0, 3, 140, 1}, {0, 6, 140, 1}, {2, 5, 6, 1}}, name + " step 3");
+    pair.step(1, {{0, 6, 141, 9}, {0, 3, 141, 9}}, name + " step 4");
+    pair.step(0, {{0, 2, 0, 3}}, name + " layer 0");
+  }
+}
+
+TEST(CudaDeltaNet, SigmoidMulAndDeinterleave) {
+  KILN_REQUIRE_GPU();
+  auto be = cuda_backend();
+  DeviceArena dev(*be);
+  std::mt19937 rng(23);
+  for (int64_t n : {1, 7, 4096, 4099}) {
+    const std::vector<float> x = test::uniform(rng, n, -4, 4), g = test::uniform(rng, n, -9, 9);
+    std::vector<float> want(n);
+    backend::cpu::sigmoid_mul(x.data(), g.data(), want.data(), n);
+    float* dx = dev.put(x);
+    float* dg = dev.put(g);
+    float* dout = dev.alloc(n);
+    be->sigmoid_mul({dx, 1, n}, {dg, 1, n}, {dout, 1, n});
+    const auto bound = [&](size_t i) { return 1e-6 * std::fabs(want[i]) + 1e-30; };
+    test::expect_close(dev.get(dout, n), want, bound, "sigmoid_mul " + std::to_string(n));
+    be->sigmoid_mul({dx, 1, n}, {dg, 1, n}, {dx, 1, n});  // in place
+    test::expect_close(dev.get(dx, n), want, bound, "sigmoid_mul in place " + std::to_string(n));
+  }
+  for (const auto& [rows, groups, width] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1}, {3, 16, 128}, {5, 3, 7}}) {
+    const std::vector<float> src = test::uniform(rng, rows * groups * 2 * width, -1, 1);
+    std::vector<float> a(rows * groups * width), b(a.size());
+    backend::cpu::deinterleave(src.data(), rows, groups, width, a.data(), b.data());
+    float* ds = dev.put(src);
+    float* da = dev.alloc(a.size());
+    float* db = dev.alloc(b.size());
+    const int64_t cols = groups * width;
+    be->deinterleave({ds, rows, 2 * cols}, width, {da, rows, cols}, {db, rows, cols});
+    const std::string what = "deinterleave " + std::to_string(rows) + "x" + std::to_string(groups) +
+                             "x" + std::to_string(width);
+    test::expect_bitwise(dev.get(da, a.size()), a, what + " a");
+    test::expect_bitwise(dev.get(db, b.size()), b, what + " b");
+  }
+}
+
+}  // namespace
+}  // namespace kiln
