@@ -23,6 +23,8 @@ using backend::StateSpec;
 
 struct Shape {
   int32_t hk = 2, hv = 4, dk = 8, dv = 6, conv_k = 4;
+  bool tiled = true;  // DeltaParams::tiled_heads (false: qwen3next's grouped value heads)
+  int32_t key_head(int32_t h) const { return tiled ? h % hk : h / (hv / hk); }
   int32_t conv_dim() const { return 2 * hk * dk + hv * dv; }
 };
 
@@ -44,6 +46,7 @@ inline DeltaParams params_of(const Shape& s) {
   p.n_v_heads = s.hv;
   p.head_k_dim = s.dk;
   p.head_v_dim = s.dv;
+  p.tiled_heads = s.tiled;
   return p;
 }
 

@@ -1,6 +1,7 @@
 // The gated delta net ops (backend/cpu/delta_net.cpp, CpuBackend) on fresh random inputs:
 //  - the scalar reference against the brief's math written out in double (q/k L2 norms, the
-//    1/sqrt(dk) query scale, softplus, tiled value heads h % n_k_heads): within 2e-5 of the
+//    1/sqrt(dk) query scale, softplus, value heads tiled h % n_k_heads or grouped
+//    h / (n_v / n_k)): within 2e-5 of the
 //    output's scale (fp32 against double over 150 tokens);
 //  - conv1d_silu against the direct formula over the whole zero-padded sequence: bit-identical
 //    (the same products summed in the same order), however the rows are split into steps;
@@ -111,7 +112,7 @@ std::vector<float> naive_rule(const Problem& pr, int seq) {
   for (int32_t t = 0; t < q.len; ++t) {
     const float* row = q.x.data() + size_t(t) * s.conv_dim();
     for (int32_t h = 0; h < s.hv; ++h) {
-      const int32_t hk = h % s.hk;
+      const int32_t hk = s.key_head(h);
       std::vector<double> qv(s.dk), kv(s.dk);
       double qs = 0, ks = 0;
       for (int32_t i = 0; i < s.dk; ++i) {
@@ -147,13 +148,15 @@ std::vector<float> naive_rule(const Problem& pr, int seq) {
 
 TEST(DeltaNet, ReferenceFollowsTheMath) {
   CpuBackend be(nullptr);
-  for (const Shape& s : {Shape{2, 4, 8, 6, 4}, Shape{3, 3, 5, 7, 4}, Shape{1, 4, 16, 16, 4}}) {
+  for (const Shape& s : {Shape{2, 4, 8, 6, 4}, Shape{3, 3, 5, 7, 4}, Shape{1, 4, 16, 16, 4},
+                         Shape{2, 4, 8, 6, 4, false}, Shape{2, 6, 8, 8, 4, false}}) {
     const Problem pr(s, {150}, 1);
     auto st = make_state(be, s);
     const std::vector<float> got = run_rule(be, *st, 0, pr, {{0, 2, 0, 150}}, Impl::kReference);
     expect_near_scaled(
         got, naive_rule(pr, 0), 2e-5,
-        "reference vs double math hk=" + std::to_string(s.hk) + " hv=" + std::to_string(s.hv),
+        "reference vs double math hk=" + std::to_string(s.hk) + " hv=" + std::to_string(s.hv) +
+            (s.tiled ? " tiled" : " grouped"),
         test::out_floor(s));
   }
 }
@@ -205,7 +208,8 @@ TEST(DeltaNet, RecurrenceIsTheReferenceBitForBit) {
 
 TEST(DeltaNet, ChunkedEqualsRecurrence) {
   CpuBackend be(4);
-  for (const Shape& s : {Shape{2, 4, 8, 6, 4}, Shape{1, 2, 128, 128, 4}, Shape{2, 2, 64, 32, 4}}) {
+  for (const Shape& s : {Shape{2, 4, 8, 6, 4}, Shape{1, 2, 128, 128, 4}, Shape{2, 2, 64, 32, 4},
+                         Shape{2, 4, 8, 6, 4, false}}) {
     const std::vector<int32_t> lens = {1, 63, 64, 65, 130, 200};
     const Problem pr(s, lens, 4);
     for (size_t i = 0; i < lens.size(); ++i) {

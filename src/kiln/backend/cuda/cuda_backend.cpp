@@ -470,6 +470,11 @@ class CudaBackend final : public Backend {
     forget_q8();
     cuda::scale_rows(x.data, s, x.rows, x.cols, stream_);
   }
+  void add_gated_rows(Mat x, Mat y, Mat s) override {
+    forget_q8();
+    KILN_ASSERT(y.rows == x.rows && y.cols == x.cols && s.rows >= x.rows && s.cols == 1);
+    cuda::add_gated_rows(x.data, y.data, s.data, x.rows, x.cols, stream_);
+  }
   void softcap(Mat x, float cap) override {
     forget_q8();
     cuda::softcap(x.data, cap, x.size(), stream_);
@@ -596,7 +601,8 @@ class CudaBackend final : public Backend {
                 p.head_v_dim == s.head_v_dim && qkv.cols == s.conv_dim &&
                 qkv.rows == step.n_tokens && alpha.cols == p.n_v_heads &&
                 beta.cols == p.n_v_heads && out.cols == int64_t{p.n_v_heads} * p.head_v_dim);
-    const DeltaShape shape{p.n_k_heads, p.n_v_heads, p.head_k_dim, p.head_v_dim, p.norm_eps};
+    const DeltaShape shape{p.n_k_heads,  p.n_v_heads, p.head_k_dim,
+                           p.head_v_dim, p.norm_eps,  p.tiled_heads};
     cuda::gated_delta_rule(static_cast<CudaStateCache&>(st).layer(layer), step.attn,
                            step.state_slots, qkv.data, alpha.data, beta.data, ssm_a, dt_bias,
                            out.data, shape, stream_);

@@ -111,7 +111,8 @@ __global__ void __launch_bounds__(kDeltaCols)
   __shared__ float qn[kMaxDk], kn[kMaxDk];
   const int32_t seq = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
   const int32_t j = blockIdx.z * kDeltaCols + lane;
-  const int32_t dk = p.head_k_dim, dv = p.head_v_dim, hk = h % p.n_k_heads;
+  const int32_t dk = p.head_k_dim, dv = p.head_v_dim;
+  const int32_t hk = p.tiled_heads ? h % p.n_k_heads : h / (p.n_v_heads / p.n_k_heads);
   const int64_t begin = qo_indptr[seq], end = qo_indptr[seq + 1];
   if (begin == end) return;
   const bool fresh = positions[begin] == 0;

@@ -60,6 +60,9 @@ void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n_ou
                  cudaStream_t s);
 // y = x * per-row scale s[t] (mistral3 query temperature), x [n_rows, n], s device [n_rows]
 void scale_rows(float* x, const float* s, int64_t n_rows, int64_t n, cudaStream_t st);
+// x[t] += sigmoid(s[t]) * y[t] over [n_rows, n].
+void add_gated_rows(float* x, const float* y, const float* s, int64_t n_rows, int64_t n,
+                    cudaStream_t st);
 
 // out[t] = dequantized row tokens[t] of `table` (table.data is device memory holding the GGUF
 // rows as stored): [n_tokens, table.n_in]. Bit-exact with quant::dequantize_row.
@@ -110,6 +113,7 @@ struct DeltaShape {
   int32_t head_k_dim = 0;  // at most kDeltaMaxHeadDimK
   int32_t head_v_dim = 0;
   float norm_eps = 1e-6f;
+  bool tiled_heads = true;  // backend::DeltaParams::key_head
 };
 // The largest head_k_dim gated_delta_rule takes (a thread holds a state column in registers).
 constexpr int32_t kDeltaMaxHeadDimK = 128;

@@ -574,6 +574,21 @@ void deinterleave(const float* src, int64_t n_rows, int64_t n_groups, int64_t wi
   deinterleave_kernel<<<grid_for(n_pairs * 2 * width), kThreads, 0, s>>>(src, n_pairs, width, a, b);
 }
 
+__global__ void add_gated_rows_kernel(float* x, const float* y, const float* s, int64_t n_rows,
+                                      int64_t n) {
+  const int64_t stride = thread_stride();
+  for (int64_t i = thread_index(); i < n_rows * n; i += stride) {
+    const float g = 1.0f / (1.0f + expf(-s[i / n]));
+    x[i] += g * y[i];
+  }
+}
+
+void add_gated_rows(float* x, const float* y, const float* s, int64_t n_rows, int64_t n,
+                    cudaStream_t st) {
+  if (n_rows <= 0 || n <= 0) return;
+  add_gated_rows_kernel<<<grid_for(n_rows * n), kThreads, 0, st>>>(x, y, s, n_rows, n);
+}
+
 void scale_rows(float* x, const float* s, int64_t n_rows, int64_t n, cudaStream_t st) {
   if (n_rows <= 0 || n <= 0) return;
   const bool vec = n % 4 == 0 && aligned16(x);
