@@ -55,6 +55,11 @@ import tempfile
 import traceback
 import types
 
+# Remote code is imported from a copy under the modules cache: keep it in a scratch folder, and
+# never reach for a hub (the device machine has no network).
+os.environ.setdefault("HF_MODULES_CACHE", tempfile.mkdtemp(prefix="hf_modules_"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 import torch
 import torch.nn.functional as F
 import transformers
@@ -164,7 +169,7 @@ def nomic_model(remote_dir):
     with open(os.path.join(scratch, "config.json"), "w") as f:
         json.dump(cfg_json, f, indent=1)
     cfg = transformers.AutoConfig.from_pretrained(scratch, trust_remote_code=True)
-    cls = get_class_from_dynamic_module(cfg.auto_map["AutoModel"], scratch)
+    cls = get_class_from_dynamic_module(cfg_json["auto_map"]["AutoModel"], scratch)
     if not hasattr(cls, "get_extended_attention_mask"):  # gone from newer PreTrainedModel
         def get_extended_attention_mask(self, mask, input_shape):
             m = mask[:, None, None, :].to(self.dtype)
