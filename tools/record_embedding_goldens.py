@@ -46,6 +46,7 @@ run with that path carried, e.g.
   python3 tools/record_embedding_goldens.py $OUT nomic_embed --nomic-remote build/nomic_remote
 and copy $OUT/nomic_embed/* into tests/fixtures/hf/nomic_embed/.
 """
+import importlib.machinery
 import json
 import math
 import os
@@ -128,6 +129,9 @@ def einops_stand_in():
 
     m = types.ModuleType("einops")
     m.rearrange, m.repeat, m.__version__ = rearrange, repeat, "0+kiln-stand-in"
+    # transformers checks the modeling file's imports (import_module / find_spec): a spec lets
+    # find_spec answer from sys.modules too.
+    m.__spec__ = importlib.machinery.ModuleSpec("einops", None)
     return m
 
 
