@@ -5,9 +5,9 @@
 namespace kiln::model {
 namespace {
 
-const std::array<const ArchDef*, 9> kArchs = {&kArchLlama,    &kArchQwen2,    &kArchQwen3,
-                                              &kArchQwen3Moe, &kArchGemma2,   &kArchGemma3,
-                                              &kArchPhi3,     &kArchMistral3, &kArchBert};
+const std::array<const ArchDef*, 10> kArchs = {
+    &kArchLlama,  &kArchQwen2, &kArchQwen3,    &kArchQwen3Moe, &kArchGemma2,
+    &kArchGemma3, &kArchPhi3,  &kArchMistral3, &kArchBert,     &kArchNomicBert};
 
 }  // namespace
 

@@ -14,5 +14,6 @@ extern const ArchDef kArchGemma3;
 extern const ArchDef kArchPhi3;
 extern const ArchDef kArchMistral3;
 extern const ArchDef kArchBert;
+extern const ArchDef kArchNomicBert;
 
 }  // namespace kiln::model
