@@ -140,7 +140,14 @@ def fill_moved_transformers_names():
     forward (checkpoint download helpers, output classes of other heads)."""
     import transformers.modeling_outputs as outputs
     import transformers.models.bert.modeling_bert as bert
+    import transformers.utils as utils
     import transformers.utils.hub as hub
+    for name, value in (("SAFE_WEIGHTS_INDEX_NAME", "model.safetensors.index.json"),
+                        ("SAFE_WEIGHTS_NAME", "model.safetensors"),
+                        ("WEIGHTS_INDEX_NAME", "pytorch_model.bin.index.json"),
+                        ("WEIGHTS_NAME", "pytorch_model.bin")):
+        if not hasattr(utils, name):
+            setattr(utils, name, value)
     for name in ("BaseModelOutputWithPoolingAndCrossAttentions", "MaskedLMOutput",
                  "SequenceClassifierOutput"):
         if not hasattr(bert, name):
