@@ -168,6 +168,65 @@ TEST(ConvertNomicBert, ManifestNamesAndShapesMatchTheFile) {
   EXPECT_EQ(qkv->ne, (std::vector<int64_t>{d.n_embd, 3 * int64_t{d.n_embd}}));
 }
 
+// nomic-embed ships bert-base-uncased's WordPiece vocabulary (30522 tokens) with an embedding
+// table padded to vocab_size 30528: the converter pads the token list to the table with unused
+// "[PAD<id>]" tokens (llama.cpp's get_vocab_base). Here: 250 tokens for a table of 256.
+TEST(ConvertNomicBert, WordPieceVocabularyPaddedToTheTable) {
+  const nlohmann::json config = fixture_config();
+  const uint32_t n_vocab = config["vocab_size"].get<uint32_t>();
+  const fs::path dir =
+      fs::temp_directory_path() / ("kiln_nomic_vocab_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"model.safetensors", "config.json", "modules.json"})
+    fs::copy(kFixture / f, dir / f);
+  fs::copy(kFixture / "1_Pooling", dir / "1_Pooling");
+  nlohmann::json vocab = {{"[PAD]", 0}, {"[UNK]", 1}, {"[CLS]", 2}, {"[SEP]", 3}, {"[MASK]", 4}};
+  for (int i = 5; i < 250; ++i)  // words and continuations
+    vocab[(i % 2 ? "w" : "##s") + std::to_string(i)] = i;
+  nlohmann::json added = nlohmann::json::array();
+  for (int i = 0; i < 5; ++i)
+    added.push_back(
+        {{"id", i},
+         {"content", nlohmann::json::array({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})[i]},
+         {"special", true}});
+  const nlohmann::json tok = {
+      {"added_tokens", added},
+      {"normalizer", {{"type", "BertNormalizer"}, {"lowercase", true}}},
+      {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single",
+         nlohmann::json::array({{{"SpecialToken", {{"id", "[CLS]"}, {"type_id", 0}}}},
+                                {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                {{"SpecialToken", {{"id", "[SEP]"}, {"type_id", 0}}}}})}}},
+      {"model", {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"vocab", vocab}}},
+  };
+  std::ofstream(dir / "tokenizer.json") << tok.dump();
+  std::vector<uint8_t> storage;
+  auto f = convert(dir.string(), "f32", storage);
+  fs::remove_all(dir);
+  ASSERT_NE(f, nullptr);
+  auto model = f->get_string("tokenizer.ggml.model");
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ(*model, "bert");
+  const gguf::Value* tokens = f->find("tokenizer.ggml.tokens");
+  ASSERT_TRUE(tokens != nullptr && tokens->as_array() != nullptr);
+  const auto& items = tokens->as_array()->items;
+  ASSERT_EQ(items.size(), n_vocab);  // = token_embd's rows
+  auto hp = read_hparams(*f);
+  ASSERT_TRUE(hp.ok()) << hp.error().message;
+  EXPECT_EQ(hp->n_vocab, n_vocab);
+  const gguf::Value* types = f->find("tokenizer.ggml.token_type");
+  ASSERT_TRUE(types != nullptr && types->as_array() != nullptr);
+  ASSERT_EQ(types->as_array()->items.size(), n_vocab);
+  for (uint32_t i = 250; i < n_vocab; ++i) {
+    ASSERT_NE(items[i].as_string(), nullptr);
+    EXPECT_EQ(*items[i].as_string(), "[PAD" + std::to_string(i) + "]");
+    EXPECT_EQ(types->as_array()->items[i].as_int(), 5);  // UNUSED
+  }
+}
+
 // A config kiln's forward would compute wrongly is refused with the reason, and so is the
 // MoE variant.
 TEST(ConvertNomicBert, RefusesWhatTheForwardDoesNotCompute) {
