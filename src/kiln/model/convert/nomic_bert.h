@@ -22,7 +22,6 @@ namespace kiln::model {
 // Whether config.json is a NomicBertModel's (architectures or model_type "nomic_bert").
 bool is_nomic_bert_config(const nlohmann::json& config);
 
-Expected<gguf::Writer> convert_nomic_bert(const ConvertOptions& opts,
-                                          const nlohmann::json& config);
+Expected<gguf::Writer> convert_nomic_bert(const ConvertOptions& opts, const nlohmann::json& config);
 
 }  // namespace kiln::model
