@@ -329,6 +329,17 @@ TEST(EmbeddingEngine, BertGoldensThroughTheEngine) {
   EXPECT_NE(std::get<SubmitRefusal>(too_long).message.find("one step"), std::string::npos);
 }
 
+// The NomicBertModel goldens (mean pooling, the fixture's) through the engine: rotary
+// positions from each sequence's own 0, the four inputs in two steps of at most 64 tokens.
+TEST(EmbeddingEngine, NomicGoldensThroughTheEngine) {
+  const std::string fixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/nomic_embed";
+  const nlohmann::json g = read_goldens(fixture);
+  auto e = start_fixture_engine(fixture, 64, /*n_ctx=*/128);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->pooling(), model::Pooling::kMean);
+  expect_engine_goldens(*e, g, "mean");
+}
+
 TEST(EmbeddingEngine, RankPoolingIsRefusedAtStart) {
   EngineOptions o;
   o.model_path = kModel;

@@ -23,6 +23,7 @@ namespace {
 
 const std::string kFixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/qwen3_embed";
 const std::string kBertFixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/bert_embed";
+const std::string kNomicFixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/nomic_embed";
 
 // Each sequence's rows pooled as `mode` ("mean", "cls", "lasttoken") against the goldens:
 // the pooled vector within 1e-4 of its largest value, the normalized one within 1e-4.
@@ -94,6 +95,21 @@ TEST(EmbeddingGoldens, BertMeanAndClsMatchSentenceTransformers) {
   const Model& model = *f.loaded.model;
   EXPECT_EQ(model.hparams().arch, "bert");
   EXPECT_EQ(model.hparams().pooling, Pooling::kCls);  // from 1_Pooling/config.json
+  expect_pooled_goldens(model, f.goldens, "mean", Pooling::kMean);
+  expect_pooled_goldens(model, f.goldens, "cls", Pooling::kCls);
+}
+
+// A NomicBertModel (nomic-embed-text-v1.5's switches: rotary positions over the whole head,
+// fused q/k/v, SwiGLU, no projection biases, post-norm LayerNorm, non-causal), its remote
+// code run through transformers' trust_remote_code, converted by kiln: mean pooling (the
+// shipped one, from 1_Pooling/config.json) and CLS against sentence-transformers'.
+TEST(EmbeddingGoldens, NomicMeanMatchesSentenceTransformers) {
+  const Fixture f = load_fixture(kNomicFixture);
+  ASSERT_NE(f.loaded.model, nullptr);
+  const Model& model = *f.loaded.model;
+  EXPECT_EQ(model.hparams().arch, "nomic-bert");
+  EXPECT_EQ(model.hparams().pooling, Pooling::kMean);
+  EXPECT_EQ(model.hparams().n_rot, model.hparams().head_dim_k);  // rotary over the whole head
   expect_pooled_goldens(model, f.goldens, "mean", Pooling::kMean);
   expect_pooled_goldens(model, f.goldens, "cls", Pooling::kCls);
 }

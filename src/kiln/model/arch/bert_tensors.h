@@ -1,8 +1,9 @@
-// The tensors of a `bert` GGUF (BertModel encoders: BGE, all-MiniLM, e5...), named and shaped
-// exactly as llama.cpp's converter writes them (convert_hf_to_gguf.py BertModel, gguf-py
+// The tensors of a `bert` GGUF (BertModel encoders: BGE, all-MiniLM, e5...) and of a
+// `nomic-bert` GGUF (NomicBertModel: nomic-embed-text-v1 / v1.5), named and shaped exactly as
+// llama.cpp's converter writes them (convert_hf_to_gguf.py BertModel / NomicBertModel, gguf-py
 // tensor_mapping.py), with the Hugging Face name each comes from and the field it loads into.
-// The architecture's manifest (arch/bert.cpp) and the converter (convert/bert.cpp) both read
-// this list.
+// Each architecture's manifest (arch/bert.cpp, arch/nomic_bert.cpp) and its converter
+// (convert/bert.cpp, convert/nomic_bert.cpp) read the same list.
 #pragma once
 
 #include <cstdint>
@@ -39,5 +40,26 @@ struct BertTensor {
 std::vector<BertTensor> bert_tensors(const BertDims& d);
 std::vector<TensorSpec> bert_manifest(const BertDims& d);
 bool bert_tensor_always_f32(std::string_view gguf_name);
+
+// The config values the nomic-bert tensors' shapes derive from (`nomic-bert.*` GGUF keys).
+struct NomicBertDims {
+  uint32_t n_vocab = 0;        // token_embd rows (config vocab_size, padded to a multiple of 64)
+  uint32_t n_embd = 0;         // nomic-bert.embedding_length (n_embd)
+  uint32_t n_layer = 0;        // nomic-bert.block_count (n_layer)
+  uint32_t n_ff = 0;           // nomic-bert.feed_forward_length (n_inner)
+  uint32_t n_token_types = 0;  // tokenizer.ggml.token_type_count (type_vocab_size)
+  // attn_qkv's output width: q + k + v (llama.cpp: n_embd + 2 n_embd_gqa; the published models
+  // have as many k/v heads as q heads: 3 n_embd).
+  uint32_t n_qkv = 0;
+};
+
+// token_embd, token_types, token_embd_norm (weight, bias), then per layer attn_qkv (fused
+// [q | k | v] rows, no bias), attn_output, attn_output_norm (weight, bias), ffn_up (HF fc11),
+// ffn_gate (fc12: SwiGLU's silu side), ffn_down (fc2), layer_output_norm (weight, bias). No
+// position table: positions are rotary. llama.cpp also accepts attn_output, ffn_up and
+// ffn_down biases (nomic-bert-moe has them); they are listed as optional, with no HF source,
+// and the forward adds them when a file has them.
+std::vector<BertTensor> nomic_bert_tensors(const NomicBertDims& d);
+std::vector<TensorSpec> nomic_bert_manifest(const NomicBertDims& d);
 
 }  // namespace kiln::model

@@ -14,6 +14,7 @@ extern const ArchDef kArchGemma3;
 extern const ArchDef kArchPhi3;
 extern const ArchDef kArchMistral3;
 extern const ArchDef kArchBert;
+extern const ArchDef kArchNomicBert;
 // arch/qwen35.cpp: the hybrid family, one manifest.
 extern const ArchDef kArchQwen35;
 extern const ArchDef kArchQwen35Moe;
