@@ -27,8 +27,9 @@ async function inspect(file) {
 }
 
 // The Hugging Face tensors (name -> [rows, cols] as PyTorch stores them) of a llama-family
-// config: Llama and Qwen3 (q/k norms).
+// config: Llama and Qwen3 (q/k norms); the hybrid Qwen3.5 family has its own below.
 function hfTensors(c) {
+  if (c.model_type.startsWith('qwen3_5')) return hybridTensors(c);
   const hd = c.head_dim ?? c.hidden_size / c.num_attention_heads;
   const kv = c.num_key_value_heads ?? c.num_attention_heads;
   const t = { 'model.embed_tokens.weight': [c.vocab_size, c.hidden_size], 'model.norm.weight': [c.hidden_size] };
@@ -48,6 +49,58 @@ function hfTensors(c) {
     t[p + 'mlp.gate_proj.weight'] = [c.intermediate_size, c.hidden_size];
     t[p + 'mlp.up_proj.weight'] = [c.intermediate_size, c.hidden_size];
     t[p + 'mlp.down_proj.weight'] = [c.hidden_size, c.intermediate_size];
+  }
+  return t;
+}
+
+// Qwen3.5 (dense and MoE): Gated DeltaNet layers, every full_attention_interval-th layer
+// gated attention (q_proj twice the width), the MoE's routed and shared experts.
+function hybridTensors(c) {
+  const h = c.hidden_size, hd = c.head_dim, kv = c.num_key_value_heads;
+  const nk = c.linear_num_key_heads, nv = c.linear_num_value_heads;
+  const dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+  const t = { 'model.embed_tokens.weight': [c.vocab_size, h], 'model.norm.weight': [h] };
+  if (!c.tie_word_embeddings) t['lm_head.weight'] = [c.vocab_size, h];
+  for (let i = 0; i < c.num_hidden_layers; ++i) {
+    const p = `model.layers.${i}.`;
+    t[p + 'input_layernorm.weight'] = [h];
+    t[p + 'post_attention_layernorm.weight'] = [h];
+    if ((i + 1) % c.full_attention_interval === 0) {
+      t[p + 'self_attn.q_proj.weight'] = [2 * c.num_attention_heads * hd, h];
+      t[p + 'self_attn.k_proj.weight'] = [kv * hd, h];
+      t[p + 'self_attn.v_proj.weight'] = [kv * hd, h];
+      t[p + 'self_attn.o_proj.weight'] = [h, c.num_attention_heads * hd];
+      t[p + 'self_attn.q_norm.weight'] = [hd];
+      t[p + 'self_attn.k_norm.weight'] = [hd];
+    } else {
+      const a = p + 'linear_attn.';
+      t[a + 'in_proj_qkv.weight'] = [2 * nk * dk + nv * dv, h];
+      t[a + 'in_proj_z.weight'] = [nv * dv, h];
+      t[a + 'in_proj_b.weight'] = [nv, h];
+      t[a + 'in_proj_a.weight'] = [nv, h];
+      t[a + 'conv1d.weight'] = [2 * nk * dk + nv * dv, 1, c.linear_conv_kernel_dim];
+      t[a + 'dt_bias'] = [nv];
+      t[a + 'A_log'] = [nv];
+      t[a + 'norm.weight'] = [dv];
+      t[a + 'out_proj.weight'] = [h, nv * dv];
+    }
+    if (c.num_experts) {
+      t[p + 'mlp.gate.weight'] = [c.num_experts, h];
+      for (let e = 0; e < c.num_experts; ++e) {
+        t[p + `mlp.experts.${e}.gate_proj.weight`] = [c.moe_intermediate_size, h];
+        t[p + `mlp.experts.${e}.up_proj.weight`] = [c.moe_intermediate_size, h];
+        t[p + `mlp.experts.${e}.down_proj.weight`] = [h, c.moe_intermediate_size];
+      }
+      const s = c.shared_expert_intermediate_size;
+      t[p + 'mlp.shared_expert.gate_proj.weight'] = [s, h];
+      t[p + 'mlp.shared_expert.up_proj.weight'] = [s, h];
+      t[p + 'mlp.shared_expert.down_proj.weight'] = [h, s];
+      t[p + 'mlp.shared_expert_gate.weight'] = [1, h];
+    } else {
+      t[p + 'mlp.gate_proj.weight'] = [c.intermediate_size, h];
+      t[p + 'mlp.up_proj.weight'] = [c.intermediate_size, h];
+      t[p + 'mlp.down_proj.weight'] = [h, c.intermediate_size];
+    }
   }
   return t;
 }
@@ -103,11 +156,29 @@ const QWEN3_YARN = {  // Qwen3-8B's shape (untied) with the model card's YaRN ex
   rope_scaling: { rope_type: 'yarn', factor: 4.0, original_max_position_embeddings: 32768 },
 };
 
+const QWEN35 = {  // Qwen3.5-9B's config (text part) scaled to width 64, 4 layers
+  architectures: ['Qwen3_5ForCausalLM'], model_type: 'qwen3_5_text', hidden_size: 64,
+  intermediate_size: 96, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2,
+  head_dim: 32, full_attention_interval: 4, linear_conv_kernel_dim: 4, linear_key_head_dim: 16,
+  linear_value_head_dim: 16, linear_num_key_heads: 2, linear_num_value_heads: 4,
+  max_position_embeddings: 262144, rms_norm_eps: 1e-6, tie_word_embeddings: false,
+  rope_parameters: { rope_type: 'default', rope_theta: 10000000, partial_rotary_factor: 0.25,
+                     mrope_section: [11, 11, 10], mrope_interleaved: true },
+  vocab_size: 151936, bos_token_id: 151643, eos_token_id: 151645,
+};
+const QWEN35_MOE = {  // Qwen3.5-35B-A3B's shape: routed and shared experts
+  ...QWEN35, architectures: ['Qwen3_5MoeForCausalLM'], model_type: 'qwen3_5_moe_text',
+  num_experts: 4, num_experts_per_tok: 2, moe_intermediate_size: 32,
+  shared_expert_intermediate_size: 32,
+};
+
 const CASES = [
   ['llama-3.2 (llama3 rope, tied)', LLAMA32, 'tokenizer-llama3'],
   ['llama-3.1 (llama3 rope, untied)', LLAMA31, 'tokenizer-llama3'],
   ['qwen3 (padded vocab, tied)', QWEN3, 'tokenizer-qwen3'],
   ['qwen3 (padded vocab, yarn, untied)', QWEN3_YARN, 'tokenizer-qwen3'],
+  ['qwen35 (hybrid linear attention)', QWEN35, 'tokenizer-qwen3'],
+  ['qwen35moe (hybrid, shared expert)', QWEN35_MOE, 'tokenizer-qwen3'],
 ];
 
 for (const [name, config, tokenizer] of CASES) {
@@ -158,6 +229,11 @@ for (const [name, config, tokenizer] of CASES) {
 
       // Rope: llama3 as rope_freqs.weight [head_dim / 2]; yarn as rope.scaling keys.
       const hd = config.head_dim;
+      if (config.linear_num_key_heads) {  // a quarter of each head rotated; the ssm keys
+        assert.equal(b.metadata[`${arch}.rope.dimension_count`], hd / 4);
+        assert.equal(b.metadata[`${arch}.ssm.group_count`], config.linear_num_key_heads);
+        assert.equal(b.metadata[`${arch}.full_attention_interval`], 4);
+      }
       const rt = config.rope_scaling?.rope_type;
       const freqs = b.tensors.find((t) => t.name === 'rope_freqs.weight');
       if (rt === 'llama3') assert.deepEqual(freqs?.shape, [hd / 2]);

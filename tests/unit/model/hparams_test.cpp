@@ -29,10 +29,19 @@ HParams small_hparams(std::string arch) {
   hp.rms_eps = 1e-6f;
   hp.rope_freq_base = 1e6f;
   hp.n_token_types = 2;  // bert's token type table
-  if (hp.arch == "qwen3moe") {
+  if (hp.arch == "qwen3moe" || hp.arch == "qwen35moe" || hp.arch == "qwen3next") {
     hp.n_expert = 4;
     hp.n_expert_used = 2;
     hp.n_ff_expert = 16;
+  }
+  if (hp.arch == "qwen35" || hp.arch == "qwen35moe" || hp.arch == "qwen3next") {
+    // Layer 0 Gated DeltaNet, layer 1 full attention.
+    hp.full_attn_interval = 2;
+    hp.linear_n_k_heads = 1;
+    hp.linear_n_v_heads = 2;
+    hp.linear_head_k_dim = hp.linear_head_v_dim = 8;
+    hp.linear_conv_kernel = 4;
+    if (hp.n_expert > 0) hp.n_ff_shared = 16;
   }
   return hp;
 }
