@@ -47,7 +47,7 @@ struct MemoryPlan {
   int32_t kv_blocks = 0;
   int64_t kv_tokens = 0;  // tokens the KV pool holds
   int32_t max_context = 0;
-  int32_t max_seqs_at_context = 0;  // sequences of max_context tokens that fit at once
+  int32_t max_seqs_at_context = 0;   // sequences of max_context tokens that fit at once
   uint64_t state_bytes_per_seq = 0;  // hybrid models: one recurrent-state slot
   int32_t state_slots = 0;
   std::string to_string() const;

@@ -59,8 +59,7 @@ Status validate(const SchedulerConfig& cfg) {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& cfg)
-    : cfg_(cfg),
-      kv_(cfg.num_blocks, cfg.enable_prefix_cache && !cfg.state_slots, cfg.block_hash) {
+    : cfg_(cfg), kv_(cfg.num_blocks, cfg.enable_prefix_cache && !cfg.state_slots, cfg.block_hash) {
   KILN_ASSERT(cfg.max_batch_tokens >= 1 && cfg.max_seqs >= 1 && cfg.max_context >= 1);
   KILN_ASSERT(cfg.max_waiting >= 0);
   if (cfg.state_slots)

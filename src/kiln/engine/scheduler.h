@@ -94,8 +94,8 @@ struct StepPlan {
   // Flat row of the last token of each sequence with needs_logits, in `seqs` order.
   std::vector<int32_t> logits_rows;
   std::vector<int32_t> state_slots;  // [num_seqs] with SchedulerConfig::state_slots, else empty
-  std::vector<SeqId> preempted;  // sent back to the waiting queue this step
-  std::vector<SeqId> cancelled;  // cancelled and freed this step (finished, kCancelled)
+  std::vector<SeqId> preempted;      // sent back to the waiting queue this step
+  std::vector<SeqId> cancelled;      // cancelled and freed this step (finished, kCancelled)
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(seqs.size()); }

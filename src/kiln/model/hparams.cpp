@@ -119,11 +119,12 @@ Status read_linear_attention(const gguf::File& f, const ArchDef& def, HParams& h
       hp.linear_head_k_dim > 1024 || hp.linear_n_k_heads == 0 || hp.linear_n_v_heads == 0 ||
       hp.linear_n_v_heads > 4096 || inner == 0 || inner % hp.linear_n_v_heads != 0 ||
       hp.linear_n_v_heads % hp.linear_n_k_heads != 0 || hp.full_attn_interval == 0)
-    return err("model: invalid linear attention keys (ssm.conv_kernel {}, ssm.state_size {}, "
-               "ssm.group_count {}, ssm.time_step_rank {}, ssm.inner_size {}, "
-               "full_attention_interval {})",
-               hp.linear_conv_kernel, hp.linear_head_k_dim, hp.linear_n_k_heads,
-               hp.linear_n_v_heads, inner, hp.full_attn_interval);
+    return err(
+        "model: invalid linear attention keys (ssm.conv_kernel {}, ssm.state_size {}, "
+        "ssm.group_count {}, ssm.time_step_rank {}, ssm.inner_size {}, "
+        "full_attention_interval {})",
+        hp.linear_conv_kernel, hp.linear_head_k_dim, hp.linear_n_k_heads, hp.linear_n_v_heads,
+        inner, hp.full_attn_interval);
   hp.linear_head_v_dim = inner / hp.linear_n_v_heads;
   if (hp.linear_head_v_dim > 1024)
     return err("model: linear attention value head dim {} is implausible", hp.linear_head_v_dim);

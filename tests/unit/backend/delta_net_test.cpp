@@ -153,11 +153,10 @@ TEST(DeltaNet, ReferenceFollowsTheMath) {
     const Problem pr(s, {150}, 1);
     auto st = make_state(be, s);
     const std::vector<float> got = run_rule(be, *st, 0, pr, {{0, 2, 0, 150}}, Impl::kReference);
-    expect_near_scaled(
-        got, naive_rule(pr, 0), 2e-5,
-        "reference vs double math hk=" + std::to_string(s.hk) + " hv=" + std::to_string(s.hv) +
-            (s.tiled ? " tiled" : " grouped"),
-        test::out_floor(s));
+    expect_near_scaled(got, naive_rule(pr, 0), 2e-5,
+                       "reference vs double math hk=" + std::to_string(s.hk) +
+                           " hv=" + std::to_string(s.hv) + (s.tiled ? " tiled" : " grouped"),
+                       test::out_floor(s));
   }
 }
 

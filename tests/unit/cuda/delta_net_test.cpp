@@ -161,9 +161,9 @@ class Pair {
 TEST(CudaDeltaNet, MatchesTheCpuReference) {
   KILN_REQUIRE_GPU();
   // Qwen3-Next's heads (dk = dv = 128, tiled value heads), 64, and odd small sizes.
-  for (const Shape& s : {Shape{1, 2, 128, 128, 4}, Shape{2, 4, 64, 64, 4}, Shape{2, 4, 8, 6, 4},
-                         Shape{3, 6, 20, 40, 4}, Shape{2, 2, 33, 70, 3},
-                         Shape{2, 4, 16, 16, 4, false}}) {
+  for (const Shape& s :
+       {Shape{1, 2, 128, 128, 4}, Shape{2, 4, 64, 64, 4}, Shape{2, 4, 8, 6, 4},
+        Shape{3, 6, 20, 40, 4}, Shape{2, 2, 33, 70, 3}, Shape{2, 4, 16, 16, 4, false}}) {
     const std::string name = "dk=" + std::to_string(s.dk) + " dv=" + std::to_string(s.dv) +
                              " hv=" + std::to_string(s.hv);
     const Problem pr(s, {150, 1, 9, 70, 40}, 21);
@@ -217,7 +217,8 @@ TEST(CudaDeltaNet, SigmoidMulAndDeinterleave) {
   }
   // add_gated_rows (the shared expert's gate): the CPU backend's result, 1e-6 relative.
   backend::cpu::CpuBackend cpu(nullptr);
-  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 64}, {33, 130}}) {
+  for (const auto& [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 64}, {33, 130}}) {
     std::vector<float> x = test::uniform(rng, rows * cols, -2, 2);
     const std::vector<float> y = test::uniform(rng, rows * cols, -2, 2);
     const std::vector<float> sg = test::uniform(rng, rows, -6, 6);

@@ -244,7 +244,7 @@ class FakeEngine {
 
   Scheduler* s_;
   std::vector<std::array<uint64_t, kBlockTokens>> slots_;  // the fake KV: [num_blocks][16]
-  std::vector<uint64_t> states_;  // the fake recurrent state: [max_seqs]
+  std::vector<uint64_t> states_;                           // the fake recurrent state: [max_seqs]
   std::map<SeqId, Req> requests_;
   std::map<SeqId, std::vector<int32_t>> generated_;
   std::map<SeqId, FinishedSeq> finished_;

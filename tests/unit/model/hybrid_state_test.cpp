@@ -48,8 +48,12 @@ std::vector<std::vector<float>> step(TestForward& tf, const Model& m,
   }
   StepInput in;
   in.tokens = flat;
-  in.attn = {static_cast<int32_t>(parts.size()), qo.data(),     kv_ptr.data(),
-             kv_idx.data(),                      kv_len.data(), positions.data()};
+  in.attn = {static_cast<int32_t>(parts.size()),
+             qo.data(),
+             kv_ptr.data(),
+             kv_idx.data(),
+             kv_len.data(),
+             positions.data()};
   in.logit_rows = rows;
   in.state = tf.state.get();
   in.state_slots = slots;

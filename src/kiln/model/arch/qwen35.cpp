@@ -16,10 +16,8 @@
 namespace kiln::model {
 namespace {
 
-constexpr ArchFeatures kFeatures{.qk_norm = true,
-                                 .rope_neox = true,
-                                 .attn_output_gate = true,
-                                 .linear_attention = true};
+constexpr ArchFeatures kFeatures{
+    .qk_norm = true, .rope_neox = true, .attn_output_gate = true, .linear_attention = true};
 
 // Tensors of a block checked for shape and type but not loaded (the MTP layers).
 TensorSpec unbound(uint32_t il, std::string_view suffix, std::vector<int64_t> ne, TensorKind kind,

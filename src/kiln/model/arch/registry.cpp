@@ -6,8 +6,8 @@ namespace kiln::model {
 namespace {
 
 const std::array<const ArchDef*, 13> kArchs = {
-    &kArchLlama,  &kArchQwen2, &kArchQwen3,    &kArchQwen3Moe,  &kArchGemma2,
-    &kArchGemma3, &kArchPhi3,  &kArchMistral3, &kArchBert,      &kArchNomicBert,
+    &kArchLlama,  &kArchQwen2,     &kArchQwen3,    &kArchQwen3Moe, &kArchGemma2,
+    &kArchGemma3, &kArchPhi3,      &kArchMistral3, &kArchBert,     &kArchNomicBert,
     &kArchQwen35, &kArchQwen35Moe, &kArchQwen3Next};
 
 }  // namespace

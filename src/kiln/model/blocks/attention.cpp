@@ -1,7 +1,8 @@
 // The attention mixer of a layer: norm (with the previous block's residual add), q/k/v
 // projections (fused for phi3, biased for qwen2, with an output gate per head for qwen35),
 // per-head q/k norms (qwen3, gemma3), rope and the KV write, paged attention (sliding on the
-// layers that slide; the cache's layer is hp.kv_layer), the gate, and the output projection. Its output is left in tmp_ for the FFN block to add.
+// layers that slide; the cache's layer is hp.kv_layer), the gate, and the output projection. Its
+// output is left in tmp_ for the FFN block to add.
 #include <cmath>
 
 #include "kiln/model/forward.h"
@@ -59,8 +60,8 @@ void Forward::attention_block(int il, const LayerDesc& desc, const backend::Step
   const int table = swa && rope_swa_differs_ ? 1 : 0;
   const Mat cos = rope_cos_[table].first_rows(n), sin = rope_sin_[table].first_rows(n);
   be_.rope_kv_write(q, static_cast<int32_t>(hp.n_head), k, static_cast<int32_t>(hp.n_head_kv),
-                    static_cast<int32_t>(hp.head_dim_k), f.rope_neox, cos, sin, cache, kv_layer, step,
-                    v);
+                    static_cast<int32_t>(hp.head_dim_k), f.rope_neox, cos, sin, cache, kv_layer,
+                    step, v);
   if (step.row_scale != nullptr) be_.scale_rows(q, step.row_scale);
   dump("q", il, q);
   dump("k", il, k);

@@ -306,7 +306,7 @@ Expected<gguf::Writer> convert_hf(const ConvertOptions& o) {
   if (config.is_discarded()) return err("convert: config.json is not valid JSON");
   if (is_bert_config(config)) return convert_bert(o, config);  // an encoder: convert/bert.cpp
   if (is_nomic_bert_config(config)) return convert_nomic_bert(o, config);  // convert/nomic_bert.cpp
-  if (is_qwen35_config(config)) return convert_qwen35(o, config);  // convert/qwen35.cpp
+  if (is_qwen35_config(config)) return convert_qwen35(o, config);          // convert/qwen35.cpp
   KILN_TRY(HParams hp, hparams_from_hf_config(config));
   KILN_TRY(FileType ft, parse_file_type(o.type));
   KILN_TRY(Checkpoint ck, open_checkpoint(o.hf_dir));

@@ -146,8 +146,7 @@ struct Source {
   Expected<std::vector<float>> read(const std::string& name) const { return ck.read(name); }
   int64_t r() const { return hp.linear_n_v_heads / hp.linear_n_k_heads; }
   // Value heads from grouped to tiled, each head `width` x `inner` values, `outer` times.
-  std::vector<float> tile(std::vector<float> x, int64_t outer, int64_t width,
-                          int64_t inner) const {
+  std::vector<float> tile(std::vector<float> x, int64_t outer, int64_t width, int64_t inner) const {
     if (!tiled || r() == 1) return x;
     return tile_value_heads(x, outer, hp.linear_n_k_heads, r(), width, inner);
   }
@@ -160,8 +159,9 @@ Expected<std::vector<float>> read_experts(const Source& s, const std::string& la
   std::vector<float> out;
   if (s.ck.has(per_expert) || s.ck.has(per_expert.substr(6))) {
     for (uint32_t e = 0; e < hp.n_expert; ++e) {
-      KILN_TRY(std::vector<float> w,
-               s.read(s.layer(layer, fmt::format("mlp.experts.{}.{}_proj.weight", e, which).c_str())));
+      KILN_TRY(
+          std::vector<float> w,
+          s.read(s.layer(layer, fmt::format("mlp.experts.{}.{}_proj.weight", e, which).c_str())));
       out.insert(out.end(), w.begin(), w.end());
     }
     return out;
