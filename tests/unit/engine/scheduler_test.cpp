@@ -325,6 +325,13 @@ TEST(Scheduler, ValidateNamesTheBadField) {
   c = SchedulerConfig{};
   c.max_waiting = -1;
   EXPECT_FALSE(validate(c).ok());
+  c = SchedulerConfig{};
+  c.state_checkpoint_blocks = 0;
+  ASSERT_FALSE(validate(c).ok());
+  EXPECT_NE(validate(c).error().message.find("state_checkpoint_blocks"), std::string::npos);
+  c = SchedulerConfig{};
+  c.state_snapshots = -1;
+  EXPECT_FALSE(validate(c).ok());
 }
 
 TEST(Scheduler, AdmissionErrorsComeBeforeAnyWork) {
