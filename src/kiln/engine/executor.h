@@ -26,8 +26,9 @@ struct ExecutorOptions {
                                 // sequences' ones, for prefix-cache snapshots
   quant::Type kv_type = quant::Type::F16;
   // KV pool: an explicit byte budget, else on a GPU gpu_memory_fraction of the device's
-  // memory minus what weights, activations and recurrent state took, else (CPU) max_seqs full contexts capped
-  // at 2 GiB. min_kv_blocks: fewer is an error (SequenceRunner needs its whole context).
+  // memory minus what weights, activations and recurrent state took, else (CPU) max_seqs full
+  // contexts capped at 2 GiB. min_kv_blocks: fewer is an error (SequenceRunner needs its whole
+  // context).
   uint64_t kv_memory_bytes = 0;
   double gpu_memory_fraction = 0.9;
   int32_t min_kv_blocks = 1;
