@@ -5,12 +5,12 @@
 // exactly the tokens it gets without the prefix cache.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
 #include <thread>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -206,6 +206,58 @@ TEST(HybridEngine, AGrowingConversationResumesFromSnapshotsWithTheSameTokens) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const EngineStats st = on->stats();
   EXPECT_EQ(st.num_prefix_hit_tokens, num_cached);
+  EXPECT_EQ(st.num_state_slots_used, 0);
+  EXPECT_EQ(st.num_kv_blocks_used, 0);
+}
+
+// Requests sharing a system prompt, more of them than run at once, in a KV pool of 16 blocks
+// (preemptions) and with 3 snapshot slots for 4 running sequences (evictions): each gives
+// exactly the tokens it gives with no cache.
+TEST(HybridEngine, SharedPrefixesUnderPreemptionGiveTheSameTokens) {
+  auto options = [](bool cache) {
+    return [cache](EngineOptions* o) {
+      o->max_batch_tokens = 48;
+      o->state_checkpoint_blocks = 2;
+      o->state_snapshots = 3;
+      o->kv_memory_bytes = 16 * kv::kBlockTokens * 1024;  // 1 KiB a token: 16 blocks
+      o->enable_prefix_cache = cache;
+    };
+  };
+  std::mt19937 rng(5);
+  auto message = [&rng](int32_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& id : t) id = std::uniform_int_distribution<int32_t>(3, 255)(rng);
+    return t;
+  };
+  const std::vector<int32_t> system = message(100);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> p = system;
+    const std::vector<int32_t> own = message(10 + 5 * i);
+    p.insert(p.end(), own.begin(), own.end());
+    prompts.push_back(std::move(p));
+  }
+  auto run = [&prompts](Engine& e) {
+    std::vector<std::shared_ptr<RequestChannel>> chs;
+    for (const auto& p : prompts) chs.push_back(submit(e, p, 16));
+    std::vector<std::vector<int32_t>> out;
+    FinishReason why{};
+    for (auto& ch : chs) out.push_back(drain(ch, &why));
+    return out;
+  };
+  auto off = start_engine(options(false));
+  ASSERT_NE(off, nullptr);
+  const auto want = run(*off);
+  off.reset();
+  auto on = start_engine(options(true));
+  ASSERT_NE(on, nullptr);
+  EXPECT_EQ(run(*on), want);
+  // A second round finds the system prompt's snapshots (the first one's requests overlapped).
+  EXPECT_EQ(run(*on), want);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const EngineStats st = on->stats();
+  EXPECT_GT(st.num_prefix_hit_tokens, 0);
+  EXPECT_GT(st.num_preemptions, 0);
   EXPECT_EQ(st.num_state_slots_used, 0);
   EXPECT_EQ(st.num_kv_blocks_used, 0);
 }
