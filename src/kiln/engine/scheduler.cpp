@@ -206,13 +206,14 @@ bool Scheduler::takes_prompts(int32_t prompt_tokens) const {
 }
 
 // Only the state at the end of a step exists, so a slice [first, first + n) that crosses a
-// checkpoint ends at the last one it crosses, where build_plan() saves it. Not at every one
-// crossed: a long prompt would then prefill a checkpoint's worth per step. The last one
-// matters most: a conversation's next turn resumes from the last checkpoint of this prompt.
+// checkpoint of the prompt ends at the last one it crosses, where build_plan() saves it. Not
+// at every one crossed: a long prompt would then prefill a checkpoint's worth per step. The
+// last one matters most: a conversation's next turn resumes from the last checkpoint of this
+// prompt.
 int32_t Scheduler::cut_at_checkpoint(const Sequence& seq, int32_t first, int32_t n) const {
   if (!checkpoints_ || seq.whole_prompt) return n;
   const int32_t every = cfg_.state_checkpoint_blocks * kBlockTokens;
-  const int32_t cut = (first + n) / every * every;
+  const int32_t cut = std::min(first + n, seq.num_prompt_tokens) / every * every;
   return cut > first ? cut - first : n;
 }
 
@@ -324,10 +325,13 @@ void Scheduler::build_plan(const std::vector<Chosen>& chosen, StepPlan* plan) {
     const int32_t first = seq.num_computed_tokens;
     const int32_t end = first + c.num_tokens;
     const bool needs_logits = end == seq.num_tokens();
-    // A slice ending at a checkpoint (a prompt chunk cut there, or a decode reaching it)
-    // saves its state; with every snapshot slot reserved by this step's others it does not.
+    // A slice ending at a checkpoint of the prompt saves its state (not with every snapshot
+    // slot reserved by this step's others). Generated tokens get none: a long generation would
+    // push the prompts' snapshots out, and the next turn of a chat rarely resends an answer
+    // token for token (templates drop the reasoning, re-serialize tool calls).
     int32_t save_slot = -1;
-    if (checkpoints_ && end % (cfg_.state_checkpoint_blocks * kBlockTokens) == 0) {
+    if (checkpoints_ && end <= seq.num_prompt_tokens &&
+        end % (cfg_.state_checkpoint_blocks * kBlockTokens) == 0) {
       save_slot = snapshots_.reserve();
       if (save_slot >= 0) plan->state_saves.push_back({seq.state_slot, save_slot});
     }

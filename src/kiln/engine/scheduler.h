@@ -14,8 +14,8 @@
 // preempted by recompute: its blocks go back (into the prefix cache, so it gets most of them
 // back cheaply), num_computed_tokens = 0, and it is queued at the front of the waiting queue.
 // Hybrid models (state_slots) reuse a prefix only up to a checkpoint whose recurrent state was
-// saved (kv/state_snapshots.h): a prompt chunk that crosses a checkpoint ends at the last one
-// it crosses, the step saves the state there, and an admitted sequence resumes from the
+// saved (kv/state_snapshots.h): a chunk that crosses a checkpoint of its prompt ends at the
+// last one it crosses, the step saves the state there, and an admitted sequence resumes from the
 // longest cached prefix that ends at a checkpoint with a snapshot.
 // See docs/scheduler.md for the picture. Not thread-safe: the engine thread owns it.
 #pragma once
@@ -88,7 +88,8 @@ struct ScheduledSeq {
   int32_t num_tokens = 0;
   bool needs_logits = false;  // the slice ends at the sequence's last known token: sample
   int32_t state_slot = -1;    // its recurrent-state slot (SchedulerConfig::state_slots)
-  int32_t save_slot = -1;     // the slice ends at a checkpoint: the snapshot slot it saves to
+  int32_t save_slot = -1;     // the slice ends at a prompt checkpoint: the snapshot slot it
+                              // saves to
 };
 
 // A copy of one recurrent-state slot into another (Backend::state_copy).

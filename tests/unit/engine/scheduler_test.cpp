@@ -272,6 +272,7 @@ class FakeEngine {
       EXPECT_EQ(c.src_slot, sc.state_slot);
       EXPECT_EQ(c.dst_slot, sc.save_slot);
       EXPECT_GE(c.dst_slot, cfg.max_seqs);
+      EXPECT_LE(sc.first_token + sc.num_tokens, s_->find(sc.id)->num_prompt_tokens);
       EXPECT_EQ((sc.first_token + sc.num_tokens) % (cfg.state_checkpoint_blocks * kBlockTokens), 0);
       states_[static_cast<size_t>(c.dst_slot)] = states_[static_cast<size_t>(c.src_slot)];
     }
