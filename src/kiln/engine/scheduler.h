@@ -117,8 +117,8 @@ struct StepPlan {
   // forward: a snapshot into the slot of a sequence that resumes after a cached prefix (its
   // first row is not at position 0, so the forward continues from the slot). Saves are copied
   // AFTER it: the slot of a sequence whose slice ends at a checkpoint into a snapshot slot,
-  // which update() then makes findable. Restores never read a slot that a save of the same
-  // step writes first, so the order before / forward / after is all the engine keeps.
+  // which update() then makes findable. A save may take over (LRU) the very snapshot a restore
+  // of the same step reads: restores before the forward, saves after it keep that exact.
   std::vector<StateCopy> state_restores;
   std::vector<StateCopy> state_saves;
   std::vector<SeqId> preempted;  // sent back to the waiting queue this step

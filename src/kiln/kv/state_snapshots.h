@@ -16,8 +16,8 @@
 // ever used together with the KV chain it belongs to.
 //
 // Slots. The store owns StateCache slots [first_slot, first_slot + num_slots). Each is free,
-// reserved (a save in flight: the step's forward ends, then its state is copied in; nothing
-// reads it) or published (findable). When none is free, reserve() takes the least recently
+// reserved (a save in flight: the step's forward ends, then its state is copied in; not
+// findable) or published (findable). When none is free, reserve() takes the least recently
 // used published one. Pure bookkeeping: the engine issues the copies.
 #pragma once
 
