@@ -898,6 +898,36 @@ TEST(Scheduler, AdmissionResumesFromTheLongestCachedPrefixWithASnapshot) {
   e.expect_outputs_match_reference();
 }
 
+// One snapshot slot: a step restores from it and, its chunk ending at the next checkpoint,
+// saves into it again (the LRU one). Restores before the forward, saves after it: both exact.
+TEST(Scheduler, ASaveMayTakeOverTheSnapshotItsOwnStepRestores) {
+  SchedulerConfig cfg = snapshot_config();
+  cfg.state_snapshots = 1;
+  Scheduler s(cfg);
+  FakeEngine e(&s);
+  const auto a = iota_tokens(1000, 40);
+  ASSERT_TRUE(e.add(1, a, 1).ok());
+  e.drain();
+  const auto b = concat(std::vector<int32_t>(a.begin(), a.begin() + 32), iota_tokens(2000, 40));
+  ASSERT_TRUE(e.add(2, b, 1).ok());
+  const StepPlan p = e.step();
+  ASSERT_EQ(p.num_seqs(), 1);
+  EXPECT_EQ(p.seqs[0].first_token, 32);
+  EXPECT_EQ(p.seqs[0].num_tokens, 32);  // cut at the checkpoint after 64 tokens
+  ASSERT_EQ(p.state_restores.size(), 1u);
+  ASSERT_EQ(p.state_saves.size(), 1u);
+  EXPECT_EQ(p.state_restores[0].src_slot, 4);
+  EXPECT_EQ(p.state_saves[0].dst_slot, 4);
+  e.drain();
+  ASSERT_TRUE(
+      e.add(3, concat(std::vector<int32_t>(b.begin(), b.begin() + 64), iota_tokens(50, 9)), 1)
+          .ok());
+  EXPECT_EQ(e.step().seqs[0].first_token, 64);  // FakeEngine: the restored state is b's at 64
+  e.drain();
+  EXPECT_EQ(e.num_restores(), 2);
+  e.expect_outputs_match_reference();
+}
+
 // Equal hashes everywhere along two prompts of different tokens: the second finds no hit
 // (the prefix cache's exact check), so it never resumes from the first one's snapshot, and
 // its own checkpoint block, left private by the collision, publishes none.
