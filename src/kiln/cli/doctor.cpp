@@ -55,6 +55,7 @@ int run_doctor(const DoctorOptions& o) {
   engine::ExecutorOptions eo;
   eo.max_context = o.n_ctx > 0 ? o.n_ctx : static_cast<int32_t>((*m)->hparams().n_ctx_train);
   eo.max_seqs = o.max_seqs;
+  eo.state_snapshots = 2 * o.max_seqs;  // kiln serve's default (hybrid models' prefix reuse)
   auto ex = engine::Executor::create(**m, **be, eo);
   if (!ex.ok()) {
     fmt::print("model on {}: {}\n", (*be)->name(), ex.error().message);

@@ -180,6 +180,13 @@ RunFn add_serve(CLI::App& app) {
              "(prompts x n) one request may ask for");
   cmd->add_flag("!--no-prefix-cache", o->engine.enable_prefix_cache,
                 "do not reuse cached prompt prefixes");
+  add_ranged(cmd, "--state-checkpoint-blocks", o->engine.state_checkpoint_blocks, 1, 1 << 16,
+             "hybrid models (qwen35, qwen3next): save the recurrent state every this many "
+             "16-token KV blocks of a prompt, where a later prompt with that prefix resumes");
+  cmd->add_option("--state-snapshots", o->engine.state_snapshots,
+                  "hybrid models: recurrent-state snapshots kept for prefix reuse, each the "
+                  "size of one sequence's state (default: 2 x --max-seqs; 0: no prefix reuse)")
+      ->check(int_range(0, 1 << 16));
   cmd->add_option("--pooling", o->pooling,
                   "how /v1/embeddings pools the final hidden states: none, mean, cls or last "
                   "(default: the model's <arch>.pooling_type; none serves no embeddings)")

@@ -333,8 +333,13 @@ struct Engine::Impl {
       if (engine.opts_.before_step) engine.opts_.before_step(num_steps);
       const bool argmax = all_plain_greedy(plan);
       if (argmax) ++num_argmax_steps;
+      // Snapshots (StepPlan): restores before the forward, saves after it, on the stream.
+      for (const StateCopy& c : plan.state_restores)
+        be->state_copy(*in.state, c.src_slot, c.dst_slot);
       const Status st = exec->launch(in, argmax);
       if (st.ok()) {
+        for (const StateCopy& c : plan.state_saves)
+          be->state_copy(*in.state, c.src_slot, c.dst_slot);
         // While the device runs the step: the grammar masks its sampling will apply.
         prefetch_masks(plan);
         exec->wait();
@@ -527,6 +532,8 @@ void Engine::thread_main() {
     eo.kv_type = opts_.kv_type;
     eo.kv_memory_bytes = opts_.kv_memory_bytes;
     eo.gpu_memory_fraction = opts_.gpu_memory_fraction;
+    if (opts_.enable_prefix_cache)  // snapshots only serve prefix reuse
+      eo.state_snapshots = opts_.state_snapshots >= 0 ? opts_.state_snapshots : 2 * opts_.max_seqs;
     KILN_TRY(std::unique_ptr<Executor> exec, Executor::create(*model_, *be, eo));
     context_length_ = opts_.n_ctx;
     SchedulerConfig cfg;
@@ -538,9 +545,15 @@ void Engine::thread_main() {
     cfg.max_waiting = opts_.max_waiting;
     cfg.enable_prefix_cache = opts_.enable_prefix_cache;
     cfg.state_slots = exec->state() != nullptr;
-    if (cfg.state_slots && opts_.enable_prefix_cache)
-      log::info("prefix caching is off for {}: its recurrent state has no checkpoints yet",
+    cfg.state_checkpoint_blocks = opts_.state_checkpoint_blocks;
+    cfg.state_snapshots = exec->plan().state_snapshots;
+    if (cfg.state_slots && opts_.enable_prefix_cache && cfg.state_snapshots == 0) {
+      log::info("prefix caching is off for {}: no recurrent-state snapshots (--state-snapshots)",
                 hp.arch);
+    } else if (cfg.state_slots && opts_.enable_prefix_cache) {
+      log::info("prefix caching for {}: recurrent state saved every {} tokens, {} snapshots",
+                hp.arch, cfg.state_checkpoint_blocks * kv::kBlockTokens, cfg.state_snapshots);
+    }
     log::info("engine: {}", be->description());
     memory_plan_ = exec->plan().to_string();
     log::info("{}", memory_plan_);

@@ -36,6 +36,11 @@ struct EngineOptions {
   int32_t max_seqs = 16;                   // running sequences at most
   int32_t max_waiting = 256;               // queued requests beyond this are refused (429)
   bool enable_prefix_cache = true;
+  // Hybrid models' prefix reuse (scheduler.h): the recurrent state is saved every
+  // state_checkpoint_blocks KV blocks into one of state_snapshots snapshot slots (-1:
+  // 2 x max_seqs; 0: none, and then no prefix is reused for these models).
+  int32_t state_checkpoint_blocks = 8;
+  int32_t state_snapshots = -1;
   // Embeddings: the pooling of embed requests, overriding the model's `<arch>.pooling_type`
   // (llama-server's --pooling); unset: the model's. kNone: no embeddings.
   std::optional<model::Pooling> pooling;
@@ -45,9 +50,9 @@ struct EngineOptions {
 };
 
 // The options' bounds (threads in [0, 4096], n_ctx >= 0, max_batch_tokens, max_seqs,
-// max_waiting >= 1, step_prompt_tokens >= 0): an error naming the option. Engine::start()
-// refuses bad options this way (state kFailed, wait_ready() returns the error); the command
-// line checks the same ranges at parse time.
+// max_waiting, state_checkpoint_blocks >= 1, step_prompt_tokens >= 0, state_snapshots >= -1): an
+// error naming the option. Engine::start() refuses bad options this way (state kFailed,
+// wait_ready() returns the error); the command line checks the same ranges at parse time.
 Status validate(const EngineOptions& opts);
 
 class Engine final : public EngineApi {

@@ -35,6 +35,9 @@ std::string MemoryPlan::to_string() const {
     s += fmt::format("; recurrent state {:.1f} MiB per sequence x {} ({:.1f} MiB)",
                      mib(state_bytes_per_seq), state_slots,
                      mib(state_bytes_per_seq * static_cast<uint64_t>(state_slots)));
+  if (state_snapshots > 0)
+    s += fmt::format(" + {} prefix snapshots ({:.1f} MiB)", state_snapshots,
+                     mib(state_bytes_per_seq * static_cast<uint64_t>(state_snapshots)));
   return s;
 }
 
@@ -44,6 +47,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
   if (opts.max_tokens <= 0 || opts.max_seqs <= 0 || opts.max_context <= 0)
     return err("executor: max_tokens, max_seqs and max_context must be > 0 (got {}, {}, {})",
                opts.max_tokens, opts.max_seqs, opts.max_context);
+  if (opts.state_snapshots < 0)
+    return err("executor: state_snapshots must be >= 0, got {}", opts.state_snapshots);
   if (!(opts.gpu_memory_fraction > 0 && opts.gpu_memory_fraction <= 1))
     return err("gpu memory fraction {} is outside (0, 1]", opts.gpu_memory_fraction);
   std::unique_ptr<Executor> ex(new Executor(model, be, opts));
@@ -62,6 +67,15 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
                quant::type_name(opts.kv_type), spec.head_dim_k, spec.head_dim_v);
   const uint64_t blocks_per_seq =
       (static_cast<uint64_t>(opts.max_context) + kv::kBlockTokens - 1) / kv::kBlockTokens;
+  // The recurrent state before the KV pool: on a GPU the pool takes what the memory fraction
+  // leaves, and the snapshots' slots can weigh as much as the sequences' own.
+  if (model.hparams().n_linear_layers() > 0) {  // a recurrent-state slot per sequence
+    const backend::StateSpec sspec = model::state_spec(model.hparams());
+    KILN_TRY(ex->state_, be.create_state(sspec, opts.max_seqs + opts.state_snapshots));
+    ex->plan_.state_bytes_per_seq = be.state_bytes_per_slot(sspec);
+    ex->plan_.state_slots = opts.max_seqs;
+    ex->plan_.state_snapshots = opts.state_snapshots;
+  }
   uint64_t budget = opts.kv_memory_bytes;
   const backend::DeviceMemory mem = be.memory();
   const bool device = be.name() != "cpu";
@@ -71,8 +85,9 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
     const double used = static_cast<double>(mem.total_bytes - mem.free_bytes);
     if (allowed <= used)
       return err(
-          "out of memory on {}: weights and activations take {:.0f} MiB of {:.0f} MiB, more "
-          "than --gpu-memory-fraction {} allows; nothing is left for the KV cache",
+          "out of memory on {}: weights, activations and recurrent state take {:.0f} MiB of "
+          "{:.0f} MiB, more than --gpu-memory-fraction {} allows; nothing is left for the KV "
+          "cache",
           be.name(), used / (1 << 20), mib(mem.total_bytes), opts.gpu_memory_fraction);
     budget = static_cast<uint64_t>(allowed - used);
   } else if (budget == 0) {
@@ -87,12 +102,6 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
         "needed",
         be.name(), budget, blocks, per_block, std::max(1, opts.min_kv_blocks));
   KILN_TRY(ex->kv_, be.create_kv(spec, static_cast<int32_t>(blocks) + 1));
-  if (model.hparams().n_linear_layers() > 0) {  // a recurrent-state slot per sequence
-    const backend::StateSpec sspec = model::state_spec(model.hparams());
-    KILN_TRY(ex->state_, be.create_state(sspec, opts.max_seqs));
-    ex->plan_.state_bytes_per_seq = be.state_bytes_per_slot(sspec);
-    ex->plan_.state_slots = opts.max_seqs;
-  }
   ex->num_blocks_ = static_cast<int32_t>(blocks);
   if (opts.graphs) ex->forward_->enable_graphs(static_cast<int32_t>(blocks));
 

@@ -22,10 +22,13 @@ struct ExecutorOptions {
   int32_t max_context = 4096;   // tokens per sequence
   int32_t max_logit_rows = 0;   // logit rows per step (0: max_seqs)
   int32_t max_hidden_rows = 0;  // hidden-state rows per step (embeddings; 0: none)
+  int32_t state_snapshots = 0;  // hybrid models: recurrent-state slots beyond the max_seqs
+                                // sequences' ones, for prefix-cache snapshots
   quant::Type kv_type = quant::Type::F16;
   // KV pool: an explicit byte budget, else on a GPU gpu_memory_fraction of the device's
-  // memory minus what weights and activations took, else (CPU) max_seqs full contexts capped
-  // at 2 GiB. min_kv_blocks: fewer is an error (SequenceRunner needs its whole context).
+  // memory minus what weights, activations and recurrent state took, else (CPU) max_seqs full
+  // contexts capped at 2 GiB. min_kv_blocks: fewer is an error (SequenceRunner needs its whole
+  // context).
   uint64_t kv_memory_bytes = 0;
   double gpu_memory_fraction = 0.9;
   int32_t min_kv_blocks = 1;
@@ -49,7 +52,8 @@ struct MemoryPlan {
   int32_t max_context = 0;
   int32_t max_seqs_at_context = 0;   // sequences of max_context tokens that fit at once
   uint64_t state_bytes_per_seq = 0;  // hybrid models: one recurrent-state slot
-  int32_t state_slots = 0;
+  int32_t state_slots = 0;           // the sequences' slots
+  int32_t state_snapshots = 0;       // and the snapshots' after them
   std::string to_string() const;
 };
 
@@ -78,7 +82,8 @@ class Executor {
   int32_t num_blocks() const { return num_blocks_; }
   backend::KvCache& kv() { return *kv_; }
   const backend::KvCache& kv() const { return *kv_; }
-  // The recurrent state of hybrid models (one slot per sequence of max_seqs), else null.
+  // The recurrent state of hybrid models, else null: slots [0, max_seqs) one per running
+  // sequence, then state_snapshots snapshot slots.
   backend::StateCache* state() { return state_.get(); }
   model::Forward& forward() { return *forward_; }
   const model::Forward& forward() const { return *forward_; }

@@ -15,6 +15,10 @@ Status validate(const EngineOptions& o) {
   if (o.max_seqs < 1) return err("max_seqs must be >= 1, got {}", o.max_seqs);
   if (o.max_waiting < 1)
     return err("max_waiting must be >= 1 (0 would refuse every request), got {}", o.max_waiting);
+  if (o.state_checkpoint_blocks < 1)
+    return err("state_checkpoint_blocks must be >= 1, got {}", o.state_checkpoint_blocks);
+  if (o.state_snapshots < -1)
+    return err("state_snapshots must be >= 0 (or -1: 2 x max_seqs), got {}", o.state_snapshots);
   if (o.pooling == model::Pooling::kRank)
     return err("pooling 'rank' (rerankers) is not supported; use none, mean, cls or last");
   return {};

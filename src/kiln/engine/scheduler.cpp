@@ -1,6 +1,7 @@
 #include "kiln/engine/scheduler.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -55,13 +56,22 @@ Status validate(const SchedulerConfig& cfg) {
   if (cfg.max_waiting < 0) return err("max_waiting must be >= 0, got {}", cfg.max_waiting);
   if (cfg.step_prompt_tokens < 0)
     return err("step_prompt_tokens must be >= 0, got {}", cfg.step_prompt_tokens);
+  if (cfg.state_checkpoint_blocks < 1)
+    return err("state_checkpoint_blocks must be >= 1, got {}", cfg.state_checkpoint_blocks);
+  if (cfg.state_snapshots < 0)
+    return err("state_snapshots must be >= 0, got {}", cfg.state_snapshots);
   return {};
 }
 
 Scheduler::Scheduler(const SchedulerConfig& cfg)
-    : cfg_(cfg), kv_(cfg.num_blocks, cfg.enable_prefix_cache && !cfg.state_slots, cfg.block_hash) {
+    : cfg_(cfg),
+      checkpoints_(cfg.state_slots && cfg.enable_prefix_cache && cfg.state_snapshots > 0),
+      // Without snapshots a hybrid model could not resume after any cached block.
+      kv_(cfg.num_blocks, cfg.enable_prefix_cache && (!cfg.state_slots || checkpoints_),
+          cfg.block_hash),
+      snapshots_(cfg.max_seqs, checkpoints_ ? cfg.state_snapshots : 0) {
   KILN_ASSERT(cfg.max_batch_tokens >= 1 && cfg.max_seqs >= 1 && cfg.max_context >= 1);
-  KILN_ASSERT(cfg.max_waiting >= 0);
+  KILN_ASSERT(cfg.max_waiting >= 0 && cfg.state_checkpoint_blocks >= 1 && cfg.state_snapshots >= 0);
   if (cfg.state_slots)
     for (int32_t s = cfg.max_seqs - 1; s >= 0; --s) free_state_slots_.push_back(s);
 }
@@ -145,7 +155,7 @@ StepPlan Scheduler::schedule() {
   schedule_running(/*decodes=*/false, &budget, &prompt_tokens, &chosen, &plan);
   // After a preemption the pool is tight: admitting now would only take back the blocks just
   // freed (and likely preempt again next step). vLLM v1 makes the same call.
-  if (plan.preempted.empty()) admit_waiting(&budget, &prompt_tokens, &chosen);
+  if (plan.preempted.empty()) admit_waiting(&budget, &prompt_tokens, &chosen, &plan);
   build_plan(chosen, &plan);
   step_in_flight_ = true;
   ++stats_.num_steps;
@@ -178,7 +188,8 @@ void Scheduler::schedule_running(bool decodes, int32_t* budget, int32_t* prompt_
     KILN_ASSERT(num_left >= 1);
     if ((num_left == 1) != decodes) continue;
     if (!decodes && !takes_prompts(*prompt_tokens)) break;
-    const int32_t n = std::min(num_left, *budget);
+    const int32_t n =
+        cut_at_checkpoint(*seq, seq->num_computed_tokens, std::min(num_left, *budget));
     // Admitted whole, so never left catching up; kept whole should that change.
     if (seq->whole_prompt && n < num_left) continue;
     // grow() only ever preempts running_.back(), which is newer than seq (index > i) or seq
@@ -192,6 +203,35 @@ void Scheduler::schedule_running(bool decodes, int32_t* budget, int32_t* prompt_
 
 bool Scheduler::takes_prompts(int32_t prompt_tokens) const {
   return cfg_.step_prompt_tokens <= 0 || prompt_tokens < cfg_.step_prompt_tokens;
+}
+
+// Only the state at the end of a step exists, so a slice [first, first + n) that crosses a
+// checkpoint of the prompt ends at the last one it crosses, where build_plan() saves it. Not
+// at every one crossed: a long prompt would then prefill a checkpoint's worth per step. The
+// last one matters most: a conversation's next turn resumes from the last checkpoint of this
+// prompt.
+int32_t Scheduler::cut_at_checkpoint(const Sequence& seq, int32_t first, int32_t n) const {
+  if (!checkpoints_ || seq.whole_prompt) return n;
+  const int32_t every = cfg_.state_checkpoint_blocks * kBlockTokens;
+  const int32_t cut = std::min(first + n, seq.num_prompt_tokens) / every * every;
+  return cut > first ? cut - first : n;
+}
+
+// Keeps the longest prefix of the hits that ends at a checkpoint with a snapshot (the state
+// can resume only there) and drops the rest. The snapshot's slot, or -1 with no hit kept.
+int32_t Scheduler::trim_to_snapshot(std::vector<int32_t>* hits) {
+  const int32_t every = cfg_.state_checkpoint_blocks;
+  for (int32_t k = static_cast<int32_t>(hits->size()) / every * every; k > 0; k -= every) {
+    const std::optional<kv::BlockIdentity> id = kv_.identity((*hits)[k - 1]);
+    KILN_ASSERT(id.has_value());  // a hit is a cached block
+    const int32_t slot = snapshots_.find(*id);
+    if (slot >= 0) {
+      hits->resize(static_cast<size_t>(k));
+      return slot;
+    }
+  }
+  hits->clear();
+  return -1;
 }
 
 // Makes seq's block table cover num_computed_tokens + n tokens, preempting the newest running
@@ -232,17 +272,19 @@ void Scheduler::preempt(Sequence* seq, int32_t* budget, std::vector<Chosen>* cho
 }
 
 // FCFS: the front waits until it fits; nobody behind it jumps the queue.
-void Scheduler::admit_waiting(int32_t* budget, int32_t* prompt_tokens,
-                              std::vector<Chosen>* chosen) {
+void Scheduler::admit_waiting(int32_t* budget, int32_t* prompt_tokens, std::vector<Chosen>* chosen,
+                              StepPlan* plan) {
   while (!waiting_.empty() && *budget > 0 && takes_prompts(*prompt_tokens) &&
          static_cast<int32_t>(running_.size()) < cfg_.max_seqs) {
     Sequence* seq = waiting_.front();
     KILN_ASSERT(seq->block_table.empty() && seq->num_computed_tokens == 0);
-    const std::vector<int32_t> hits = seq->reuse_prefix
-                                          ? kv_.find_prefix(seq->tokens, /*count_stats=*/false)
-                                          : std::vector<int32_t>{};
+    std::vector<int32_t> hits = seq->reuse_prefix
+                                    ? kv_.find_prefix(seq->tokens, /*count_stats=*/false)
+                                    : std::vector<int32_t>{};
+    const int32_t restore_slot = cfg_.state_slots ? trim_to_snapshot(&hits) : -1;
     const int32_t num_hit_tokens = static_cast<int32_t>(hits.size()) * kBlockTokens;
-    const int32_t n = std::min(seq->num_tokens() - num_hit_tokens, *budget);
+    const int32_t n = cut_at_checkpoint(*seq, num_hit_tokens,
+                                        std::min(seq->num_tokens() - num_hit_tokens, *budget));
     if (seq->whole_prompt && n < seq->num_tokens()) break;  // waits for a step with room
     const int32_t num_new = blocks_for(num_hit_tokens + n) - static_cast<int32_t>(hits.size());
     if (kv_.num_blocks_needed(hits, num_new) > kv_.num_free_blocks()) break;
@@ -263,6 +305,10 @@ void Scheduler::admit_waiting(int32_t* budget, int32_t* prompt_tokens,
       seq->state_slot = free_state_slots_.back();
       free_state_slots_.pop_back();
     }
+    if (restore_slot >= 0) {
+      plan->state_restores.push_back({restore_slot, seq->state_slot});
+      ++stats_.num_state_restores;
+    }
     waiting_.pop_front();
     insert_running(seq);
     chosen->push_back({seq, n});
@@ -271,7 +317,7 @@ void Scheduler::admit_waiting(int32_t* budget, int32_t* prompt_tokens,
   }
 }
 
-void Scheduler::build_plan(const std::vector<Chosen>& chosen, StepPlan* plan) const {
+void Scheduler::build_plan(const std::vector<Chosen>& chosen, StepPlan* plan) {
   plan->qo_indptr.push_back(0);
   plan->kv_indptr.push_back(0);
   for (const Chosen& c : chosen) {
@@ -279,7 +325,17 @@ void Scheduler::build_plan(const std::vector<Chosen>& chosen, StepPlan* plan) co
     const int32_t first = seq.num_computed_tokens;
     const int32_t end = first + c.num_tokens;
     const bool needs_logits = end == seq.num_tokens();
-    plan->seqs.push_back({seq.id, first, c.num_tokens, needs_logits, seq.state_slot});
+    // A slice ending at a checkpoint of the prompt saves its state (not with every snapshot
+    // slot reserved by this step's others). Generated tokens get none: a long generation would
+    // push the prompts' snapshots out, and the next turn of a chat rarely resends an answer
+    // token for token (templates drop the reasoning, re-serialize tool calls).
+    int32_t save_slot = -1;
+    if (checkpoints_ && end <= seq.num_prompt_tokens &&
+        end % (cfg_.state_checkpoint_blocks * kBlockTokens) == 0) {
+      save_slot = snapshots_.reserve();
+      if (save_slot >= 0) plan->state_saves.push_back({seq.state_slot, save_slot});
+    }
+    plan->seqs.push_back({seq.id, first, c.num_tokens, needs_logits, seq.state_slot, save_slot});
     if (cfg_.state_slots) plan->state_slots.push_back(seq.state_slot);
     for (int32_t t = first; t < end; ++t) {
       plan->token_ids.push_back(seq.tokens[t]);
@@ -297,8 +353,22 @@ void Scheduler::build_plan(const std::vector<Chosen>& chosen, StepPlan* plan) co
 
 void Scheduler::abandon(const StepPlan& plan) {
   KILN_ASSERT(step_in_flight_);
-  (void)plan;
+  for (const ScheduledSeq& s : plan.seqs)
+    if (s.save_slot >= 0) snapshots_.unreserve(s.save_slot);
   step_in_flight_ = false;
+}
+
+// The slice's save is findable once the block ending at the checkpoint has an identity, keyed
+// by it; a block left private (a hash collision) gets no snapshot.
+void Scheduler::publish_snapshot(const Sequence& seq, const ScheduledSeq& s) {
+  const int32_t last_block = (s.first_token + s.num_tokens) / kBlockTokens - 1;
+  const std::optional<kv::BlockIdentity> id = kv_.identity(seq.block_table[last_block]);
+  if (!id) {
+    snapshots_.unreserve(s.save_slot);
+    return;
+  }
+  snapshots_.publish(s.save_slot, *id);
+  ++stats_.num_state_saves;
 }
 
 std::vector<FinishedSeq> Scheduler::update(const StepPlan& plan,
@@ -318,6 +388,7 @@ std::vector<FinishedSeq> Scheduler::update(const StepPlan& plan,
     const int32_t num_full = seq->num_computed_tokens / kBlockTokens;
     kv_.cache_blocks(seq->tokens, seq->block_table, seq->num_registered_blocks, num_full);
     seq->num_registered_blocks = std::max(seq->num_registered_blocks, num_full);
+    if (s.save_slot >= 0) publish_snapshot(*seq, s);
     const auto out = by_id.find(s.id);
     const SeqOutput* o = out == by_id.end() ? nullptr : out->second;
     KILN_ASSERT(!s.needs_logits || (o != nullptr && o->token >= 0));  // engine contract
@@ -358,6 +429,8 @@ void Scheduler::insert_waiting(Sequence* seq) {
 
 void Scheduler::check_invariants() const {
   kv_.check_invariants();
+  snapshots_.check_invariants();
+  KILN_ASSERT(step_in_flight_ || snapshots_.num_reserved() == 0);  // saves end with their step
   KILN_ASSERT(static_cast<int32_t>(running_.size()) <= cfg_.max_seqs);
   KILN_ASSERT(running_.size() + waiting_.size() == seqs_.size());
   KILN_ASSERT(std::is_sorted(running_.begin(), running_.end(), by_arrival));

@@ -13,6 +13,10 @@
 // When a running sequence needs a block and none is free, the newest running sequence is
 // preempted by recompute: its blocks go back (into the prefix cache, so it gets most of them
 // back cheaply), num_computed_tokens = 0, and it is queued at the front of the waiting queue.
+// Hybrid models (state_slots) reuse a prefix only up to a checkpoint whose recurrent state was
+// saved (kv/state_snapshots.h): a chunk that crosses a checkpoint of its prompt ends at the
+// last one it crosses, the step saves the state there, and an admitted sequence resumes from the
+// longest cached prefix that ends at a checkpoint with a snapshot.
 // See docs/scheduler.md for the picture. Not thread-safe: the engine thread owns it.
 #pragma once
 
@@ -27,6 +31,7 @@
 #include "kiln/backend/weight.h"
 #include "kiln/engine/request.h"
 #include "kiln/kv/prefix_cache.h"
+#include "kiln/kv/state_snapshots.h"
 #include "kiln/util/status.h"
 
 namespace kiln::engine {
@@ -42,16 +47,22 @@ struct SchedulerConfig {
   int32_t step_prompt_tokens = 0;
   bool enable_prefix_cache = true;
   // Hybrid models (Gated DeltaNet layers): each running sequence holds one of max_seqs
-  // recurrent-state slots, taken when it starts running and given back when it stops
-  // (finished, cancelled, preempted). No prefix is reused: a cached block of KV cannot rebuild
-  // the recurrent state at its end.
+  // recurrent-state slots [0, max_seqs), taken when it starts running and given back when it
+  // stops (finished, cancelled, preempted).
   bool state_slots = false;
+  // Their prefix caching: a cached block of KV cannot rebuild the recurrent state at its end,
+  // so the state is saved every state_checkpoint_blocks full blocks into one of
+  // state_snapshots snapshot slots [max_seqs, max_seqs + state_snapshots) of the same state
+  // storage, and a prefix is reused only up to a checkpoint with a snapshot. 0 snapshots: no
+  // prefix is reused.
+  int32_t state_checkpoint_blocks = 8;
+  int32_t state_snapshots = 0;
   kv::BlockHashFn block_hash = kv::hash_block;  // tests swap in a colliding one
 };
 
 // The config's own bounds (max_batch_tokens, max_seqs, num_blocks, max_context >= 1,
-// max_waiting and step_prompt_tokens >= 0): an error naming the field, for configs that come
-// from user input. The Scheduler asserts them.
+// max_waiting, step_prompt_tokens and state_snapshots >= 0, state_checkpoint_blocks >= 1): an error
+// naming the field, for configs that come from user input. The Scheduler asserts them.
 Status validate(const SchedulerConfig& cfg);
 
 // Why add() refused a request. The names are the wire codes (error.code) the server sends.
@@ -77,6 +88,14 @@ struct ScheduledSeq {
   int32_t num_tokens = 0;
   bool needs_logits = false;  // the slice ends at the sequence's last known token: sample
   int32_t state_slot = -1;    // its recurrent-state slot (SchedulerConfig::state_slots)
+  int32_t save_slot = -1;     // the slice ends at a prompt checkpoint: the snapshot slot it
+                              // saves to
+};
+
+// A copy of one recurrent-state slot into another (Backend::state_copy).
+struct StateCopy {
+  int32_t src_slot = -1;
+  int32_t dst_slot = -1;
 };
 
 // The step, flat: rows of all sequences back to back, in `seqs` order.
@@ -94,8 +113,16 @@ struct StepPlan {
   // Flat row of the last token of each sequence with needs_logits, in `seqs` order.
   std::vector<int32_t> logits_rows;
   std::vector<int32_t> state_slots;  // [num_seqs] with SchedulerConfig::state_slots, else empty
-  std::vector<SeqId> preempted;      // sent back to the waiting queue this step
-  std::vector<SeqId> cancelled;      // cancelled and freed this step (finished, kCancelled)
+  // Snapshots (SchedulerConfig::state_snapshots). Restores are copied BEFORE the step's
+  // forward: a snapshot into the slot of a sequence that resumes after a cached prefix (its
+  // first row is not at position 0, so the forward continues from the slot). Saves are copied
+  // AFTER it: the slot of a sequence whose slice ends at a checkpoint into a snapshot slot,
+  // which update() then makes findable. A save may take over (LRU) the very snapshot a restore
+  // of the same step reads: restores before the forward, saves after it keep that exact.
+  std::vector<StateCopy> state_restores;
+  std::vector<StateCopy> state_saves;
+  std::vector<SeqId> preempted;  // sent back to the waiting queue this step
+  std::vector<SeqId> cancelled;  // cancelled and freed this step (finished, kCancelled)
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(seqs.size()); }
@@ -125,6 +152,8 @@ struct SchedulerStats {
   int64_t num_preemptions = 0;
   int64_t num_prompt_tokens = 0;         // prompts admitted (first admission)
   int64_t num_cached_prompt_tokens = 0;  // of them, found in the prefix cache
+  int64_t num_state_saves = 0;           // snapshots published (hybrid models)
+  int64_t num_state_restores = 0;        // admissions that resumed from a snapshot
 };
 
 class Scheduler {
@@ -159,6 +188,7 @@ class Scheduler {
   int32_t num_used_state_slots() const {
     return cfg_.state_slots ? cfg_.max_seqs - static_cast<int32_t>(free_state_slots_.size()) : 0;
   }
+  const kv::StateSnapshots& snapshots() const { return snapshots_; }
 
   // Verifies the scheduler's and the cache's invariants (between steps): block tables cover
   // exactly the computed tokens, every block's ref_count equals the number of tables that
@@ -179,9 +209,13 @@ class Scheduler {
   bool grow(Sequence* seq, int32_t num_tokens, int32_t* budget, std::vector<Chosen>* chosen,
             StepPlan* plan);
   void preempt(Sequence* seq, int32_t* budget, std::vector<Chosen>* chosen, StepPlan* plan);
-  void admit_waiting(int32_t* budget, int32_t* prompt_tokens, std::vector<Chosen>* chosen);
+  void admit_waiting(int32_t* budget, int32_t* prompt_tokens, std::vector<Chosen>* chosen,
+                     StepPlan* plan);
   bool takes_prompts(int32_t prompt_tokens) const;
-  void build_plan(const std::vector<Chosen>& chosen, StepPlan* plan) const;
+  int32_t cut_at_checkpoint(const Sequence& seq, int32_t first, int32_t n) const;
+  int32_t trim_to_snapshot(std::vector<int32_t>* hits);
+  void publish_snapshot(const Sequence& seq, const ScheduledSeq& s);
+  void build_plan(const std::vector<Chosen>& chosen, StepPlan* plan);
   void insert_running(Sequence* seq);
   void insert_waiting(Sequence* seq);
   void finish(Sequence* seq, SeqFinishReason reason);
@@ -189,7 +223,9 @@ class Scheduler {
   int32_t token_limit() const;
 
   SchedulerConfig cfg_;
+  bool checkpoints_ = false;  // hybrid model with prefix caching and snapshot slots
   kv::PrefixCache kv_;
+  kv::StateSnapshots snapshots_;
   std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;
   std::vector<Sequence*> running_;  // sorted by arrival: back() is the newest
   std::deque<Sequence*> waiting_;   // sorted by arrival: front() is admitted next

@@ -152,6 +152,13 @@ void PrefixCache::cache_blocks(std::span<const int32_t> tokens, std::span<const 
   }
 }
 
+std::optional<BlockIdentity> PrefixCache::identity(int32_t block) const {
+  KILN_ASSERT(block >= 0 && block < num_blocks());
+  const BlockMeta& m = meta_[block];
+  if (!link_valid(m.twin, m.twin_gen)) return std::nullopt;
+  return BlockIdentity{meta_[m.twin].hash, m.twin, m.twin_gen};
+}
+
 void PrefixCache::release(std::span<const int32_t> table) {
   for (auto it = table.rbegin(); it != table.rend(); ++it) {
     pool_.unref(*it, meta_[*it].cached ? FreePlace::kBack : FreePlace::kFront);

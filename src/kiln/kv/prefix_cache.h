@@ -25,6 +25,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -41,6 +42,17 @@ inline constexpr uint64_t kRootHash = 0x6b696c6e2d6b7621ULL;  // "kiln-kv!"
 // each token. Deterministic across runs and machines.
 uint64_t hash_block(uint64_t parent_hash, std::span<const int32_t> tokens);
 using BlockHashFn = uint64_t (*)(uint64_t parent_hash, std::span<const int32_t> tokens);
+
+// Who holds a prefix's identity: the cached block of chained hash `hash`, at generation `gen`
+// (bumped whenever the block loses its identity). While the block is cached at that
+// generation it stands for exactly the same tokens after exactly the same prefix, so this
+// names a whole prefix without holding its tokens (state_snapshots.h keys snapshots by it).
+struct BlockIdentity {
+  uint64_t hash = 0;
+  int32_t block = -1;
+  uint32_t gen = 0;
+  bool operator==(const BlockIdentity&) const = default;
+};
 
 struct PrefixCacheStats {
   int64_t num_queried_tokens = 0;  // prompt tokens looked up (find_prefix calls)
@@ -84,6 +96,10 @@ class PrefixCache {
   // is computed). Blocks [0, from_block) must have been registered by earlier calls.
   void cache_blocks(std::span<const int32_t> tokens, std::span<const int32_t> table,
                     int32_t from_block, int32_t to_block);
+  // The identity of a registered block of a sequence's table (or of a hit): the cached block
+  // holding it (itself, or the twin it duplicates). None when the block has no identity (not
+  // registered, left private by a collision) or its twin has lost it since.
+  std::optional<BlockIdentity> identity(int32_t block) const;
   // Drops the sequence's reference on every block of its table, last block first, so that
   // the tail of a prefix is evicted before its head.
   void release(std::span<const int32_t> table);

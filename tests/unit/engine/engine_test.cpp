@@ -294,6 +294,8 @@ TEST(EngineOptionsTest, BadOptionsFailStartWithAnError) {
       {"threads", [](EngineOptions& o) { o.threads = -3; }},
       {"n_ctx", [](EngineOptions& o) { o.n_ctx = -5; }},
       {"step_prompt_tokens", [](EngineOptions& o) { o.step_prompt_tokens = -1; }},
+      {"state_checkpoint_blocks", [](EngineOptions& o) { o.state_checkpoint_blocks = 0; }},
+      {"state_snapshots", [](EngineOptions& o) { o.state_snapshots = -2; }},
   };
   for (const Case& c : cases) {
     EngineOptions o;

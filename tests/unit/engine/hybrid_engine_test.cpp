@@ -1,12 +1,15 @@
 // A hybrid model (the qwen35 fixture: Gated DeltaNet and gated attention layers) through the
 // engine: greedy tokens equal transformers' with chunked prefill, alone and among concurrent
 // requests in other state slots; finished and cancelled requests give every recurrent-state
-// slot and KV block back; no prefix is reused.
+// slot and KV block back; a growing conversation resumes from recurrent-state snapshots with
+// exactly the tokens it gets without the prefix cache.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <random>
 #include <thread>
 
 #include <fmt/format.h>
@@ -27,7 +30,7 @@ std::string test_device() {
 }
 
 // The fixture converted by kiln convert, with a byte vocabulary (256 ids) for the detokenizer.
-std::unique_ptr<Engine> start_engine() {
+std::unique_ptr<Engine> start_engine(const std::function<void(EngineOptions*)>& tweak = {}) {
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("kiln_hybrid_fixture_" + std::to_string(::getpid()) + ".gguf"))
                                .string();
@@ -63,6 +66,7 @@ std::unique_ptr<Engine> start_engine() {
   o.max_waiting = 64;
   o.kv_type = quant::Type::F32;
   o.kv_memory_bytes = uint64_t{16} << 20;
+  if (tweak) tweak(&o);
   auto e = std::make_unique<Engine>(o);
   e->start();
   const Status ready = e->wait_ready();
@@ -88,7 +92,8 @@ std::shared_ptr<RequestChannel> submit(Engine& e, std::vector<int32_t> prompt, i
   return std::get<std::shared_ptr<RequestChannel>>(res);
 }
 
-std::vector<int32_t> drain(const std::shared_ptr<RequestChannel>& ch, FinishReason* why) {
+std::vector<int32_t> drain(const std::shared_ptr<RequestChannel>& ch, FinishReason* why,
+                           Usage* usage = nullptr) {
   std::vector<int32_t> tokens;
   for (;;) {
     auto ev = ch->pop(std::chrono::milliseconds(60000));
@@ -101,6 +106,7 @@ std::vector<int32_t> drain(const std::shared_ptr<RequestChannel>& ch, FinishReas
       continue;
     }
     *why = std::get<FinishEvent>(*ev).reason;
+    if (usage != nullptr) *usage = std::get<FinishEvent>(*ev).usage;
     return tokens;
   }
 }
@@ -131,7 +137,129 @@ TEST(HybridEngine, GreedyEqualsTransformersAmongOthersAndSlotsComeBack) {
   EXPECT_EQ(st.num_running, 0);
   EXPECT_EQ(st.num_state_slots_used, 0);
   EXPECT_EQ(st.num_kv_blocks_used, 0);
-  EXPECT_EQ(st.num_prefix_hit_tokens, 0);
+}
+
+struct Turn {
+  std::vector<int32_t> answer;
+  Usage usage;
+};
+
+// An agent's chat: each turn's prompt is the previous prompt, its answer and a new message.
+std::vector<Turn> converse(Engine& e, int32_t num_turns) {
+  std::mt19937 rng(17);
+  auto message = [&rng](int32_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& id : t) id = std::uniform_int_distribution<int32_t>(3, 255)(rng);
+    return t;
+  };
+  std::vector<Turn> turns;
+  std::vector<int32_t> prompt = message(70);
+  for (int32_t i = 0; i < num_turns; ++i) {
+    FinishReason why{};
+    Turn t;
+    t.answer = drain(submit(e, prompt, 16), &why, &t.usage);
+    EXPECT_EQ(why, FinishReason::kLength);
+    prompt.insert(prompt.end(), t.answer.begin(), t.answer.end());
+    const std::vector<int32_t> more = message(45);
+    prompt.insert(prompt.end(), more.begin(), more.end());
+    turns.push_back(std::move(t));
+  }
+  return turns;
+}
+
+// Checkpoints every 32 tokens, so each turn's prompt passes a few: turn k + 1 resumes from
+// the last checkpoint of turn k's prompt and gives exactly the tokens it gives with no cache.
+TEST(HybridEngine, AGrowingConversationResumesFromSnapshotsWithTheSameTokens) {
+  constexpr int32_t kTurns = 4;
+  auto options = [](bool cache) {
+    return [cache](EngineOptions* o) {
+      o->n_ctx = 512;
+      o->max_batch_tokens = 48;
+      o->state_checkpoint_blocks = 2;
+      o->enable_prefix_cache = cache;
+    };
+  };
+  auto off = start_engine(options(false));
+  ASSERT_NE(off, nullptr);
+  const std::vector<Turn> want = converse(*off, kTurns);
+  EXPECT_EQ(off->stats().num_prefix_hit_tokens, 0);
+  off.reset();
+  auto on = start_engine(options(true));
+  ASSERT_NE(on, nullptr);
+  const std::vector<Turn> got = converse(*on, kTurns);
+  ASSERT_EQ(got.size(), want.size());
+  int64_t num_prompt = 0, num_cached = 0;
+  for (int32_t i = 0; i < kTurns; ++i) {
+    EXPECT_EQ(got[i].answer, want[i].answer) << "turn " << i;
+    EXPECT_EQ(got[i].usage.prompt_tokens, want[i].usage.prompt_tokens);
+    if (i > 0) {
+      EXPECT_GT(got[i].usage.cached_tokens, 0) << "turn " << i;
+    }
+    EXPECT_EQ(got[i].usage.cached_tokens % 32, 0);
+    num_prompt += got[i].usage.prompt_tokens;
+    num_cached += got[i].usage.cached_tokens;
+    fmt::print("turn {}: {} prompt tokens, {} cached\n", i, got[i].usage.prompt_tokens,
+               got[i].usage.cached_tokens);
+  }
+  fmt::print("{}-turn chat: {} of {} prompt tokens cached ({:.0f}%)\n", kTurns, num_cached,
+             num_prompt, 100.0 * static_cast<double>(num_cached) / static_cast<double>(num_prompt));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const EngineStats st = on->stats();
+  EXPECT_EQ(st.num_prefix_hit_tokens, num_cached);
+  EXPECT_EQ(st.num_state_slots_used, 0);
+  EXPECT_EQ(st.num_kv_blocks_used, 0);
+}
+
+// Requests sharing a system prompt, more of them than run at once, in a KV pool of 16 blocks
+// (preemptions) and with 3 snapshot slots for 4 running sequences (evictions): each gives
+// exactly the tokens it gives with no cache.
+TEST(HybridEngine, SharedPrefixesUnderPreemptionGiveTheSameTokens) {
+  auto options = [](bool cache) {
+    return [cache](EngineOptions* o) {
+      o->max_batch_tokens = 48;
+      o->state_checkpoint_blocks = 2;
+      o->state_snapshots = 3;
+      o->kv_memory_bytes = 16 * kv::kBlockTokens * 1024;  // 1 KiB a token: 16 blocks
+      o->enable_prefix_cache = cache;
+    };
+  };
+  std::mt19937 rng(5);
+  auto message = [&rng](int32_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& id : t) id = std::uniform_int_distribution<int32_t>(3, 255)(rng);
+    return t;
+  };
+  const std::vector<int32_t> system = message(100);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> p = system;
+    const std::vector<int32_t> own = message(10 + 5 * i);
+    p.insert(p.end(), own.begin(), own.end());
+    prompts.push_back(std::move(p));
+  }
+  auto run = [&prompts](Engine& e) {
+    std::vector<std::shared_ptr<RequestChannel>> chs;
+    for (const auto& p : prompts) chs.push_back(submit(e, p, 16));
+    std::vector<std::vector<int32_t>> out;
+    FinishReason why{};
+    for (auto& ch : chs) out.push_back(drain(ch, &why));
+    return out;
+  };
+  auto off = start_engine(options(false));
+  ASSERT_NE(off, nullptr);
+  const auto want = run(*off);
+  off.reset();
+  auto on = start_engine(options(true));
+  ASSERT_NE(on, nullptr);
+  EXPECT_EQ(run(*on), want);
+  // A second round finds the system prompt's snapshots (the first one's requests overlapped).
+  EXPECT_EQ(run(*on), want);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const EngineStats st = on->stats();
+  EXPECT_GT(st.num_prefix_hit_tokens, 0);
+  EXPECT_GT(st.num_preemptions, 0);
+  EXPECT_EQ(st.num_state_slots_used, 0);
+  EXPECT_EQ(st.num_kv_blocks_used, 0);
 }
 
 }  // namespace

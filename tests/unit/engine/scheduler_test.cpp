@@ -84,7 +84,7 @@ class FakeEngine {
   explicit FakeEngine(Scheduler* s)
       : s_(s),
         slots_(static_cast<size_t>(s->kv().num_blocks())),
-        states_(static_cast<size_t>(s->config().max_seqs), 0) {
+        states_(static_cast<size_t>(s->config().max_seqs + s->config().state_snapshots), 0) {
     for (auto& b : slots_) b.fill(0);
   }
 
@@ -103,6 +103,7 @@ class FakeEngine {
     }
     StepPlan plan = s_->schedule();
     check_plan(plan);
+    restore_states(plan);
     std::vector<SeqOutput> outputs;
     for (int32_t i = 0; i < plan.num_seqs(); ++i) {
       const ScheduledSeq& sc = plan.seqs[i];
@@ -113,6 +114,7 @@ class FakeEngine {
       outputs.push_back({sc.id, token, stop_ && stop_(token)});
       generated_[sc.id].push_back(token);
     }
+    save_states(plan);
     for (SeqId id : plan.cancelled) cancelled_.insert(id);
     for (const FinishedSeq& f : s_->update(plan, outputs)) finished_[f.id] = f;
     s_->check_invariants();
@@ -136,6 +138,7 @@ class FakeEngine {
   }
 
   void set_stop(StopFn stop) { stop_ = std::move(stop); }
+  int64_t num_restores() const { return num_restores_; }
   const std::map<SeqId, FinishedSeq>& finished() const { return finished_; }
   const std::set<SeqId>& cancelled() const { return cancelled_; }
   const std::vector<int32_t>& generated(SeqId id) { return generated_[id]; }
@@ -236,6 +239,46 @@ class FakeEngine {
     EXPECT_EQ(st, slot(plan, i, sc.first_token + sc.num_tokens - 1)) << "sequence " << sc.id;
   }
 
+  // Before the forward: each restore copies a snapshot into the slot of a sequence that resumes
+  // after a cached prefix, which must be exactly the state the KV chain holds at the end of
+  // that prefix (a snapshot of other tokens, or a stale one, is not).
+  void restore_states(const StepPlan& plan) {
+    const SchedulerConfig& cfg = s_->config();
+    for (const StateCopy& c : plan.state_restores) {
+      ASSERT_GE(c.src_slot, cfg.max_seqs);
+      ASSERT_LT(c.src_slot, cfg.max_seqs + cfg.state_snapshots);
+      int32_t i = 0;
+      while (i < plan.num_seqs() && plan.seqs[i].state_slot != c.dst_slot) ++i;
+      ASSERT_LT(i, plan.num_seqs()) << "a restore into a slot nobody runs in";
+      const ScheduledSeq& sc = plan.seqs[i];
+      ASSERT_GT(sc.first_token, 0);
+      EXPECT_EQ(sc.first_token % (cfg.state_checkpoint_blocks * kBlockTokens), 0);
+      states_[static_cast<size_t>(c.dst_slot)] = states_[static_cast<size_t>(c.src_slot)];
+      EXPECT_EQ(states_[static_cast<size_t>(c.dst_slot)], slot(plan, i, sc.first_token - 1))
+          << "sequence " << sc.id << " restored a wrong state";
+      ++num_restores_;
+    }
+  }
+
+  // After the forward: each save copies the slot of a sequence whose slice ended at a
+  // checkpoint into its snapshot slot.
+  void save_states(const StepPlan& plan) {
+    const SchedulerConfig& cfg = s_->config();
+    size_t num_saves = 0;
+    for (const ScheduledSeq& sc : plan.seqs) {
+      if (sc.save_slot < 0) continue;
+      ASSERT_LT(num_saves, plan.state_saves.size());
+      const StateCopy& c = plan.state_saves[num_saves++];
+      EXPECT_EQ(c.src_slot, sc.state_slot);
+      EXPECT_EQ(c.dst_slot, sc.save_slot);
+      EXPECT_GE(c.dst_slot, cfg.max_seqs);
+      EXPECT_LE(sc.first_token + sc.num_tokens, s_->find(sc.id)->num_prompt_tokens);
+      EXPECT_EQ((sc.first_token + sc.num_tokens) % (cfg.state_checkpoint_blocks * kBlockTokens), 0);
+      states_[static_cast<size_t>(c.dst_slot)] = states_[static_cast<size_t>(c.src_slot)];
+    }
+    EXPECT_EQ(num_saves, plan.state_saves.size());
+  }
+
   std::vector<uint64_t> read_context(const StepPlan& plan, int32_t i) {
     std::vector<uint64_t> kv;
     for (int32_t pos = 0; pos < plan.kv_len[i]; ++pos) kv.push_back(slot(plan, i, pos));
@@ -244,7 +287,8 @@ class FakeEngine {
 
   Scheduler* s_;
   std::vector<std::array<uint64_t, kBlockTokens>> slots_;  // the fake KV: [num_blocks][16]
-  std::vector<uint64_t> states_;                           // the fake recurrent state: [max_seqs]
+  std::vector<uint64_t> states_;  // the fake recurrent state: [max_seqs + state_snapshots]
+  int64_t num_restores_ = 0;
   std::map<SeqId, Req> requests_;
   std::map<SeqId, std::vector<int32_t>> generated_;
   std::map<SeqId, FinishedSeq> finished_;
@@ -281,6 +325,13 @@ TEST(Scheduler, ValidateNamesTheBadField) {
   EXPECT_NE(validate(c).error().message.find("max_batch_tokens"), std::string::npos);
   c = SchedulerConfig{};
   c.max_waiting = -1;
+  EXPECT_FALSE(validate(c).ok());
+  c = SchedulerConfig{};
+  c.state_checkpoint_blocks = 0;
+  ASSERT_FALSE(validate(c).ok());
+  EXPECT_NE(validate(c).error().message.find("state_checkpoint_blocks"), std::string::npos);
+  c = SchedulerConfig{};
+  c.state_snapshots = -1;
   EXPECT_FALSE(validate(c).ok());
 }
 
@@ -668,9 +719,13 @@ uint64_t colliding_hash(uint64_t parent, std::span<const int32_t> tokens) {
 }
 
 void soak(bool enable_prefix_cache, uint32_t seed, kv::BlockHashFn hash = kv::hash_block,
-          bool state_slots = false) {
+          bool state_slots = false, int32_t state_snapshots = 0) {
   SchedulerConfig cfg = config(48, 24, /*max_seqs=*/6);
   cfg.state_slots = state_slots;
+  // Checkpoints every 32 tokens: the shared 96-token prefixes below hold three. Fewer
+  // snapshot slots than sequences: some saves find every slot reserved, most evict.
+  cfg.state_checkpoint_blocks = 2;
+  cfg.state_snapshots = state_snapshots;
   cfg.max_waiting = 10;
   cfg.max_context = 300;
   cfg.enable_prefix_cache = enable_prefix_cache;
@@ -715,16 +770,25 @@ void soak(bool enable_prefix_cache, uint32_t seed, kv::BlockHashFn hash = kv::ha
   EXPECT_GT(e.finished().size(), 300u);
   EXPECT_GT(num_rejected, 0);
   EXPECT_GT(s.stats().num_preemptions, 0);
-  if (enable_prefix_cache && !state_slots) {
+  const bool reuse = enable_prefix_cache && (!state_slots || state_snapshots > 0);
+  if (reuse) {
     EXPECT_GT(s.stats().num_cached_prompt_tokens, 0);
+  } else {
+    EXPECT_EQ(s.stats().num_cached_prompt_tokens, 0);
   }
-  if (state_slots) {
-    EXPECT_EQ(s.stats().num_cached_prompt_tokens, 0);  // no prefix reuse
+  if (reuse && state_slots) {  // every reuse resumed an exact state (FakeEngine::restore_states)
+    EXPECT_GT(s.stats().num_state_saves, 0);
+    EXPECT_EQ(e.num_restores(), s.stats().num_state_restores);
+    EXPECT_GT(e.num_restores(), 20);
+  } else {
+    EXPECT_EQ(s.stats().num_state_saves + s.stats().num_state_restores, 0);
   }
   e.expect_outputs_match_reference();
   EXPECT_EQ(s.kv().num_free_blocks(), cfg.num_blocks);
   EXPECT_EQ(s.kv().num_used_blocks(), 0);
   EXPECT_EQ(s.num_used_state_slots(), 0);
+  EXPECT_EQ(s.snapshots().num_reserved(), 0);
+  EXPECT_LE(s.snapshots().num_published(), state_snapshots);
 }
 
 TEST(Scheduler, RandomizedSoakWithPrefixCache) {
@@ -741,11 +805,156 @@ TEST(Scheduler, RandomizedSoakWithACollidingHash) {
 }
 
 // Hybrid models: preemptions, cancellations and finishes hand every recurrent-state slot back
-// (the pool's counter back to zero), a sequence always continues its own state, and the
-// prefix cache stays off even when asked for.
+// (the pool's counter back to zero), a sequence always continues its own state, and without
+// snapshot slots the prefix cache stays off even when asked for.
 TEST(Scheduler, RandomizedSoakWithRecurrentStateSlots) {
   soak(true, 5, kv::hash_block, /*state_slots=*/true);
   soak(false, 6, kv::hash_block, /*state_slots=*/true);
+}
+
+// With snapshots: shared prefixes hit, every hit resumes exactly the state its prefix ends in
+// (checked at each restore), preempted sequences resume from their own snapshots, and no
+// save is left reserved.
+TEST(Scheduler, RandomizedSoakWithStateSnapshots) {
+  soak(true, 7, kv::hash_block, /*state_slots=*/true, /*state_snapshots=*/4);
+  soak(true, 8, kv::hash_block, /*state_slots=*/true, /*state_snapshots=*/12);
+  soak(false, 9, kv::hash_block, /*state_slots=*/true, /*state_snapshots=*/4);
+}
+
+TEST(Scheduler, RandomizedSoakWithStateSnapshotsAndACollidingHash) {
+  soak(true, 10, colliding_hash, /*state_slots=*/true, /*state_snapshots=*/6);
+}
+
+SchedulerConfig snapshot_config(kv::BlockHashFn hash = kv::hash_block) {
+  SchedulerConfig cfg = config(48, 64, /*max_seqs=*/4);
+  cfg.state_slots = true;
+  cfg.state_checkpoint_blocks = 2;  // every 32 tokens
+  cfg.state_snapshots = 4;          // slots 4 .. 7
+  cfg.block_hash = hash;
+  return cfg;
+}
+
+TEST(Scheduler, PromptChunksEndAtCheckpointsWhichSaveTheState) {
+  Scheduler s(snapshot_config());
+  FakeEngine e(&s);
+  ASSERT_TRUE(e.add(1, iota_tokens(1000, 100), 1).ok());
+  // 48-token budget: each chunk ends at the last checkpoint it reaches, then the tail.
+  std::vector<std::pair<int32_t, int32_t>> slices;
+  std::vector<int32_t> saved_to;
+  while (s.has_work()) {
+    const StepPlan p = e.step();
+    ASSERT_EQ(p.num_seqs(), 1);
+    slices.emplace_back(p.seqs[0].first_token, p.seqs[0].num_tokens);
+    for (const StateCopy& c : p.state_saves) {
+      EXPECT_EQ(c.src_slot, p.seqs[0].state_slot);
+      saved_to.push_back(c.dst_slot);
+    }
+    EXPECT_THAT(p.state_restores, IsEmpty());
+  }
+  EXPECT_EQ(slices,
+            (std::vector<std::pair<int32_t, int32_t>>{{0, 32}, {32, 32}, {64, 32}, {96, 4}}));
+  EXPECT_THAT(saved_to, ElementsAre(4, 5, 6));
+  EXPECT_EQ(s.stats().num_state_saves, 3);
+  EXPECT_EQ(s.snapshots().num_published(), 3);
+}
+
+TEST(Scheduler, AdmissionResumesFromTheLongestCachedPrefixWithASnapshot) {
+  Scheduler s(snapshot_config());
+  FakeEngine e(&s);
+  const auto a = iota_tokens(1000, 100);
+  ASSERT_TRUE(e.add(1, a, 1).ok());
+  e.drain();  // snapshots after 32, 64 and 96 tokens
+  // The whole of a's 6 cached blocks: resumes after 96 tokens, from the last snapshot.
+  ASSERT_TRUE(e.add(2, concat(a, iota_tokens(5000, 20)), 2).ok());
+  StepPlan p = e.step();
+  ASSERT_EQ(p.num_seqs(), 1);
+  EXPECT_EQ(p.seqs[0].first_token, 96);
+  ASSERT_EQ(p.state_restores.size(), 1u);
+  EXPECT_EQ(p.state_restores[0].src_slot, 6);
+  EXPECT_EQ(p.state_restores[0].dst_slot, p.seqs[0].state_slot);
+  e.drain();
+  // 80 tokens of a (5 cached blocks): the hit is cut back to the checkpoint at 64.
+  ASSERT_TRUE(
+      e.add(3, concat(std::vector<int32_t>(a.begin(), a.begin() + 80), iota_tokens(7000, 30)), 1)
+          .ok());
+  p = e.step();
+  EXPECT_EQ(p.seqs[0].first_token, 64);
+  ASSERT_EQ(p.state_restores.size(), 1u);
+  EXPECT_EQ(p.state_restores[0].src_slot, 5);
+  e.drain();
+  // Less than the first checkpoint in common: a fresh start.
+  ASSERT_TRUE(
+      e.add(4, concat(std::vector<int32_t>(a.begin(), a.begin() + 20), iota_tokens(9000, 30)), 1)
+          .ok());
+  p = e.step();
+  EXPECT_EQ(p.seqs[0].first_token, 0);
+  EXPECT_THAT(p.state_restores, IsEmpty());
+  e.drain();
+  EXPECT_EQ(s.find(2), nullptr);
+  EXPECT_EQ(e.finished().at(2).num_cached_prompt_tokens, 96);
+  EXPECT_EQ(e.finished().at(3).num_cached_prompt_tokens, 64);
+  EXPECT_EQ(e.finished().at(4).num_cached_prompt_tokens, 0);
+  EXPECT_EQ(s.stats().num_state_restores, 2);
+  e.expect_outputs_match_reference();
+}
+
+// One snapshot slot: a step restores from it and, its chunk ending at the next checkpoint,
+// saves into it again (the LRU one). Restores before the forward, saves after it: both exact.
+TEST(Scheduler, ASaveMayTakeOverTheSnapshotItsOwnStepRestores) {
+  SchedulerConfig cfg = snapshot_config();
+  cfg.state_snapshots = 1;
+  Scheduler s(cfg);
+  FakeEngine e(&s);
+  const auto a = iota_tokens(1000, 40);
+  ASSERT_TRUE(e.add(1, a, 1).ok());
+  e.drain();
+  const auto b = concat(std::vector<int32_t>(a.begin(), a.begin() + 32), iota_tokens(2000, 40));
+  ASSERT_TRUE(e.add(2, b, 1).ok());
+  const StepPlan p = e.step();
+  ASSERT_EQ(p.num_seqs(), 1);
+  EXPECT_EQ(p.seqs[0].first_token, 32);
+  EXPECT_EQ(p.seqs[0].num_tokens, 32);  // cut at the checkpoint after 64 tokens
+  ASSERT_EQ(p.state_restores.size(), 1u);
+  ASSERT_EQ(p.state_saves.size(), 1u);
+  EXPECT_EQ(p.state_restores[0].src_slot, 4);
+  EXPECT_EQ(p.state_saves[0].dst_slot, 4);
+  e.drain();
+  ASSERT_TRUE(
+      e.add(3, concat(std::vector<int32_t>(b.begin(), b.begin() + 64), iota_tokens(50, 9)), 1)
+          .ok());
+  EXPECT_EQ(e.step().seqs[0].first_token, 64);  // FakeEngine: the restored state is b's at 64
+  e.drain();
+  EXPECT_EQ(e.num_restores(), 2);
+  e.expect_outputs_match_reference();
+}
+
+// Equal hashes everywhere along two prompts of different tokens: the second finds no hit
+// (the prefix cache's exact check), so it never resumes from the first one's snapshot, and
+// its own checkpoint block, left private by the collision, publishes none.
+TEST(Scheduler, ACollidingHashNeverRestoresAnotherPrefixsSnapshot) {
+  Scheduler s(snapshot_config(colliding_hash));
+  FakeEngine e(&s);
+  const auto x = iota_tokens(1000, 40);
+  const auto y = iota_tokens(1003, 40);  // every token x + 3: the same residues mod 3
+  ASSERT_EQ(colliding_hash(kv::kRootHash, std::span(x).first(16)),
+            colliding_hash(kv::kRootHash, std::span(y).first(16)));
+  ASSERT_TRUE(e.add(1, x, 1).ok());
+  e.drain();
+  EXPECT_EQ(s.stats().num_state_saves, 1);
+  ASSERT_TRUE(e.add(2, y, 1).ok());
+  StepPlan p = e.step();
+  EXPECT_EQ(p.seqs[0].first_token, 0);
+  EXPECT_THAT(p.state_restores, IsEmpty());
+  e.drain();
+  EXPECT_EQ(s.stats().num_state_saves, 1);
+  EXPECT_EQ(s.stats().num_state_restores, 0);
+  // x again: its own snapshot still serves it.
+  ASSERT_TRUE(e.add(3, concat(x, iota_tokens(50, 5)), 1).ok());
+  p = e.step();
+  EXPECT_EQ(p.seqs[0].first_token, 32);
+  EXPECT_EQ(p.state_restores.size(), 1u);
+  e.drain();
+  e.expect_outputs_match_reference();
 }
 
 }  // namespace
