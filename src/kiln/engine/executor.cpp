@@ -71,7 +71,9 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
   // leaves, and the snapshots' slots can weigh as much as the sequences' own.
   if (model.hparams().n_linear_layers() > 0) {  // a recurrent-state slot per sequence
     const backend::StateSpec sspec = model::state_spec(model.hparams());
-    KILN_TRY(ex->state_, be.create_state(sspec, opts.max_seqs + opts.state_snapshots));
+    // Slots: the sequences', the snapshots', and one no sequence uses, which the rows that pad
+    // a graph-replayed decode step write.
+    KILN_TRY(ex->state_, be.create_state(sspec, opts.max_seqs + opts.state_snapshots + 1));
     ex->plan_.state_bytes_per_seq = be.state_bytes_per_slot(sspec);
     ex->plan_.state_slots = opts.max_seqs;
     ex->plan_.state_snapshots = opts.state_snapshots;
@@ -103,7 +105,9 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
         be.name(), budget, blocks, per_block, std::max(1, opts.min_kv_blocks));
   KILN_TRY(ex->kv_, be.create_kv(spec, static_cast<int32_t>(blocks) + 1));
   ex->num_blocks_ = static_cast<int32_t>(blocks);
-  if (opts.graphs) ex->forward_->enable_graphs(static_cast<int32_t>(blocks));
+  if (opts.graphs)
+    ex->forward_->enable_graphs(static_cast<int32_t>(blocks),
+                                ex->state_ != nullptr ? ex->state_->num_slots() - 1 : -1);
 
   MemoryPlan& p = ex->plan_;
   p.device = be.name();

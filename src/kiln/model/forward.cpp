@@ -173,17 +173,17 @@ Status Forward::carve_arena() {
   return {};
 }
 
-void Forward::enable_graphs(int32_t null_kv_block) {
+void Forward::enable_graphs(int32_t null_kv_block, int32_t null_state_slot) {
   opts_.null_kv_block = null_kv_block;
+  opts_.null_state_slot = null_state_slot;
   buckets_.clear();
   graph_of_bucket_.clear();
   // Graph buckets: decode batches of 1, 2, 4, 8, then steps of 8 up to 64 and of 32 beyond,
   // up to the step's sequence and logit-row capacity.
   const int32_t max_rows = std::min({opts_.max_seqs, opts_.max_logit_rows, opts_.max_tokens});
-  // Hybrid models run their decode steps without graphs: a padding row would need a state slot
-  // of its own.
+  // A hybrid model's padding rows need a state slot of their own.
   if (opts_.graphs && opts_.null_kv_block >= 0 && be_.supports_graphs() &&
-      model_.hparams().n_linear_layers() == 0) {
+      (model_.hparams().n_linear_layers() == 0 || opts_.null_state_slot >= 0)) {
     for (int32_t b = 1; b <= max_rows; b = b < 8 ? 2 * b : b < 64 ? b + 8 : b + 32)
       buckets_.push_back(b);
     if (buckets_.empty() || buckets_.back() != max_rows) buckets_.push_back(max_rows);
@@ -351,6 +351,8 @@ Status Forward::launch(const StepInput& in, backend::KvCache& cache, float* logi
   bool decode =
       !buckets_.empty() && !dump_ && n_hidden == 0 && in.attn.num_seqs == n && n <= buckets_.back();
   for (int64_t i = 0; decode && i < n_out; ++i) decode = in.logit_rows[i] == i;
+  // The graphs are captured on one recurrent state (the executor's): another runs eagerly.
+  decode = decode && (graph_state_ == nullptr || in.state == graph_state_);
   if (decode) return run_graph(in, cache, logits, ids);
 
   // One row list for the final norm: the logit rows, then the hidden rows.
@@ -401,6 +403,10 @@ Status Forward::run_graph(const StepInput& in, backend::KvCache& cache, float* l
   }
   pad_rows_.resize(rows);
   for (int32_t i = 0; i < rows; ++i) pad_rows_[i] = i;
+  if (in.state != nullptr) {  // padding rows: fresh sequences on the null slot
+    pad_state_slots_.assign(in.state_slots.begin(), in.state_slots.end());
+    pad_state_slots_.resize(rows, opts_.null_state_slot);
+  }
   backend::HostStep hs;
   hs.tokens = pad_tokens_;
   hs.attn = {rows,
@@ -411,10 +417,12 @@ Status Forward::run_graph(const StepInput& in, backend::KvCache& cache, float* l
              pad_positions_.data()};
   hs.logit_rows = pad_rows_;
   hs.row_scale = row_scales(pad_positions_.data(), rows);
+  if (in.state != nullptr) hs.state_slots = pad_state_slots_;
   KILN_TRY(const backend::StepArgs step, be_.upload_step(hs));
   if (graph_of_bucket_[b] < 0) {
+    graph_state_ = in.state;
     KILN_TRY_STATUS(be_.begin_capture());
-    body(step, cache, nullptr, rows, rows);
+    body(step, cache, in.state, rows, rows);
     KILN_TRY(graph_of_bucket_[b], be_.end_capture());
     ++num_graph_captures_;
   }

@@ -45,7 +45,8 @@ struct ForwardOptions {
   // size bucket, when the backend supports graphs and a KV block is reserved for the rows that
   // pad a step up to its bucket (enable_graphs).
   bool graphs = true;
-  int32_t null_kv_block = -1;  // set by enable_graphs
+  int32_t null_kv_block = -1;    // set by enable_graphs
+  int32_t null_state_slot = -1;  // hybrid models: the padding rows' recurrent-state slot
 };
 
 class Forward {
@@ -71,7 +72,9 @@ class Forward {
   int32_t max_tokens() const { return opts_.max_tokens; }
   // Decode steps run from graphs from now on (when the backend has them and opts.graphs is
   // set), their padding rows on this KV block, which no sequence may own.
-  void enable_graphs(int32_t null_kv_block);
+  // Hybrid models need null_state_slot too: a state slot no sequence uses, which the padding
+  // rows (each a fresh sequence at position 0) write; without one their decode runs eagerly.
+  void enable_graphs(int32_t null_kv_block, int32_t null_state_slot = -1);
   bool graphs_enabled() const { return !buckets_.empty(); }
   // Bytes of the activation arena (the memory plan).
   uint64_t arena_bytes() const { return arena_ != nullptr ? arena_->bytes() : 0; }
@@ -149,7 +152,8 @@ class Forward {
   std::vector<int32_t> buckets_;
   std::vector<int32_t> graph_of_bucket_;
   std::vector<int32_t> pad_tokens_, pad_positions_, pad_qo_, pad_kv_ptr_, pad_kv_idx_, pad_kv_len_,
-      pad_rows_;
+      pad_rows_, pad_state_slots_;
+  backend::StateCache* graph_state_ = nullptr;  // the recurrent state the graphs were captured on
   // Fills row_scale_host_ for rows [0, n) from positions; the span to upload (empty if none).
   std::span<const float> row_scales(const int32_t* positions, int64_t n);
 
