@@ -4,13 +4,17 @@
 # device call can carry them (the call's 64 MiB includes the tracked tree, ~54 MiB).
 #   tools/cuda_pack.sh            then: device run with carry ["build-dev"] and
 #                                 command "bash tools/cuda_check.sh [what]"
+#   BINS="kiln" tools/cuda_pack.sh   packs only those binaries (a bench-only call: the tracked
+#                                 tree is ~59 MiB since the hybrid and nomic fixtures, and the
+#                                 four binaries ~9 MiB, over the 64 MiB a call carries)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build/release}
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" -j "${JOBS:-2}" --target kiln test_cuda test_model test_engine
+BINS=${BINS:-kiln test_cuda test_model test_engine}
+cmake --build "$BUILD" -j "${JOBS:-2}" --target $BINS
 rm -rf build-dev && mkdir -p build-dev/stage/bin build-dev/stage/lib build-dev/stage/shared/models
-for b in kiln test_cuda test_model test_engine; do
+for b in $BINS; do
   strip -o "build-dev/stage/bin/$b" "$BUILD/$b"
 done
 for l in libfmt.so.9 libutf8proc.so.2 libpcre2-8.so.0; do
