@@ -159,6 +159,8 @@ struct EngineStats {
   int64_t num_kv_blocks_used = 0;
   int64_t num_kv_blocks_total = 0;
   int64_t num_state_slots_used = 0;  // hybrid models: recurrent-state slots held
+  int64_t num_state_saves = 0;       // hybrid models: state snapshots saved at checkpoints
+  int64_t num_state_restores = 0;    // admissions that resumed from a snapshot
   int64_t num_prefix_hit_tokens = 0;
   int64_t num_prefix_queried_tokens = 0;
   int64_t num_preemptions = 0;

@@ -301,6 +301,8 @@ struct Engine::Impl {
     st.num_kv_blocks_total = sched.config().num_blocks;
     st.num_kv_blocks_used = sched.kv().num_used_blocks();
     st.num_state_slots_used = sched.num_used_state_slots();
+    st.num_state_saves = sched.stats().num_state_saves;
+    st.num_state_restores = sched.stats().num_state_restores;
     st.num_preemptions = sched.stats().num_preemptions;
     st.num_prefix_queried_tokens = sched.stats().num_prompt_tokens;
     st.num_prefix_hit_tokens = sched.stats().num_cached_prompt_tokens;

@@ -86,6 +86,15 @@ std::string Metrics::render(const engine::EngineStats& s, engine::EngineState st
          static_cast<double>(s.num_prefix_queried_tokens));
   metric(&out, "kiln_preemptions_total", "counter", "Sequences preempted for KV blocks.",
          static_cast<double>(s.num_preemptions));
+  metric(&out, "kiln_state_slots_used", "gauge",
+         "Recurrent-state slots held by running sequences (hybrid models).",
+         static_cast<double>(s.num_state_slots_used));
+  metric(&out, "kiln_state_snapshot_saves_total", "counter",
+         "Recurrent-state snapshots saved at prefix checkpoints (hybrid models).",
+         static_cast<double>(s.num_state_saves));
+  metric(&out, "kiln_state_snapshot_restores_total", "counter",
+         "Requests resumed from a recurrent-state snapshot (hybrid models' prefix hits).",
+         static_cast<double>(s.num_state_restores));
   metric(&out, "kiln_engine_steps_total", "counter", "Engine steps (forward passes).",
          static_cast<double>(s.num_steps));
   metric(&out, "kiln_engine_argmax_steps_total", "counter",

@@ -206,6 +206,8 @@ TEST(HybridEngine, AGrowingConversationResumesFromSnapshotsWithTheSameTokens) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const EngineStats st = on->stats();
   EXPECT_EQ(st.num_prefix_hit_tokens, num_cached);
+  EXPECT_GE(st.num_state_restores, 3);  // turns 1-3 each resumed from a snapshot
+  EXPECT_GT(st.num_state_saves, 0);
   EXPECT_EQ(st.num_state_slots_used, 0);
   EXPECT_EQ(st.num_kv_blocks_used, 0);
 }

@@ -362,6 +362,9 @@ TEST_F(HttpTest, MetricsText) {
   stats.num_prefix_hit_tokens = 32;
   stats.num_prefix_queried_tokens = 48;
   stats.num_preemptions = 1;
+  stats.num_state_slots_used = 3;
+  stats.num_state_saves = 4;
+  stats.num_state_restores = 2;
   engine_.set_stats(stats);
   ASSERT_EQ(post("/v1/chat/completions", chat_body()).status, 200);
   ASSERT_EQ(get("/v1/nowhere").status, 404);
@@ -385,6 +388,8 @@ TEST_F(HttpTest, MetricsText) {
         "kiln_num_requests_running 2\n", "kiln_num_requests_waiting 5\n", "kiln_kv_blocks_used 7\n",
         "kiln_kv_blocks_total 64\n", "kiln_prefix_cache_hit_tokens_total 32\n",
         "kiln_prefix_cache_queried_tokens_total 48\n", "kiln_preemptions_total 1\n",
+        "kiln_state_slots_used 3\n", "kiln_state_snapshot_saves_total 4\n",
+        "kiln_state_snapshot_restores_total 2\n",
         "# TYPE kiln_time_to_first_token_seconds histogram\n",
         "kiln_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1\n"})
     EXPECT_NE(m.find(line), std::string::npos) << line << "\n" << m;
