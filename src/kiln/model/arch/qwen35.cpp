@@ -18,6 +18,13 @@ namespace {
 
 constexpr ArchFeatures kFeatures{
     .qk_norm = true, .rope_neox = true, .attn_output_gate = true, .linear_attention = true};
+// qwen35moe and qwen3next: the same with routed experts beside a shared one.
+constexpr ArchFeatures kMoeFeatures{.qk_norm = true,
+                                    .moe = true,
+                                    .rope_neox = true,
+                                    .attn_output_gate = true,
+                                    .shared_expert = true,
+                                    .linear_attention = true};
 
 // Tensors of a block checked for shape and type but not loaded (the MTP layers).
 TensorSpec unbound(uint32_t il, std::string_view suffix, std::vector<int64_t> ne, TensorKind kind,
@@ -119,25 +126,7 @@ std::vector<TensorSpec> qwen35_manifest(const ArchDef& arch, const HParams& hp) 
 }
 
 const ArchDef kArchQwen35{"qwen35", kFeatures, qwen35_manifest, {}, layer};
-const ArchDef kArchQwen35Moe{"qwen35moe",
-                             {.qk_norm = true,
-                              .moe = true,
-                              .rope_neox = true,
-                              .attn_output_gate = true,
-                              .shared_expert = true,
-                              .linear_attention = true},
-                             qwen35_manifest,
-                             {},
-                             layer};
-const ArchDef kArchQwen3Next{"qwen3next",
-                             {.qk_norm = true,
-                              .moe = true,
-                              .rope_neox = true,
-                              .attn_output_gate = true,
-                              .shared_expert = true,
-                              .linear_attention = true},
-                             qwen35_manifest,
-                             {},
-                             layer};
+const ArchDef kArchQwen35Moe{"qwen35moe", kMoeFeatures, qwen35_manifest, {}, layer};
+const ArchDef kArchQwen3Next{"qwen3next", kMoeFeatures, qwen35_manifest, {}, layer};
 
 }  // namespace kiln::model

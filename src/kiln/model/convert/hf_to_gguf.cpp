@@ -299,6 +299,27 @@ std::vector<float> permute_qk_rows(const std::vector<float>& w, int64_t n_head, 
   return out;
 }
 
+Status write_file_header(gguf::Writer& w, const HParams& hp, const ConvertOptions& o,
+                         const FileType& ft) {
+  write_hparams(w, hp);
+  w.set_string("general.name", fs::path(o.hf_dir).filename().string());
+  w.set_uint32("general.file_type", ft.id);
+  w.set_uint32("general.quantization_version", 2);
+  if (o.with_tokenizer && fs::exists(fs::path(o.hf_dir) / "tokenizer.json")) {
+    KILN_TRY(tokenizer::VocabData vocab, tokenizer::import_hf_tokenizer(o.hf_dir));
+    tokenizer::write_vocab(w, vocab);
+  }
+  return {};
+}
+
+Status check_tensor_size(const TensorSpec& spec, size_t values) {
+  int64_t n = 1;
+  for (int64_t d : spec.ne) n *= d;
+  if (static_cast<int64_t>(values) != n)
+    return err("convert: '{}' has {} elements, expected {}", spec.name, values, n);
+  return {};
+}
+
 Expected<gguf::Writer> convert_hf(const ConvertOptions& o) {
   std::ifstream cf(fs::path(o.hf_dir) / "config.json");
   if (!cf) return err("convert: cannot read '{}/config.json'", o.hf_dir);
@@ -315,14 +336,7 @@ Expected<gguf::Writer> convert_hf(const ConvertOptions& o) {
   const ArchDef* arch = find_arch(hp.arch);
 
   gguf::Writer w;
-  write_hparams(w, hp);
-  w.set_string("general.name", fs::path(o.hf_dir).filename().string());
-  w.set_uint32("general.file_type", ft.id);
-  w.set_uint32("general.quantization_version", 2);
-  if (o.with_tokenizer && fs::exists(fs::path(o.hf_dir) / "tokenizer.json")) {
-    KILN_TRY(tokenizer::VocabData vocab, tokenizer::import_hf_tokenizer(o.hf_dir));
-    tokenizer::write_vocab(w, vocab);
-  }
+  KILN_TRY_STATUS(write_file_header(w, hp, o, ft));
   const nlohmann::json rope = hf_rope_settings(config);
   for (const TensorSpec& spec : tensor_manifest(*arch, hp)) {
     if (spec.name == "rope_freqs.weight") {
@@ -339,10 +353,7 @@ Expected<gguf::Writer> convert_hf(const ConvertOptions& o) {
       if (src.empty()) return err("convert: no Hugging Face name for '{}'", spec.name);
       KILN_TRY(values, ck.read(src));
     }
-    int64_t n = 1;
-    for (int64_t d : spec.ne) n *= d;
-    if (static_cast<int64_t>(values.size()) != n)
-      return err("convert: '{}' has {} elements, expected {}", spec.name, values.size(), n);
+    KILN_TRY_STATUS(check_tensor_size(spec, values.size()));
     // llama's GGUF rope pairs adjacent dims; HF's rotate-half pairs (i, i + d/2).
     if (!arch->features.rope_neox && spec.name.ends_with("attn_q.weight"))
       values = permute_qk_rows(values, hp.n_head, spec.ne[0]);

@@ -10,6 +10,7 @@
 
 #include "kiln/gguf/writer.h"
 #include "kiln/model/arch/arch.h"
+#include "kiln/model/file_type.h"
 #include "kiln/util/status.h"
 
 namespace kiln::model {
@@ -40,6 +41,14 @@ std::vector<float> llama3_rope_factors(const nlohmann::json& rope, const HParams
 Expected<Pooling> pooling_from_sentence_transformers(const std::string& dir);
 
 Expected<gguf::Writer> convert_hf(const ConvertOptions& opts);
+
+// What every decoder conversion writes before its tensors: the hyperparameters, general.name
+// (the folder's name), file type and quantization version, and the folder's tokenizer.json
+// when it has one and opts ask for it.
+Status write_file_header(gguf::Writer& w, const HParams& hp, const ConvertOptions& opts,
+                         const FileType& ft);
+// An error unless `values` holds exactly the elements of spec's shape.
+Status check_tensor_size(const TensorSpec& spec, size_t values);
 Status convert_hf_file(const ConvertOptions& opts, const std::string& out_path);
 
 // The llama.cpp permutation of one Q or K weight ([n_head * head_dim, n_in], row-major):

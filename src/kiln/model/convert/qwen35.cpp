@@ -1,17 +1,13 @@
 #include "kiln/model/convert/qwen35.h"
 
 #include <cmath>
-#include <filesystem>
 
 #include "kiln/model/arch/arch.h"
 #include "kiln/model/convert/safetensors.h"
 #include "kiln/model/file_type.h"
 #include "kiln/model/hparams.h"
-#include "kiln/tokenizer/gguf_vocab.h"
-#include "kiln/tokenizer/hf_import.h"
 
 namespace kiln::model {
-namespace fs = std::filesystem;
 namespace {
 
 std::string first_architecture(const nlohmann::json& c) {
@@ -338,21 +334,11 @@ Expected<gguf::Writer> convert_qwen35(const ConvertOptions& o, const nlohmann::j
   const Source src{ck, prefix, hp, arch != "qwen3next"};
 
   gguf::Writer w;
-  write_hparams(w, hp);
-  w.set_string("general.name", fs::path(o.hf_dir).filename().string());
-  w.set_uint32("general.file_type", ft.id);
-  w.set_uint32("general.quantization_version", 2);
-  if (o.with_tokenizer && fs::exists(fs::path(o.hf_dir) / "tokenizer.json")) {
-    KILN_TRY(tokenizer::VocabData vocab, tokenizer::import_hf_tokenizer(o.hf_dir));
-    tokenizer::write_vocab(w, vocab);
-  }
+  KILN_TRY_STATUS(write_file_header(w, hp, o, ft));
   for (const TensorSpec& spec : tensor_manifest(*def, hp)) {
     if (spec.name == "output.weight" && hp.tied_embeddings) continue;
     KILN_TRY(std::vector<float> values, tensor_values(src, spec.name));
-    int64_t n = 1;
-    for (int64_t e : spec.ne) n *= e;
-    if (static_cast<int64_t>(values.size()) != n)
-      return err("convert: '{}' has {} elements, expected {}", spec.name, values.size(), n);
+    KILN_TRY_STATUS(check_tensor_size(spec, values.size()));
     KILN_TRY_STATUS(add_tensor_f32(w, spec, tensor_type(ft, spec, hp), values));
   }
   return w;
