@@ -6,21 +6,15 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "kiln/engine/engine.h"
-#include "kiln/model/convert/hf_to_gguf.h"
 #include "kiln/model/forward.h"
 #include "kiln/model/model.h"
-#include "kiln/tokenizer/gguf_vocab.h"
+#include "unit/engine/fixture_engine.h"
 #include "unit/model/forward_util.h"
 
 namespace kiln::engine {
@@ -224,52 +218,16 @@ TEST(EmbeddingEngine, RefusalsAndTheWholeContext) {
   EXPECT_EQ(f.embedding.size(), e->model().hparams().n_embd);
 }
 
-// An engine on a Hugging Face fixture converted to F32 (the fixtures have no tokenizer; the
-// engine wants one: 256 SentencePiece byte tokens).
-std::unique_ptr<Engine> start_fixture_engine(const std::string& fixture, int32_t max_batch_tokens,
-                                             int32_t n_ctx = 64) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("kiln_embed_fixture_" + std::to_string(::getpid()) + ".gguf"))
-                               .string();
-  model::ConvertOptions co;
-  co.hf_dir = fixture;
-  co.type = "f32";
-  auto w = model::convert_hf(co);
-  if (!w.ok()) {
-    ADD_FAILURE() << w.error().message;
-    return nullptr;
-  }
-  tokenizer::VocabData vocab;
-  vocab.model = "llama";
-  for (int b = 0; b < 256; ++b) {
-    vocab.tokens.push_back(fmt::format("<0x{:02X}>", b));
-    vocab.token_type.push_back(static_cast<int32_t>(tokenizer::TokenType::kByte));
-    vocab.scores.push_back(0.0f);
-  }
-  vocab.bos_id = 1;
-  vocab.eos_id = 2;
-  tokenizer::write_vocab(*w, vocab);
-  if (!w->write_file(path).ok()) {
-    ADD_FAILURE() << "cannot write " << path;
-    return nullptr;
-  }
+std::unique_ptr<Engine> start_embedding_engine(const std::string& fixture, int32_t max_batch_tokens,
+                                               int32_t n_ctx = 64) {
   EngineOptions o;
-  o.model_path = path;
   o.device = model::test_device();
   o.threads = 2;
   o.n_ctx = n_ctx;
   o.max_batch_tokens = max_batch_tokens;
   o.kv_type = quant::Type::F32;
   o.kv_memory_bytes = uint64_t{64} << 20;
-  auto e = std::make_unique<Engine>(o);
-  e->start();
-  const Status ready = e->wait_ready();
-  std::filesystem::remove(path);
-  if (!ready.ok()) {
-    ADD_FAILURE() << "engine not ready: " << ready.error().message;
-    return nullptr;
-  }
-  return e;
+  return start_fixture_engine(fixture, o);
 }
 
 // Every golden sequence submitted at once; each finished embedding, L2-normalized, equal to
@@ -300,7 +258,7 @@ nlohmann::json read_goldens(const std::string& fixture) {
 TEST(EmbeddingEngine, Qwen3EmbeddingGoldensThroughTheEngine) {
   const std::string fixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/qwen3_embed";
   const nlohmann::json g = read_goldens(fixture);
-  auto e = start_fixture_engine(fixture, 16);  // the 19- and 40-token inputs prefill in chunks
+  auto e = start_embedding_engine(fixture, 16);  // the 19- and 40-token inputs prefill in chunks
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->pooling(), model::Pooling::kLast);
   expect_engine_goldens(*e, g, "lasttoken");
@@ -313,7 +271,7 @@ TEST(EmbeddingEngine, Qwen3EmbeddingGoldensThroughTheEngine) {
 TEST(EmbeddingEngine, BertGoldensThroughTheEngine) {
   const std::string fixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/bert_embed";
   const nlohmann::json g = read_goldens(fixture);
-  auto e = start_fixture_engine(fixture, 64, /*n_ctx=*/128);
+  auto e = start_embedding_engine(fixture, 64, /*n_ctx=*/128);
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->pooling(), model::Pooling::kCls);
   expect_engine_goldens(*e, g, "cls");
@@ -334,7 +292,7 @@ TEST(EmbeddingEngine, BertGoldensThroughTheEngine) {
 TEST(EmbeddingEngine, NomicGoldensThroughTheEngine) {
   const std::string fixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/nomic_embed";
   const nlohmann::json g = read_goldens(fixture);
-  auto e = start_fixture_engine(fixture, 64, /*n_ctx=*/128);
+  auto e = start_embedding_engine(fixture, 64, /*n_ctx=*/128);
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->pooling(), model::Pooling::kMean);
   expect_engine_goldens(*e, g, "mean");

@@ -5,8 +5,6 @@
 // exactly the tokens it gets without the prefix cache.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -16,49 +14,18 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/engine/engine.h"
-#include "kiln/model/convert/hf_to_gguf.h"
-#include "kiln/tokenizer/gguf_vocab.h"
+#include "unit/engine/fixture_engine.h"
+#include "unit/model/forward_util.h"
 
 namespace kiln::engine {
 namespace {
 
 const std::string kFixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/hf/qwen35";
 
-std::string test_device() {
-  const char* d = std::getenv("KILN_TEST_DEVICE");
-  return d == nullptr || *d == '\0' ? "cpu" : d;
-}
-
-// The fixture converted by kiln convert, with a byte vocabulary (256 ids) for the detokenizer.
+// The fixture converted by kiln convert (with a byte vocabulary for the detokenizer).
 std::unique_ptr<Engine> start_engine(const std::function<void(EngineOptions*)>& tweak = {}) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("kiln_hybrid_fixture_" + std::to_string(::getpid()) + ".gguf"))
-                               .string();
-  model::ConvertOptions co;
-  co.hf_dir = kFixture;
-  co.type = "f32";
-  auto w = model::convert_hf(co);
-  if (!w.ok()) {
-    ADD_FAILURE() << w.error().message;
-    return nullptr;
-  }
-  tokenizer::VocabData vocab;
-  vocab.model = "llama";
-  for (int b = 0; b < 256; ++b) {
-    vocab.tokens.push_back(fmt::format("<0x{:02X}>", b));
-    vocab.token_type.push_back(static_cast<int32_t>(tokenizer::TokenType::kByte));
-    vocab.scores.push_back(0.0f);
-  }
-  vocab.bos_id = 1;
-  vocab.eos_id = 2;
-  tokenizer::write_vocab(*w, vocab);
-  if (!w->write_file(path).ok()) {
-    ADD_FAILURE() << "cannot write " << path;
-    return nullptr;
-  }
   EngineOptions o;
-  o.model_path = path;
-  o.device = test_device();
+  o.device = model::test_device();
   o.threads = 2;
   o.n_ctx = 256;
   o.max_seqs = 4;
@@ -67,15 +34,7 @@ std::unique_ptr<Engine> start_engine(const std::function<void(EngineOptions*)>& 
   o.kv_type = quant::Type::F32;
   o.kv_memory_bytes = uint64_t{16} << 20;
   if (tweak) tweak(&o);
-  auto e = std::make_unique<Engine>(o);
-  e->start();
-  const Status ready = e->wait_ready();
-  std::filesystem::remove(path);
-  if (!ready.ok()) {
-    ADD_FAILURE() << "engine not ready: " << ready.error().message;
-    return nullptr;
-  }
-  return e;
+  return start_fixture_engine(kFixture, o);
 }
 
 std::shared_ptr<RequestChannel> submit(Engine& e, std::vector<int32_t> prompt, int32_t n) {
