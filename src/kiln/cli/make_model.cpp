@@ -44,6 +44,8 @@ RunFn add_make_model(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--vocab-only", o->vocab_only, "write only tokenizer and hyperparameters");
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
+  cmd->add_option("--distinct-rows", o->distinct_rows,
+                  "random rows per tensor, the rest repeating them (fast; benchmarks only)");
   cmd->add_option("-o,--output", *out, "output .gguf path")->required();
   return [o, out]() {
     Status st = model::make_model_file(*o, *out);

@@ -183,9 +183,13 @@ Expected<gguf::Writer> make_model(const MakeModelOptions& o) {
     int64_t n = 1;
     for (int64_t d : j.spec.ne) n *= d;
     const int64_t row = j.spec.ne[0];
-    const int64_t n_rows = n / row;
+    const int64_t all_rows = n / row;
     const uint64_t row_bytes = *quant::row_bytes(j.type, static_cast<uint64_t>(row));
-    j.bytes.resize(row_bytes * static_cast<uint64_t>(n_rows));
+    j.bytes.resize(row_bytes * static_cast<uint64_t>(all_rows));
+    // The rows made (the rest copied below): the same pieces and generators as a full make.
+    const int64_t n_rows = o.distinct_rows > 0 && j.fixed.empty()
+                               ? std::min<int64_t>(all_rows, o.distinct_rows)
+                               : all_rows;
     const uint64_t seed = o.seed ^ ((i + 1) * 0x9e3779b97f4a7c15ull);
     if (n <= kPieceElems || !j.fixed.empty()) {
       pieces.push_back({i, 0, n_rows, seed});
@@ -224,6 +228,13 @@ Expected<gguf::Writer> make_model(const MakeModelOptions& o) {
   for (std::thread& t : threads) t.join();
   for (Job& j : jobs) {
     KILN_TRY_STATUS(std::move(j.st));
+    if (o.distinct_rows > 0 && j.fixed.empty()) {
+      // The rows past the first distinct_rows repeat them.
+      const uint64_t made = *quant::row_bytes(j.type, static_cast<uint64_t>(j.spec.ne[0])) *
+                            o.distinct_rows;
+      for (uint64_t at = made; at < j.bytes.size(); at += made)
+        std::memcpy(j.bytes.data() + at, j.bytes.data(), std::min(made, j.bytes.size() - at));
+    }
     KILN_TRY_STATUS(w.add_tensor(j.spec.name, j.type, j.spec.ne, j.bytes));
     std::vector<uint8_t>().swap(j.bytes);
   }
