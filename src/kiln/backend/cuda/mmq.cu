@@ -29,6 +29,15 @@
 // cores (docs/performance.md: 70-110 int8 TOPS on the H200 at 64-256 tokens). Split-K partials go
 // to scratch; the last CTA of a tile to arrive (a counter per tile, reset by that CTA) sums them in
 // split order, so the result does not depend on the order the CTAs ran in.
+//
+// Grouped (mmq_id, MoE experts): the same kernel with kId set. A CTA's tile is (row tile,
+// tile slot); a slot is a run of up to kBN pairs of one expert, planned on the device into a
+// tile list (matmul.cu moe_plan_kernel). The CTA reads the slot once: its weights start at w +
+// expert * expert_bytes, B row j is int8 row x_rows[perm[start + j]] (rows past the run's count
+// repeat its last row, and their outputs are not written), output row j is pair perm[start + j]
+// of y. The row indices sit in shared memory for the cp.async issue and the epilogue; nothing
+// else differs, so a pair's result does not depend on the tile width or the other pairs. No
+// split-K: a prefill's tiles fill the GPU many times over.
 #include <cuda_fp16.h>
 
 #include <algorithm>
