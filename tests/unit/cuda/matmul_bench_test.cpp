@@ -286,8 +286,7 @@ TEST(CudaMatmulBench, MatmulIdPrefill) {
     int64_t n_out, n_in;
   };
   const Shape shapes[] = {{"gate/up", 512, 2048}, {"down", 2048, 512}};
-  auto* ctx =
-      backend::cuda::create_matmul_context(max_tokens, 2048, 2048, max_pairs, n_expert);
+  auto* ctx = backend::cuda::create_matmul_context(max_tokens, 2048, 2048, max_pairs, n_expert);
   ASSERT_NE(ctx, nullptr);
   float *x, *y;
   int32_t *ids, *tok_rows, *pair_rows;
@@ -330,8 +329,8 @@ TEST(CudaMatmulBench, MatmulIdPrefill) {
       for (int64_t tokens : {int64_t{512}, max_tokens}) {
         const int64_t pairs = tokens * top_k;
         for (bool grouped : {true, false}) {
-          backend::cuda::matmul_set_mmq_id(ctx, grouped ? backend::cuda::kMmqIdMinPairs
-                                                        : int64_t{1} << 40);
+          backend::cuda::matmul_set_mmq_id(
+              ctx, grouped ? backend::cuda::kMmqIdMinPairs : int64_t{1} << 40);
           const double us = time_graph_us(
               [&](int, cudaStream_t s) {
                 backend::cuda::matmul_id(ctx, wt, n_expert, x, down ? pairs : tokens,

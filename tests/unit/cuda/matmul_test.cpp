@@ -318,9 +318,9 @@ TEST(CudaMatmul, MatmulIdGroupedMmqMatchesReference) {
         const int64_t n_pairs = per_token ? 300 * top_k : 1500;
         const int64_t n_rows = per_token ? n_pairs / top_k : n_pairs;
         const bool exact = !per_token;
-        SCOPED_TRACE(testing::Message() << quant::type_name(t) << " " << sh.n_out << "x" << sh.n_in
-                                        << (per_token ? " token rows" : " pair rows")
-                                        << " seed=" << seed);
+        SCOPED_TRACE(testing::Message()
+                     << quant::type_name(t) << " " << sh.n_out << "x" << sh.n_in
+                     << (per_token ? " token rows" : " pair rows") << " seed=" << seed);
         const std::vector<int32_t> ids = skewed_ids(n_pairs, n_expert, rng);
         std::vector<int32_t> x_rows(static_cast<size_t>(n_pairs));
         for (int64_t p = 0; p < n_pairs; ++p)
@@ -338,8 +338,8 @@ TEST(CudaMatmul, MatmulIdGroupedMmqMatchesReference) {
           for (size_t i = 0; i < ps.size(); ++i)
             std::copy_n(x.data() + x_rows[ps[i]] * sh.n_in, sh.n_in, xe.data() + i * sh.n_in);
           backend::cpu::matmul_reference(
-              weight_view(t, sh.n_in, sh.n_out, wb.data() + e * expert_bytes), xe.data(),
-              ye.data(), static_cast<int64_t>(ps.size()), nullptr);
+              weight_view(t, sh.n_in, sh.n_out, wb.data() + e * expert_bytes), xe.data(), ye.data(),
+              static_cast<int64_t>(ps.size()), nullptr);
           for (size_t i = 0; i < ps.size(); ++i)
             std::copy_n(ye.data() + i * sh.n_out, sh.n_out, ref.data() + ps[i] * sh.n_out);
         }
@@ -460,7 +460,7 @@ TEST(CudaMatmul, ContextReportsItsBytes) {
   // matvec's and mmq's 16 x 4096 int8 activations with 16 x 128 (d, sum) pairs, and mmq's
   // split-K scratch: 4 x 16 x 4096 partial sums and 16384 tile counters.
   const uint64_t dense = (uint64_t{32} << 20) + 16 * 4096 * 2 + 4096 * 4096 * 2 + 16 * 4096 +
-                        16 * 128 * 8 + 4 * 16 * 4096 * 4 + 16384 * 4;
+                         16 * 128 * 8 + 4 * 16 * 4096 * 4 + 16384 * 4;
   EXPECT_EQ(backend::cuda::matmul_context_bytes(ctx.p), dense);
   // With matmul_id (128 pairs, 8 experts): the plan (perm [128], the tile count, 3 words per
   // tile slot: 128 / 8 + 8 slots) and the grouped mmq's int8 rows, max(16, 128) x 4096 levels

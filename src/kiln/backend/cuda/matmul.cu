@@ -1,10 +1,10 @@
 // matmul and matmul_id on CUDA. Two paths:
 //
-// Direct (n_tokens <= 8, and matmul_id up to 64 pairs or on other types): the weight rows are read in place as stored.
-// A CTA of 4 warps owns 4 output rows; the warps split each row into chunks of whole blocks
-// (chunk c goes to warp c % 4), copy the chunk of all 4 rows into shared memory with
-// cp.async (16-byte copies when the row is 16-byte aligned, as real model rows are; 8/4/2-byte
-// copies otherwise), double-buffered, then each lane decodes 8 weights at a time
+// Direct (n_tokens <= 8, and matmul_id up to 64 pairs or on other types): the weight rows are
+// read in place as stored. A CTA of 4 warps owns 4 output rows; the warps split each row into
+// chunks of whole blocks (chunk c goes to warp c % 4), copy the chunk of all 4 rows into shared
+// memory with cp.async (16-byte copies when the row is 16-byte aligned, as real model rows are;
+// 8/4/2-byte copies otherwise), double-buffered, then each lane decodes 8 weights at a time
 // (quant_blocks.cuh) and multiplies them with the fp32 activations (read through L1, reused
 // across the 4 rows) in fp32 FMAs. Per-lane partial sums are reduced across the warp and the
 // 4 warps in a fixed order, so a result does not depend on n_tokens or the other tokens.
@@ -656,8 +656,8 @@ bool matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, cons
   int32_t* tiles = num_tiles + 1;
   const int mmq_pairs = ctx->mmq_id_tile_pairs > 0 ? std::min(ctx->mmq_id_tile_pairs, 64)
                                                    : mmq_id_tile_pairs(n_pairs, n_expert);
-  const bool grouped = use_mmq_id(ctx, stacked, n_x_rows, n_pairs,
-                                  moe_tile_slots(n_pairs, n_expert, mmq_pairs));
+  const bool grouped =
+      use_mmq_id(ctx, stacked, n_x_rows, n_pairs, moe_tile_slots(n_pairs, n_expert, mmq_pairs));
   const int tile_pairs = grouped ? mmq_pairs : kDirectTokens;
   const int64_t tile_slots = moe_tile_slots(n_pairs, n_expert, tile_pairs);
   moe_plan_kernel<<<1, 1024, 2 * static_cast<size_t>(n_expert) * sizeof(int), s>>>(
