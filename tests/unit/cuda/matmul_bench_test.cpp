@@ -6,8 +6,8 @@
 //   prefill (dequant + cuBLAS): TFLOP/s at 512 tokens;
 //   matmul_id: a Qwen3-30B-A3B-shaped expert matmul (128 experts of 768 x 2048); and
 //   Qwen3.5-35B-A3B-shaped prefill (256 experts, 8 used: gate/up 512 x 2048, down 2048 x 512)
-//   at 4096 and 32768 pairs (512 and 4096 tokens), the grouped int8 MMA (mmq_id) against the
-//   direct kernel (MatmulIdPrefill);
+//   at 4096 and 32768 pairs (512 and 4096 tokens), and 128-1024 pairs (the crossover), the
+//   grouped int8 MMA (mmq_id) against the direct kernel (MatmulIdPrefill);
 //   mmq (int8 MMA, 9..256 tokens) against dequant + cuBLAS on Llama-3-8B shapes, and mmq's
 //   tilings side by side (Mmq, MmqTilings).
 // Timing: launches captured in a CUDA graph (rotating over enough weight copies to exceed the
@@ -326,7 +326,9 @@ TEST(CudaMatmulBench, MatmulIdPrefill) {
       wt.row_bytes = rb;
       wt.data = w;
       const bool down = sh.n_out > sh.n_in;
-      for (int64_t tokens : {int64_t{512}, max_tokens}) {
+      // 16-128 tokens (128-1024 pairs): where the 64-pair crossover to mmq_id should be checked.
+      for (int64_t tokens :
+           {int64_t{16}, int64_t{32}, int64_t{64}, int64_t{128}, int64_t{512}, max_tokens}) {
         const int64_t pairs = tokens * top_k;
         for (bool grouped : {true, false}) {
           backend::cuda::matmul_set_mmq_id(
