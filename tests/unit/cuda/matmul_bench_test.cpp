@@ -4,7 +4,10 @@
 //   decode (direct kernels): Llama-3-8B shapes, achieved GB/s (weight + x + y bytes) and % of
 //   the copy ceiling, at 1, 4 and 8 tokens;
 //   prefill (dequant + cuBLAS): TFLOP/s at 512 tokens;
-//   matmul_id: a Qwen3-30B-A3B-shaped expert matmul (128 experts of 768 x 2048);
+//   matmul_id: a Qwen3-30B-A3B-shaped expert matmul (128 experts of 768 x 2048); and
+//   Qwen3.5-35B-A3B-shaped prefill (256 experts, 8 used: gate/up 512 x 2048, down 2048 x 512)
+//   at 4096 and 32768 pairs (512 and 4096 tokens), and 128-1024 pairs (the crossover), the
+//   grouped int8 MMA (mmq_id) against the direct kernel (MatmulIdPrefill);
 //   mmq (int8 MMA, 9..256 tokens) against dequant + cuBLAS on Llama-3-8B shapes, and mmq's
 //   tilings side by side (Mmq, MmqTilings).
 // Timing: launches captured in a CUDA graph (rotating over enough weight copies to exceed the
@@ -252,7 +255,7 @@ TEST(CudaMatmulBench, MatmulId) {
       const int64_t pairs = tokens * top_k;
       const double us = time_graph_us(
           [&](int, cudaStream_t s) {
-            backend::cuda::matmul_id(ctx, wt, n_expert, x, rows, ids, y, pairs, s);
+            backend::cuda::matmul_id(ctx, wt, n_expert, x, tokens, rows, ids, y, pairs, s);
           },
           10);
       const double bytes = static_cast<double>(std::min<int64_t>(pairs, n_expert)) * rb * n_out;
@@ -268,6 +271,91 @@ TEST(CudaMatmulBench, MatmulId) {
   cudaFree(y);
   cudaFree(ids);
   cudaFree(rows);
+  backend::cuda::destroy_matmul_context(ctx);
+}
+
+// MoE prefill: the grouped int8 MMA (default dispatch above 64 pairs) and the direct kernel
+// (matmul_set_mmq_id to never) on the same routing; TFLOP/s counts 2 * pairs * n_out * n_in.
+// Gate/up pairs read token rows (8 per token), the down projection one row per pair. A copy of
+// the weights is ~70-280 MiB (over L2), so no rotation.
+TEST(CudaMatmulBench, MatmulIdPrefill) {
+  KILN_BENCH_REQUIRE();
+  const int64_t n_expert = 256, top_k = 8, max_tokens = 4096, max_pairs = max_tokens * top_k;
+  struct Shape {
+    const char* name;
+    int64_t n_out, n_in;
+  };
+  const Shape shapes[] = {{"gate/up", 512, 2048}, {"down", 2048, 512}};
+  auto* ctx = backend::cuda::create_matmul_context(max_tokens, 2048, 2048, max_pairs, n_expert);
+  ASSERT_NE(ctx, nullptr);
+  float *x, *y;
+  int32_t *ids, *tok_rows, *pair_rows;
+  KILN_CUDA_OK(cudaMalloc(&x, max_pairs * 2048 * sizeof(float)));
+  KILN_CUDA_OK(cudaMalloc(&y, max_pairs * 2048 * sizeof(float)));
+  KILN_CUDA_OK(cudaMalloc(&ids, max_pairs * sizeof(int32_t)));
+  KILN_CUDA_OK(cudaMalloc(&tok_rows, max_pairs * sizeof(int32_t)));
+  KILN_CUDA_OK(cudaMalloc(&pair_rows, max_pairs * sizeof(int32_t)));
+  // Each token's 8 experts distinct, uniformly at random.
+  std::mt19937 rng(3);
+  std::vector<int32_t> hid(max_pairs), htok(max_pairs), hpair(max_pairs);
+  for (int64_t t = 0; t < max_tokens; ++t) {
+    for (int64_t j = 0; j < top_k; ++j) {
+      int32_t e;
+      do {
+        e = static_cast<int32_t>(rng() % n_expert);
+      } while (std::find(hid.begin() + t * top_k, hid.begin() + t * top_k + j, e) !=
+               hid.begin() + t * top_k + j);
+      hid[t * top_k + j] = e;
+      htok[t * top_k + j] = static_cast<int32_t>(t);
+      hpair[t * top_k + j] = static_cast<int32_t>(t * top_k + j);
+    }
+  }
+  cudaMemcpy(ids, hid.data(), hid.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(tok_rows, htok.data(), htok.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(pair_rows, hpair.data(), hpair.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemset(x, 0x3c, max_pairs * 2048 * sizeof(float));
+  for (Type t : {Type::Q4_K, Type::Q6_K, Type::Q8_0}) {
+    for (const Shape& sh : shapes) {
+      const uint64_t rb = *quant::row_bytes(t, sh.n_in);
+      uint8_t* w = random_weight_bytes(t, rb * sh.n_out * n_expert);
+      ASSERT_NE(w, nullptr);
+      Weight wt;
+      wt.type = t;
+      wt.n_in = sh.n_in;
+      wt.n_out = sh.n_out;
+      wt.row_bytes = rb;
+      wt.data = w;
+      const bool down = sh.n_out > sh.n_in;
+      // 16-128 tokens (128-1024 pairs): where the 64-pair crossover to mmq_id should be checked.
+      for (int64_t tokens :
+           {int64_t{16}, int64_t{32}, int64_t{64}, int64_t{128}, int64_t{512}, max_tokens}) {
+        const int64_t pairs = tokens * top_k;
+        for (bool grouped : {true, false}) {
+          backend::cuda::matmul_set_mmq_id(
+              ctx, grouped ? backend::cuda::kMmqIdMinPairs : int64_t{1} << 40);
+          const double us = time_graph_us(
+              [&](int, cudaStream_t s) {
+                backend::cuda::matmul_id(ctx, wt, n_expert, x, down ? pairs : tokens,
+                                         down ? pair_rows : tok_rows, ids, y, pairs, s);
+              },
+              grouped ? 10 : 3);
+          std::printf("matmul_id %-5s %-7s %5ld pairs %-7s: %9.1f us, %6.1f TFLOP/s\n",
+                      std::string(quant::type_name(t)).c_str(), sh.name, pairs,
+                      grouped ? "mmq_id" : "direct", us,
+                      2.0 * pairs * sh.n_out * sh.n_in / us / 1e6);
+          std::fflush(stdout);
+        }
+      }
+      cudaFree(w);
+    }
+  }
+  backend::cuda::matmul_set_mmq_id(ctx, backend::cuda::kMmqIdMinPairs);
+  ASSERT_EQ(cudaSuccess, cudaGetLastError());
+  cudaFree(x);
+  cudaFree(y);
+  cudaFree(ids);
+  cudaFree(tok_rows);
+  cudaFree(pair_rows);
   backend::cuda::destroy_matmul_context(ctx);
 }
 

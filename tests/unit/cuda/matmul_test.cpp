@@ -4,14 +4,18 @@
 //   int8 matvec (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K at n_tokens <= 8) and int8 MMA (the same types at
 //   9..16 tokens by default, 9..256 when a test moves the crossover; mmq): activations rounded
 //   to int8 per 32 values, 1.5e-2 (and 1e-5 on activations that int8 holds exactly);
-//   direct kernels (other types at n_tokens <= 8, n_in % 8 == 0; every matmul_id): fp32
-//   arithmetic, 1e-5;
+//   direct kernels (other types at n_tokens <= 8, n_in % 8 == 0; matmul_id up to 64 pairs or
+//   on other types): fp32 arithmetic, 1e-5;
+//   grouped int8 MMA (matmul_id above 64 pairs on mmq's types; mmq_id): mmq's rounding, so
+//   mmq's bounds (1.5e-2, and 1e-5 on activations that int8 holds exactly);
 //   cuBLAS path with F32 weights: plain fp32 GEMM, 1e-5;
 //   cuBLAS path with any other type: fp16 operands (weights and activations each rounded to
 //   fp16, relative 2^-11), fp32 accumulation: 2e-3.
 // Outputs are poisoned with NaN before each run; every element must be written and finite.
 // A CUDA graph capture of each path must replay to the same bits as the eager call.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <random>
 #include <vector>
@@ -62,6 +66,19 @@ std::vector<float> gaussian(size_t n, std::mt19937_64& rng, float scale = 1.0f) 
   std::vector<float> v(n);
   for (auto& f : v) f = nd(rng);
   return v;
+}
+
+// Activations that int8 levels hold exactly (each group of 32: integers in [-127, 127] with one
+// of magnitude 127, times a power of two), as MatvecExactOnRepresentableActivations.
+std::vector<float> representable(int64_t n, std::mt19937_64& rng) {
+  std::vector<float> x(static_cast<size_t>(n));
+  for (size_t g = 0; g < x.size() / 32; ++g) {
+    const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 9);
+    for (int i = 0; i < 32; ++i)
+      x[g * 32 + i] = scale * static_cast<float>(static_cast<int>(rng() % 255) - 127);
+    x[g * 32 + rng() % 32] = (rng() & 1 ? 127.0f : -127.0f) * scale;
+  }
+  return x;
 }
 
 // n_rows rows of n_in Gaussian weights quantized to `type` (host bytes).
@@ -230,10 +247,13 @@ void check_matmul_id(backend::cuda::MatmulContext* ctx, Type type, int64_t n_in,
   test::DeviceVec<int32_t> did(ids), dxr(x_rows);
   test::DeviceVec<float> dy(ref.size());
   KILN_CUDA_OK(cudaMemset(dy.get(), 0xff, ref.size() * sizeof(float)));
-  backend::cuda::matmul_id(ctx, weight_view(type, n_in, n_out, dw.get()), n_expert, dx.get(),
-                           dxr.get(), did.get(), dy.get(), n_pairs, nullptr);
+  const bool grouped =
+      backend::cuda::matmul_id(ctx, weight_view(type, n_in, n_out, dw.get()), n_expert, dx.get(),
+                               n_tokens, dxr.get(), did.get(), dy.get(), n_pairs, nullptr);
   KILN_CUDA_OK(cudaDeviceSynchronize());
-  EXPECT_LE(rel_error(dy.to_host(), ref), kDirectBound);
+  // Above 64 pairs mmq's types take the grouped int8 MMA (mmq_id), the rest the direct kernel.
+  EXPECT_EQ(grouped, n_pairs > 64 && matvec_type(type));
+  EXPECT_LE(rel_error(dy.to_host(), ref), grouped ? kMatvecBound : kDirectBound);
 }
 
 TEST(CudaMatmul, MatmulIdMatchesPerExpertReference) {
@@ -248,8 +268,125 @@ TEST(CudaMatmul, MatmulIdMatchesPerExpertReference) {
     SCOPED_TRACE(testing::Message() << quant::type_name(t) << " seed=" << seed);
     check_matmul_id(ctx.p, t, n_in, 37, 5, 1, 2, rng);   // decode: 2 pairs
     check_matmul_id(ctx.p, t, n_in, 37, 5, 3, 2, rng);   // 6 pairs
+    check_matmul_id(ctx.p, t, n_in, 37, 5, 16, 4, rng);  // 64 pairs: the direct kernel
     check_matmul_id(ctx.p, t, n_in, 37, 5, 40, 4, rng);  // several tiles per expert
   }
+}
+
+// Pairs routed unevenly over 128 experts: expert 0 takes 200 (more than two 64-pair tiles),
+// experts 1..9 none, experts 10..15 exactly 16, 17, 32, 33, 64 and 65 (a tile width and one
+// past it, for each width), the rest at random; a few pairs have no expert (id -1: their rows
+// stay unwritten). Pair order shuffled.
+std::vector<int32_t> skewed_ids(int64_t n_pairs, int64_t n_expert, std::mt19937_64& rng) {
+  std::vector<int32_t> ids;
+  auto add = [&](int32_t e, int64_t n) { ids.insert(ids.end(), static_cast<size_t>(n), e); };
+  add(0, 200);
+  const int64_t exact[] = {16, 17, 32, 33, 64, 65};
+  for (int i = 0; i < 6; ++i) add(10 + i, exact[i]);
+  add(-1, 5);
+  while (static_cast<int64_t>(ids.size()) < n_pairs)
+    ids.push_back(static_cast<int32_t>(16 + rng() % (n_expert - 16)));
+  std::shuffle(ids.begin(), ids.end(), rng);
+  return ids;
+}
+
+// matmul_id's grouped int8 MMA (mmq_id, > 64 pairs) against the per-pair reference: every
+// type mmq takes, up and down projection shapes (ragged: 256 x 512 and 512 x 256 per expert),
+// x_rows pointing at token rows (8 pairs per token, gate/up) or one row per pair (down), every
+// tile width (16, 32, 64 forced, and the default). Bounds as mmq (MmqMatchesReference): 1e-5 on
+// representable activations (a wrong row, nibble, scale or min shows), kMatvecBound on
+// Gaussian ones; each pair's result does not depend on the tile width (bitwise equal), and a
+// call reusing the int8 rows of the previous one (x_quantized) gives the same bits.
+TEST(CudaMatmul, MatmulIdGroupedMmqMatchesReference) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int64_t n_expert = 128, top_k = 8;
+  Ctx ctx(3000, 512, 512, 3000, n_expert);
+  ASSERT_NE(ctx.p, nullptr);
+  struct Shape {
+    int64_t n_out, n_in;
+  };
+  for (Type t : {Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q5_K, Type::Q6_K}) {
+    for (const Shape sh : {Shape{256, 512}, Shape{512, 256}}) {
+      const std::vector<uint8_t> wb = quantized_rows(t, n_expert * sh.n_out, sh.n_in, rng);
+      test::DeviceVec<uint8_t> dw(wb);
+      const Weight w = weight_view(t, sh.n_in, sh.n_out, dw.get());
+      const uint64_t expert_bytes = *quant::row_bytes(t, sh.n_in) * sh.n_out;
+      for (bool per_token : {true, false}) {
+        // Gate/up: 300 tokens x 8 pairs, Gaussian; down: 1500 pair rows, representable.
+        const int64_t n_pairs = per_token ? 300 * top_k : 1500;
+        const int64_t n_rows = per_token ? n_pairs / top_k : n_pairs;
+        const bool exact = !per_token;
+        SCOPED_TRACE(testing::Message()
+                     << quant::type_name(t) << " " << sh.n_out << "x" << sh.n_in
+                     << (per_token ? " token rows" : " pair rows") << " seed=" << seed);
+        const std::vector<int32_t> ids = skewed_ids(n_pairs, n_expert, rng);
+        std::vector<int32_t> x_rows(static_cast<size_t>(n_pairs));
+        for (int64_t p = 0; p < n_pairs; ++p)
+          x_rows[p] = static_cast<int32_t>(per_token ? p / top_k : p);
+        const std::vector<float> x = exact ? representable(n_rows * sh.n_in, rng)
+                                           : gaussian(static_cast<size_t>(n_rows * sh.n_in), rng);
+        // The reference per expert (its pairs' rows gathered), valid pairs only.
+        std::vector<float> ref(static_cast<size_t>(n_pairs * sh.n_out));
+        for (int64_t e = 0; e < n_expert; ++e) {
+          std::vector<int64_t> ps;
+          for (int64_t p = 0; p < n_pairs; ++p)
+            if (ids[p] == e) ps.push_back(p);
+          if (ps.empty()) continue;
+          std::vector<float> xe(ps.size() * sh.n_in), ye(ps.size() * sh.n_out);
+          for (size_t i = 0; i < ps.size(); ++i)
+            std::copy_n(x.data() + x_rows[ps[i]] * sh.n_in, sh.n_in, xe.data() + i * sh.n_in);
+          backend::cpu::matmul_reference(
+              weight_view(t, sh.n_in, sh.n_out, wb.data() + e * expert_bytes), xe.data(), ye.data(),
+              static_cast<int64_t>(ps.size()), nullptr);
+          for (size_t i = 0; i < ps.size(); ++i)
+            std::copy_n(ye.data() + i * sh.n_out, sh.n_out, ref.data() + ps[i] * sh.n_out);
+        }
+        test::DeviceVec<float> dx(x);
+        test::DeviceVec<int32_t> did(ids), dxr(x_rows);
+        test::DeviceVec<float> dy(ref.size());
+        std::vector<float> first;
+        for (int tile_pairs : {0, 16, 32, 64}) {
+          SCOPED_TRACE(testing::Message() << "tile_pairs=" << tile_pairs);
+          backend::cuda::matmul_set_mmq_id(ctx.p, backend::cuda::kMmqIdMinPairs, tile_pairs);
+          KILN_CUDA_OK(cudaMemset(dy.get(), 0xff, ref.size() * sizeof(float)));
+          EXPECT_TRUE(backend::cuda::matmul_id(ctx.p, w, n_expert, dx.get(), n_rows, dxr.get(),
+                                               did.get(), dy.get(), n_pairs, nullptr));
+          KILN_CUDA_OK(cudaDeviceSynchronize());
+          std::vector<float> y = dy.to_host();
+          // Pairs without an expert stay poisoned; the others are compared with the reference.
+          std::vector<float> yv, rv;
+          for (int64_t p = 0; p < n_pairs; ++p) {
+            for (int64_t o = 0; o < sh.n_out; ++o) {
+              const float v = y[p * sh.n_out + o];
+              if (ids[p] < 0) {
+                uint32_t bits;
+                std::memcpy(&bits, &v, 4);
+                EXPECT_EQ(bits, 0xffffffffu) << "pair " << p << " without an expert was written";
+              } else {
+                yv.push_back(v);
+                rv.push_back(ref[p * sh.n_out + o]);
+              }
+            }
+          }
+          EXPECT_LE(rel_error(yv, rv), exact ? kDirectBound : kMatvecBound);
+          if (first.empty()) {
+            first = y;
+          } else {
+            EXPECT_EQ(y, first) << "the result depends on the tile width";
+          }
+        }
+        // The int8 rows the last call left reused for another product of the same x.
+        test::DeviceVec<float> dy2(ref.size());
+        EXPECT_TRUE(backend::cuda::matmul_id(ctx.p, w, n_expert, dx.get(), n_rows, dxr.get(),
+                                             did.get(), dy2.get(), n_pairs, nullptr, true));
+        KILN_CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_EQ(dy2.to_host(), dy.to_host()) << "x_quantized";
+      }
+    }
+  }
+  backend::cuda::matmul_set_mmq_id(ctx.p, backend::cuda::kMmqIdMinPairs, 0);
 }
 
 // Captures f on a stream into a graph and replays it; returns the output after the replay.
@@ -301,12 +438,18 @@ TEST(CudaMatmul, GraphReplayEqualsEager) {
   test::DeviceVec<int32_t> did(ids), dxr(x_rows);
   test::DeviceVec<float> dy(64 * n_out);
   auto run_id = [&](cudaStream_t s) {
-    backend::cuda::matmul_id(ctx.p, w, n_expert, dx.get(), dxr.get(), did.get(), dy.get(), 64, s);
+    backend::cuda::matmul_id(ctx.p, w, n_expert, dx.get(), 32, dxr.get(), did.get(), dy.get(), 64,
+                             s);
   };
-  run_id(nullptr);
-  KILN_CUDA_OK(cudaDeviceSynchronize());
-  const std::vector<float> eager = dy.to_host();
-  EXPECT_EQ(replay(run_id, dy, 64 * n_out), eager) << "matmul_id seed=" << seed;
+  // 64 pairs: the direct kernel; then the grouped int8 MMA (moved to take 64 pairs).
+  for (int64_t min_pairs : {backend::cuda::kMmqIdMinPairs, int64_t{0}}) {
+    backend::cuda::matmul_set_mmq_id(ctx.p, min_pairs);
+    run_id(nullptr);
+    KILN_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> eager = dy.to_host();
+    EXPECT_EQ(replay(run_id, dy, 64 * n_out), eager)
+        << "matmul_id min_pairs=" << min_pairs << " seed=" << seed;
+  }
 }
 
 TEST(CudaMatmul, ContextReportsItsBytes) {
@@ -316,9 +459,16 @@ TEST(CudaMatmul, ContextReportsItsBytes) {
   // The cuBLAS workspace (32 MiB), 16 x 4096 fp16 activations, 4096 x 4096 fp16 weights, the
   // matvec's and mmq's 16 x 4096 int8 activations with 16 x 128 (d, sum) pairs, and mmq's
   // split-K scratch: 4 x 16 x 4096 partial sums and 16384 tile counters.
-  EXPECT_EQ(backend::cuda::matmul_context_bytes(ctx.p),
-            (uint64_t{32} << 20) + 16 * 4096 * 2 + 4096 * 4096 * 2 + 16 * 4096 + 16 * 128 * 8 +
-                4 * 16 * 4096 * 4 + 16384 * 4);
+  const uint64_t dense = (uint64_t{32} << 20) + 16 * 4096 * 2 + 4096 * 4096 * 2 + 16 * 4096 +
+                         16 * 128 * 8 + 4 * 16 * 4096 * 4 + 16384 * 4;
+  EXPECT_EQ(backend::cuda::matmul_context_bytes(ctx.p), dense);
+  // With matmul_id (128 pairs, 8 experts): the plan (perm [128], the tile count, 3 words per
+  // tile slot: 128 / 8 + 8 slots) and the grouped mmq's int8 rows, max(16, 128) x 4096 levels
+  // and their (d, sum) pairs.
+  Ctx moe(16, 4096, 4096, 128, 8);
+  ASSERT_NE(moe.p, nullptr);
+  EXPECT_EQ(backend::cuda::matmul_context_bytes(moe.p),
+            dense + (128 + 1 + 3 * 24) * 4 + 128 * 4096 + 128 * 128 * 8);
 }
 
 // Activations that int8 levels hold exactly (each group of 32: integers in [-127, 127] with
@@ -406,19 +556,6 @@ TEST(CudaMatmul, SharedInputEqualsSeparateCalls) {
       EXPECT_EQ(shared[i].to_host(), single[i].to_host())
           << "weight " << i << " n_tokens=" << n_tokens << " seed=" << seed;
   }
-}
-
-// Activations that int8 levels hold exactly (each group of 32: integers in [-127, 127] with one
-// of magnitude 127, times a power of two), as MatvecExactOnRepresentableActivations.
-std::vector<float> representable(int64_t n, std::mt19937_64& rng) {
-  std::vector<float> x(static_cast<size_t>(n));
-  for (size_t g = 0; g < x.size() / 32; ++g) {
-    const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 9);
-    for (int i = 0; i < 32; ++i)
-      x[g * 32 + i] = scale * static_cast<float>(static_cast<int>(rng() % 255) - 127);
-    x[g * 32 + rng() % 32] = (rng() & 1 ? 127.0f : -127.0f) * scale;
-  }
-  return x;
 }
 
 // The int8 MMA path (mmq, 9..256 tokens) on every tiling (16, 32 or 64 tokens per CTA; one

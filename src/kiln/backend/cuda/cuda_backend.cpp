@@ -573,13 +573,14 @@ class CudaBackend final : public Backend {
     cuda::matmul(matmul_, *w.router, xn.data, router.data, n, stream_);
     cuda::moe_topk(router.data, n, w.n_expert, static_cast<int32_t>(k), s.chosen, s.weights.data,
                    s.x_rows, stream_);
-    cuda::matmul_id(matmul_, *w.gate_exps, w.n_expert, xn.data, s.x_rows, s.chosen, s.gate.data,
-                    pairs, stream_);
-    cuda::matmul_id(matmul_, *w.up_exps, w.n_expert, xn.data, s.x_rows, s.chosen, s.up.data, pairs,
-                    stream_);
+    // gate and up read the same token rows: quantized once when both take the grouped mmq.
+    const bool xn_q8 = cuda::matmul_id(matmul_, *w.gate_exps, w.n_expert, xn.data, n, s.x_rows,
+                                       s.chosen, s.gate.data, pairs, stream_);
+    cuda::matmul_id(matmul_, *w.up_exps, w.n_expert, xn.data, n, s.x_rows, s.chosen, s.up.data,
+                    pairs, stream_, xn_q8);
     cuda::swiglu(s.gate.data, s.up.data, s.gate.data, pairs * w.n_ff, stream_);
-    cuda::matmul_id(matmul_, *w.down_exps, w.n_expert, s.gate.data, iota_, s.chosen, s.out.data,
-                    pairs, stream_);
+    cuda::matmul_id(matmul_, *w.down_exps, w.n_expert, s.gate.data, pairs, iota_, s.chosen,
+                    s.out.data, pairs, stream_);
     cuda::moe_combine(s.out.data, s.weights.data, n, static_cast<int32_t>(k), xn.cols, out.data,
                       stream_);
   }

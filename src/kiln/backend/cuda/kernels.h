@@ -199,13 +199,18 @@ MatmulQ8 matmul_q8(MatmulContext* ctx);
 // MoE expert matmul: for each pair p < n_pairs, y[p] = W_{ids[p]} . x[x_rows[p]], W_e expert e
 // of a stacked weight (n_expert matrices of stacked.n_out rows each, back to back: expert e
 // starts at stacked.data + e * n_out * row_bytes). ids, x_rows: device int32 [n_pairs], each id
-// in [0, n_expert) (a pair with another id is left unwritten); x [*, n_in], y [n_pairs, n_out].
-// Pairs are grouped by expert on the device and each expert's rows are read once per 8 of its
-// pairs by the direct kernels (fp32 arithmetic). Needs n_in % 8 == 0 and n_pairs, n_expert
-// within the context's bounds.
-void matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, const float* x,
-               const int32_t* x_rows, const int32_t* ids, float* y, int64_t n_pairs,
-               cudaStream_t s);
+// in [0, n_expert) (a pair with another id is left unwritten), each x row < n_x_rows; x
+// [n_x_rows, n_in], y [n_pairs, n_out]. Pairs are grouped by expert on the device. Up to 64
+// pairs (decode), and for types mmq does not take, each expert's rows are read once per 8 of
+// its pairs by the direct kernels (fp32 arithmetic, ~1e-5); above, Q4_0/Q8_0/Q4_K/Q5_K/Q6_K go
+// to the grouped int8 MMA (mmq.h mmq_id: x rounded to int8 per 32 values, as mmq, ~5e-3).
+// Needs n_in % 8 == 0 and n_pairs, n_expert within the context's bounds.
+// x_quantized: the previous matmul_id call had this same x and n_x_rows and returned true (its
+// int8 rows are reused: gate then up). Returns whether the context's grouped int8 rows hold x
+// afterwards.
+bool matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, const float* x,
+               int64_t n_x_rows, const int32_t* x_rows, const int32_t* ids, float* y,
+               int64_t n_pairs, cudaStream_t s, bool x_quantized = false);
 
 // ---- int8 matrix-vector products (matvec.cu) ------------------------------------------------
 

@@ -1,10 +1,10 @@
 // matmul and matmul_id on CUDA. Two paths:
 //
-// Direct (n_tokens <= 8, and every matmul_id): the weight rows are read in place as stored.
-// A CTA of 4 warps owns 4 output rows; the warps split each row into chunks of whole blocks
-// (chunk c goes to warp c % 4), copy the chunk of all 4 rows into shared memory with
-// cp.async (16-byte copies when the row is 16-byte aligned, as real model rows are; 8/4/2-byte
-// copies otherwise), double-buffered, then each lane decodes 8 weights at a time
+// Direct (n_tokens <= 8, and matmul_id up to 64 pairs or on other types): the weight rows are
+// read in place as stored. A CTA of 4 warps owns 4 output rows; the warps split each row into
+// chunks of whole blocks (chunk c goes to warp c % 4), copy the chunk of all 4 rows into shared
+// memory with cp.async (16-byte copies when the row is 16-byte aligned, as real model rows are;
+// 8/4/2-byte copies otherwise), double-buffered, then each lane decodes 8 weights at a time
 // (quant_blocks.cuh) and multiplies them with the fp32 activations (read through L1, reused
 // across the 4 rows) in fp32 FMAs. Per-lane partial sums are reduced across the warp and the
 // 4 warps in a fixed order, so a result does not depend on n_tokens or the other tokens.
@@ -15,7 +15,9 @@
 // mmq (Q4_0/Q8_0/Q4_K/Q5_K/Q6_K from 9 tokens up to a crossover by weight size: 64 or 16,
 // below): activations quantized to int8 per 32 values (or as their producer wrote them), int8
 // tensor-core MMA on the weights as stored (mmq.cu). KILN_CUDA_MMQ=0 sends these to cuBLAS (for
-// comparisons).
+// comparisons). matmul_id of more than 64 pairs on these types runs mmq's grouped variant
+// (mmq_id): the pairs grouped by expert into tiles of 16-64 pairs of one expert, the activation
+// rows quantized once into the context's own int8 buffer (KILN_CUDA_MMQ=0: the direct kernel).
 //
 // cuBLAS (n_tokens > 8, and above the mmq range): activations are rounded to fp16 into scratch; F16
 // weights are used in place, other types are dequantized to fp16 in chunks of rows (<= 64 MiB of
@@ -52,6 +54,15 @@ struct MatmulContext {
   int64_t mmq_max_tokens = 0;  // the largest token count mmq takes (0: none)
   bool mmq_forced = false;     // matmul_set_mmq: mmq_max_tokens for every weight size
   MmqScratch mmq;
+  // matmul_id's grouped mmq: int8 activations [id_rows, max_n_in rounded up to 256] and their
+  // (d, sum) pairs, holding either the token rows of a gate/up call or the pair rows of a down
+  // call (never live together: the down input is produced after the up call has read its
+  // rows), so id_rows = max(max_tokens, max_pairs).
+  int8_t* id_xq = nullptr;
+  float2* id_xds = nullptr;
+  int64_t id_values = 0;  // capacity of id_xq in values (rows x n_in, any split)
+  int64_t mmq_id_min_pairs = kMmqIdMinPairs;
+  int mmq_id_tile_pairs = 0;  // forced tile width (matmul_set_mmq_id); 0: by the shape
   int64_t max_n_in = 0;
   int64_t max_pairs = 0;
   int64_t max_experts = 0;
@@ -352,9 +363,10 @@ DirectArgs direct_args(const Weight& w, const float* x, float* y) {
 }
 
 // Groups the pairs by expert: perm lists the pairs of expert 0, then 1, ...; one tile per
-// run of up to kDirectTokens pairs of one expert. One CTA; counts in shared memory.
-__global__ void moe_plan_kernel(const int32_t* ids, int64_t n_pairs, int n_expert, int32_t* perm,
-                                int32_t* num_tiles, int32_t* tiles) {
+// run of up to tile_pairs pairs of one expert (kDirectTokens for the direct kernel, the grouped
+// mmq's tile width for it). One CTA; counts in shared memory.
+__global__ void moe_plan_kernel(const int32_t* ids, int64_t n_pairs, int n_expert, int tile_pairs,
+                                int32_t* perm, int32_t* num_tiles, int32_t* tiles) {
   extern __shared__ int counts[];  // [n_expert] counts, then [n_expert] cursors
   int* cursor = counts + n_expert;
   for (int e = threadIdx.x; e < n_expert; e += blockDim.x) counts[e] = 0;
@@ -368,10 +380,10 @@ __global__ void moe_plan_kernel(const int32_t* ids, int64_t n_pairs, int n_exper
     int off = 0, nt = 0;
     for (int e = 0; e < n_expert; ++e) {
       cursor[e] = off;
-      for (int k = 0; k < counts[e]; k += kDirectTokens, ++nt) {
+      for (int k = 0; k < counts[e]; k += tile_pairs, ++nt) {
         tiles[3 * nt] = e;
         tiles[3 * nt + 1] = off + k;
-        tiles[3 * nt + 2] = min(kDirectTokens, counts[e] - k);
+        tiles[3 * nt + 2] = min(tile_pairs, counts[e] - k);
       }
       off += counts[e];
     }
@@ -478,6 +490,12 @@ MatmulContext* create_matmul_context(int64_t max_tokens, int64_t max_n_in, int64
                      std::min(max_pairs, std::max<int64_t>(1, max_experts));
     alloc(reinterpret_cast<void**>(&ctx->moe),
           static_cast<size_t>(max_pairs + 1 + 3 * ctx->max_tiles) * sizeof(int32_t));
+    if (mmq_enabled()) {
+      ctx->id_values = std::max(std::max<int64_t>(1, max_tokens), max_pairs) * q_in;
+      alloc(reinterpret_cast<void**>(&ctx->id_xq), static_cast<size_t>(ctx->id_values));
+      alloc(reinterpret_cast<void**>(&ctx->id_xds),
+            static_cast<size_t>(ctx->id_values / 32) * sizeof(float2));
+    }
   }
   if (!ok) {
     destroy_matmul_context(ctx);
@@ -497,6 +515,8 @@ void destroy_matmul_context(MatmulContext* ctx) {
   cudaFree(ctx->xds);
   cudaFree(ctx->mmq.partials);
   cudaFree(ctx->mmq.counters);
+  cudaFree(ctx->id_xq);
+  cudaFree(ctx->id_xds);
   delete ctx;
 }
 
@@ -518,6 +538,24 @@ bool matvec_enabled() {
 bool use_matvec(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
   return matvec_enabled() && n_tokens <= kMatvecMaxTokens && w.n_in <= ctx->max_n_in &&
          matvec_supports(w);
+}
+
+// The grouped mmq for matmul_id above mmq_id_min_pairs pairs (kMmqIdMinPairs = 64 by default):
+// up to 64 pairs (a decode step of up to 8 sequences at top-8 routing) each chosen expert has
+// about one pair, every path reads each chosen expert's weights once, and the direct kernel
+// does so in exact fp32 arithmetic; with more pairs the direct kernel re-reads an expert's
+// weights per 8 of its pairs on the FP32 pipe while mmq reads them once per 16-64 on the tensor
+// cores. (Not measured at the boundary: matmul_set_mmq_id moves it.)
+bool use_mmq_id(const MatmulContext* ctx, const Weight& w, int64_t n_x_rows, int64_t n_pairs,
+                int64_t tile_slots) {
+  return ctx->id_xq != nullptr && n_pairs > ctx->mmq_id_min_pairs && mmq_supports(w) &&
+         n_x_rows * w.n_in <= ctx->id_values && tile_slots <= 65535;
+}
+
+// Tile slots for n_pairs in tiles of up to tile_pairs pairs of one expert: at most one
+// part-filled run per expert with pairs, the rest full.
+int64_t moe_tile_slots(int64_t n_pairs, int64_t n_expert, int tile_pairs) {
+  return (n_pairs + tile_pairs - 1) / tile_pairs + std::min(n_pairs, n_expert);
 }
 
 bool use_mmq(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
@@ -602,27 +640,50 @@ MatmulQ8 matmul_q8(MatmulContext* ctx) {
   return q;
 }
 
-void matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, const float* x,
-               const int32_t* x_rows, const int32_t* ids, float* y, int64_t n_pairs,
-               cudaStream_t s) {
-  if (n_pairs <= 0 || stacked.n_out <= 0 || !supports_type(stacked.type)) return;
-  if (n_pairs > ctx->max_pairs || n_expert > ctx->max_experts || stacked.n_in % 8 != 0) return;
+void matmul_set_mmq_id(MatmulContext* ctx, int64_t min_pairs, int tile_pairs) {
+  ctx->mmq_id_min_pairs = min_pairs;
+  ctx->mmq_id_tile_pairs = tile_pairs;
+}
+
+bool matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, const float* x,
+               int64_t n_x_rows, const int32_t* x_rows, const int32_t* ids, float* y,
+               int64_t n_pairs, cudaStream_t s, bool x_quantized) {
+  if (n_pairs <= 0 || stacked.n_out <= 0 || !supports_type(stacked.type)) return x_quantized;
+  if (n_pairs > ctx->max_pairs || n_expert > ctx->max_experts || stacked.n_in % 8 != 0)
+    return x_quantized;
   int32_t* perm = ctx->moe;
   int32_t* num_tiles = perm + ctx->max_pairs;
   int32_t* tiles = num_tiles + 1;
+  const int mmq_pairs = ctx->mmq_id_tile_pairs > 0 ? std::min(ctx->mmq_id_tile_pairs, 64)
+                                                   : mmq_id_tile_pairs(n_pairs, n_expert);
+  const bool grouped =
+      use_mmq_id(ctx, stacked, n_x_rows, n_pairs, moe_tile_slots(n_pairs, n_expert, mmq_pairs));
+  const int tile_pairs = grouped ? mmq_pairs : kDirectTokens;
+  const int64_t tile_slots = moe_tile_slots(n_pairs, n_expert, tile_pairs);
   moe_plan_kernel<<<1, 1024, 2 * static_cast<size_t>(n_expert) * sizeof(int), s>>>(
-      ids, n_pairs, static_cast<int>(n_expert), perm, num_tiles, tiles);
+      ids, n_pairs, static_cast<int>(n_expert), tile_pairs, perm, num_tiles, tiles);
+  if (grouped) {
+    if (!x_quantized) quantize_q8_32(x, n_x_rows, stacked.n_in, ctx->id_xq, ctx->id_xds, s);
+    MmqIdTiles t;
+    t.tiles = tiles;
+    t.num_tiles = num_tiles;
+    t.perm = perm;
+    t.x_rows = x_rows;
+    t.tile_slots = tile_slots;
+    t.tile_pairs = tile_pairs;
+    mmq_id(stacked, y, ctx->id_xq, ctx->id_xds, t, s);
+    return true;
+  }
   DirectArgs a = direct_args(stacked, x, y);
   a.expert_bytes = static_cast<uint64_t>(stacked.n_out) * stacked.row_bytes;
   a.tiles = tiles;
   a.num_tiles = num_tiles;
   a.perm = perm;
   a.x_rows = x_rows;
-  const int64_t tile_slots =
-      (n_pairs + kDirectTokens - 1) / kDirectTokens + std::min(n_pairs, n_expert);
   const dim3 grid(static_cast<unsigned>((stacked.n_out + kRowsPerCta - 1) / kRowsPerCta),
                   static_cast<unsigned>(std::min<int64_t>(tile_slots, 65535)));
   dispatch_direct(stacked.type, a, kDirectTokens, grid, s);
+  return x_quantized;
 }
 
 }  // namespace kiln::backend::cuda

@@ -29,6 +29,15 @@
 // cores (docs/performance.md: 70-110 int8 TOPS on the H200 at 64-256 tokens). Split-K partials go
 // to scratch; the last CTA of a tile to arrive (a counter per tile, reset by that CTA) sums them in
 // split order, so the result does not depend on the order the CTAs ran in.
+//
+// Grouped (mmq_id, MoE experts): the same kernel with kId set. A CTA's tile is (row tile,
+// tile slot); a slot is a run of up to kBN pairs of one expert, planned on the device into a
+// tile list (matmul.cu moe_plan_kernel). The CTA reads the slot once: its weights start at w +
+// expert * expert_bytes, B row j is int8 row x_rows[perm[start + j]] (rows past the run's count
+// repeat its last row, and their outputs are not written), output row j is pair perm[start + j]
+// of y. The row indices sit in shared memory for the cp.async issue and the epilogue; nothing
+// else differs, so a pair's result does not depend on the tile width or the other pairs. No
+// split-K: a prefill's tiles fill the GPU many times over.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -231,11 +240,20 @@ struct MmqArgs {
   int splits;
   float* partials;  // [splits, n_tokens, n_out] when splits > 1
   int* counters;    // one per (token tile, row tile), zero between launches
+  // Grouped (mmq_id, kId): tile slot i (blockIdx.y) is expert tiles[3i] (weights at w + e *
+  // expert_bytes) and pairs perm[tiles[3i + 1] + j], j < tiles[3i + 2] <= kBN; its B row j is
+  // row x_rows[pair] of xq, its output row j is y[pair]. Slots past *num_tiles are empty.
+  uint64_t expert_bytes;
+  const int32_t* tiles;
+  const int32_t* num_tiles;
+  const int32_t* perm;
+  const int32_t* x_rows;
 };
 
-template <class Q, int kBN>
-__device__ __forceinline__ void issue_step(const MmqArgs& a, int64_t step, int buf, int64_t row0,
-                                           int tok0) {
+// xrows: the tile's kBN activation rows (shared memory) when kId; else rows tok0.. (clamped).
+template <class Q, int kBN, bool kId>
+__device__ __forceinline__ void issue_step(const MmqArgs& a, const uint8_t* w, const int* xrows,
+                                           int64_t step, int buf, int64_t row0, int tok0) {
   constexpr int kWS = w_stride<Q>(), kXS = x_stride<Q>();
   constexpr int kWChunks = kWS / 16;
   const uint32_t base =
@@ -246,7 +264,7 @@ __device__ __forceinline__ void issue_step(const MmqArgs& a, int64_t step, int b
   for (int i = threadIdx.x; i < kBM * kWChunks; i += kThreads) {
     const int r = i / kWChunks, ch = i % kWChunks;
     const int64_t row = std::min<int64_t>(row0 + r, a.n_out - 1);
-    const uintptr_t src = reinterpret_cast<uintptr_t>(a.w) + row * a.row_bytes + step * Q::kChunk;
+    const uintptr_t src = reinterpret_cast<uintptr_t>(w) + row * a.row_bytes + step * Q::kChunk;
     const int m = static_cast<int>(src & 15);
     if (16 * ch < m + wbytes)
       cp_async16(base + r * kWS + 16 * ch,
@@ -254,13 +272,13 @@ __device__ __forceinline__ void issue_step(const MmqArgs& a, int64_t step, int b
   }
   for (int i = threadIdx.x; i < kBN * 16; i += kThreads) {
     const int t = i / 16, ch = i % 16;
-    const int tok = min(tok0 + t, a.n_tokens - 1);
+    const int64_t tok = kId ? xrows[t] : min(tok0 + t, a.n_tokens - 1);
     if (ch < 2 * groups)
       cp_async16(xbase + t * kXS + 16 * ch, a.xq + tok * a.n_in + step * kKStep + 16 * ch);
   }
   for (int i = threadIdx.x; i < kBN * 8; i += kThreads) {
     const int j = i / kBN, t = i % kBN;
-    const int tok = min(tok0 + t, a.n_tokens - 1);
+    const int64_t tok = kId ? xrows[t] : min(tok0 + t, a.n_tokens - 1);
     if (j < groups) cp_async8(dsbase + (j * kBN + t) * 8, a.xds + tok * a.n_groups + step * 8 + j);
   }
 }
@@ -268,7 +286,8 @@ __device__ __forceinline__ void issue_step(const MmqArgs& a, int64_t step, int b
 // The step's weight scales, once per CTA: (scale, min) of each row's 8 groups into the scale
 // table (Q6_K: d alone, in [r][0]; its int8 scales are read where they are used).
 template <class Q, int kBN>
-__device__ __forceinline__ void prep_step(const MmqArgs& a, int64_t step, int buf, int64_t row0) {
+__device__ __forceinline__ void prep_step(const MmqArgs& a, const uint8_t* w, int64_t step, int buf,
+                                          int64_t row0) {
   constexpr int kWS = w_stride<Q>();
   const int sbase = buf * stage_bytes<Q, kBN>();
   float2* table = reinterpret_cast<float2*>(mmq_smem + num_stages<kBN>() * stage_bytes<Q, kBN>());
@@ -277,7 +296,7 @@ __device__ __forceinline__ void prep_step(const MmqArgs& a, int64_t step, int bu
     const int r = i / 8, j = i % 8;
     if (j >= groups) continue;
     const int64_t row = std::min<int64_t>(row0 + r, a.n_out - 1);
-    const uintptr_t src = reinterpret_cast<uintptr_t>(a.w) + row * a.row_bytes + step * Q::kChunk;
+    const uintptr_t src = reinterpret_cast<uintptr_t>(w) + row * a.row_bytes + step * Q::kChunk;
     const int off = sbase + r * kWS + static_cast<int>(src & 15);
     if constexpr (is_q6k<Q>()) {
       if (j == 0) table[8 * r] = make_float2(Q::d(off), 0.0f);
@@ -290,7 +309,8 @@ __device__ __forceinline__ void prep_step(const MmqArgs& a, int64_t step, int bu
 // acc[nt][e] for n-tile nt: e = 0 (row g, token 2c), 1 (g, 2c + 1), 2 (g + 8, 2c), 3 (g + 8,
 // 2c + 1), with g = lane / 4, c = lane % 4.
 template <class Q, int kBN>
-__device__ __forceinline__ void compute_step(const MmqArgs& a, int64_t step, int buf, int64_t row0,
+__device__ __forceinline__ void compute_step(const MmqArgs& a, const uint8_t* w, int64_t step,
+                                             int buf, int64_t row0,
                                              float (&acc)[kBN / 8 / kWarpsN][4]) {
   constexpr int kNT = kBN / 8 / kWarpsN, kWS = w_stride<Q>(), kXS = x_stride<Q>();
   const int warp = threadIdx.x / 32 % kWarpsM, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
@@ -305,7 +325,7 @@ __device__ __forceinline__ void compute_step(const MmqArgs& a, int64_t step, int
   for (int h = 0; h < 2; ++h) {
     const int r = 16 * warp + g + 8 * h;
     const int64_t row = std::min<int64_t>(row0 + r, a.n_out - 1);
-    const uintptr_t src = reinterpret_cast<uintptr_t>(a.w) + row * a.row_bytes + step * Q::kChunk;
+    const uintptr_t src = reinterpret_cast<uintptr_t>(w) + row * a.row_bytes + step * Q::kChunk;
     woff[h] = sbase + r * kWS + static_cast<int>(src & 15);
   }
   const int groups = static_cast<int>(std::min<int64_t>(8, a.n_groups - step * 8));
@@ -383,16 +403,39 @@ __device__ __forceinline__ void compute_step(const MmqArgs& a, int64_t step, int
   }
 }
 
-// grid: (token tiles, row tiles, splits)
-template <class Q, int kBN>
+// grid: (token tiles, row tiles, splits); kId: (row tiles, tile slots), one split.
+template <class Q, int kBN, bool kId>
 __global__ void __launch_bounds__(kThreads, 2) mmq_kernel(const MmqArgs a) {
   constexpr int kNT = kBN / 8 / kWarpsN, kS = num_stages<kBN>();
-  const int tok0 = blockIdx.x * kBN;
-  const int64_t row0 = int64_t{blockIdx.y} * kBM;
-  const int split = blockIdx.z;
-  const int64_t k0 = split * a.n_steps / a.splits, k1 = (split + 1) * a.n_steps / a.splits;
+  // kId: the tile's activation rows and output rows (pair indices), padding repeating the last.
+  __shared__ int s_xrow[kId ? kBN : 1], s_yrow[kId ? kBN : 1];
+  const uint8_t* w = a.w;
+  int tok0 = 0, n_valid = a.n_tokens;
+  int64_t row0, k0 = 0, k1 = a.n_steps;
+  int split = 0;
+  if constexpr (kId) {
+    row0 = int64_t{blockIdx.x} * kBM;
+    pdl_start();  // the tile list and the activations are the previous kernels' output
+    const int tile = blockIdx.y;
+    if (tile >= *a.num_tiles) return;
+    w += static_cast<uint64_t>(a.tiles[3 * tile]) * a.expert_bytes;
+    const int start = a.tiles[3 * tile + 1];
+    n_valid = a.tiles[3 * tile + 2];
+    for (int t = threadIdx.x; t < kBN; t += kThreads) {
+      const int p = a.perm[start + min(t, n_valid - 1)];
+      s_xrow[t] = a.x_rows[p];
+      s_yrow[t] = p;
+    }
+    __syncthreads();
+  } else {
+    tok0 = blockIdx.x * kBN;
+    row0 = int64_t{blockIdx.y} * kBM;
+    split = blockIdx.z;
+    k0 = split * a.n_steps / a.splits;
+    k1 = (split + 1) * a.n_steps / a.splits;
+    pdl_start();
+  }
   const int64_t nk = k1 - k0;
-  pdl_start();
 
   float acc[kNT][4];
 #pragma unroll
@@ -402,34 +445,38 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_kernel(const MmqArgs a) {
 
 #pragma unroll
   for (int s = 0; s < kS - 1; ++s) {
-    if (s < nk) issue_step<Q, kBN>(a, k0 + s, s, row0, tok0);
+    if (s < nk) issue_step<Q, kBN, kId>(a, w, s_xrow, k0 + s, s, row0, tok0);
     cp_async_commit();
   }
 #pragma unroll 1
   for (int64_t i = 0; i < nk; ++i) {
-    if (i + kS - 1 < nk) issue_step<Q, kBN>(a, k0 + i + kS - 1, (i + kS - 1) % kS, row0, tok0);
+    if (i + kS - 1 < nk)
+      issue_step<Q, kBN, kId>(a, w, s_xrow, k0 + i + kS - 1, (i + kS - 1) % kS, row0, tok0);
     cp_async_commit();
     cp_async_wait<kS - 1>();
     __syncthreads();
-    prep_step<Q, kBN>(a, k0 + i, static_cast<int>(i % kS), row0);
+    prep_step<Q, kBN>(a, w, k0 + i, static_cast<int>(i % kS), row0);
     __syncthreads();
-    compute_step<Q, kBN>(a, k0 + i, static_cast<int>(i % kS), row0, acc);
+    compute_step<Q, kBN>(a, w, k0 + i, static_cast<int>(i % kS), row0, acc);
     __syncthreads();
   }
   cp_async_wait<0>();
 
   const int warp = threadIdx.x / 32 % kWarpsM, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int wtok0 = tok0 + threadIdx.x / 32 / kWarpsM * (kBN / kWarpsN);
-  float* out = a.splits > 1 ? a.partials + int64_t{split} * a.n_tokens * a.n_out : a.y;
+  float* out = !kId && a.splits > 1 ? a.partials + int64_t{split} * a.n_tokens * a.n_out : a.y;
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int64_t row = row0 + 16 * warp + g + 8 * (e / 2);
       const int tok = wtok0 + 8 * nt + 2 * c + (e & 1);
-      if (row < a.n_out && tok < a.n_tokens) out[tok * a.n_out + row] = acc[nt][e];
+      if (row < a.n_out && tok < n_valid) {
+        const int64_t y_row = kId ? s_yrow[tok] : tok;
+        out[y_row * a.n_out + row] = acc[nt][e];
+      }
     }
-  if (a.splits == 1) return;
+  if (kId || a.splits == 1) return;
 
   // Split-K: the tile's last CTA to finish adds the partials in split order.
   __shared__ bool last;
@@ -473,7 +520,7 @@ template <class Q, int kBN>
 void launch_bn(MmqArgs a, int64_t partial_floats, int64_t n_counters, int force_splits,
                cudaStream_t s) {
   static const bool attr_ok =
-      cudaFuncSetAttribute(mmq_kernel<Q, kBN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      cudaFuncSetAttribute(mmq_kernel<Q, kBN, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            smem_bytes<Q, kBN>()) == cudaSuccess;
   if (!attr_ok) return;
   const int64_t tok_tiles = (a.n_tokens + kBN - 1) / kBN;
@@ -495,8 +542,35 @@ void launch_bn(MmqArgs a, int64_t partial_floats, int64_t n_counters, int force_
   a.splits = splits;
   const dim3 grid(static_cast<unsigned>(tok_tiles), static_cast<unsigned>(row_tiles),
                   static_cast<unsigned>(splits));
-  launch_pdl(mmq_kernel<Q, kBN>, grid, dim3(kThreads), static_cast<size_t>(smem_bytes<Q, kBN>()), s,
-             a);
+  launch_pdl(mmq_kernel<Q, kBN, false>, grid, dim3(kThreads),
+             static_cast<size_t>(smem_bytes<Q, kBN>()), s, a);
+}
+
+// The grouped kernel: every tile slot a CTA column (empty slots return at once), no split-K
+// (the tiles of a prefill fill the GPU many times over).
+template <class Q, int kBN>
+void launch_id_bn(const MmqArgs& a, int64_t tile_slots, cudaStream_t s) {
+  static const bool attr_ok =
+      cudaFuncSetAttribute(mmq_kernel<Q, kBN, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           smem_bytes<Q, kBN>()) == cudaSuccess;
+  if (!attr_ok) return;
+  // Row tiles along x: the CTAs of one tile (one expert's weights, one set of activation rows)
+  // are launched together, so the tile's activations are read from L2 after the first.
+  const dim3 grid(static_cast<unsigned>((a.n_out + kBM - 1) / kBM),
+                  static_cast<unsigned>(tile_slots));
+  launch_pdl(mmq_kernel<Q, kBN, true>, grid, dim3(kThreads),
+             static_cast<size_t>(smem_bytes<Q, kBN>()), s, a);
+}
+
+template <class Q>
+void launch_id_type(const MmqArgs& a, int64_t tile_slots, int tile_pairs, cudaStream_t s) {
+  if (tile_pairs <= 16) {
+    launch_id_bn<Q, 16>(a, tile_slots, s);
+  } else if (tile_pairs <= 32) {
+    launch_id_bn<Q, 32>(a, tile_slots, s);
+  } else {
+    launch_id_bn<Q, 64>(a, tile_slots, s);
+  }
 }
 
 template <class Q>
@@ -560,6 +634,51 @@ void mmq(const Weight& w, float* y, const int8_t* xq, const float2* xds, int64_t
       break;
     case quant::Type::Q6_K:
       launch_type<MQ6_K>(a, scratch.partial_floats, scratch.n_counters, bn, sp, s);
+      break;
+    default:
+      break;
+  }
+}
+
+int mmq_id_tile_pairs(int64_t n_pairs, int64_t n_expert) {
+  const int64_t per_expert = n_pairs / std::max<int64_t>(1, n_expert);
+  return per_expert < 24 ? 16 : per_expert < 48 ? 32 : 64;
+}
+
+void mmq_id(const Weight& stacked, float* y, const int8_t* xq, const float2* xds,
+            const MmqIdTiles& t, cudaStream_t s) {
+  if (t.tile_slots <= 0 || stacked.n_out <= 0 || !mmq_supports(stacked)) return;
+  MmqArgs a{};
+  a.w = stacked.data;
+  a.row_bytes = stacked.row_bytes;
+  a.n_out = stacked.n_out;
+  a.n_in = stacked.n_in;
+  a.n_groups = stacked.n_in / 32;
+  a.n_steps = (stacked.n_in + kKStep - 1) / kKStep;
+  a.y = y;
+  a.xq = xq;
+  a.xds = xds;
+  a.splits = 1;
+  a.expert_bytes = static_cast<uint64_t>(stacked.n_out) * stacked.row_bytes;
+  a.tiles = t.tiles;
+  a.num_tiles = t.num_tiles;
+  a.perm = t.perm;
+  a.x_rows = t.x_rows;
+  switch (stacked.type) {
+    case quant::Type::Q8_0:
+      launch_id_type<MQ8_0>(a, t.tile_slots, t.tile_pairs, s);
+      break;
+    case quant::Type::Q4_0:
+      launch_id_type<MQ4_0>(a, t.tile_slots, t.tile_pairs, s);
+      break;
+    case quant::Type::Q4_K:
+      launch_id_type<MK45<false>>(a, t.tile_slots, t.tile_pairs, s);
+      break;
+    case quant::Type::Q5_K:
+      launch_id_type<MK45<true>>(a, t.tile_slots, t.tile_pairs, s);
+      break;
+    case quant::Type::Q6_K:
+      launch_id_type<MQ6_K>(a, t.tile_slots, t.tile_pairs, s);
       break;
     default:
       break;
