@@ -605,8 +605,8 @@ class CudaBackend final : public Backend {
     const DeltaShape shape{p.n_k_heads,  p.n_v_heads, p.head_k_dim,
                            p.head_v_dim, p.norm_eps,  p.tiled_heads};
     cuda::gated_delta_rule(static_cast<CudaStateCache&>(st).layer(layer), step.attn,
-                           step.state_slots, qkv.data, alpha.data, beta.data, ssm_a, dt_bias,
-                           out.data, shape, stream_);
+                           step.state_slots, step.n_tokens, qkv.data, alpha.data, beta.data, ssm_a,
+                           dt_bias, out.data, shape, delta_kernel_, stream_);
   }
   void sigmoid_mul(Mat x, Mat gate, Mat out) override {
     forget_q8();
@@ -681,7 +681,16 @@ class CudaBackend final : public Backend {
   std::vector<cudaGraphExec_t> graphs_;
   uint64_t prepared_bytes_ = 0;
   int64_t max_n_in_ = 0, max_n_out_ = 0, max_experts_ = 1;
-  bool int8_matvec_weights_ = false;  // a prepared weight the int8 matvec reads
+  bool int8_matvec_weights_ = false;
+  // KILN_CUDA_DELTA=recurrent|chunked forces the gated delta rule's form (A/B timing; default:
+  // runs of 64+ rows chunked), read when the backend is made.
+  const cuda::DeltaKernel delta_kernel_ = [] {
+    const char* e = std::getenv("KILN_CUDA_DELTA");
+    const std::string_view v = e != nullptr ? e : "";
+    if (v == "recurrent") return cuda::DeltaKernel::kRecurrent;
+    if (v == "chunked") return cuda::DeltaKernel::kChunked;
+    return cuda::DeltaKernel::kAuto;
+  }();  // a prepared weight the int8 matvec reads
   MatmulContext* matmul_ = nullptr;
   const float* q8_src_ = nullptr;
   int64_t q8_rows_ = 0, q8_cols_ = 0;

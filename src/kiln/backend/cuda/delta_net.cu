@@ -5,10 +5,23 @@
 //
 // The recurrence is latency-bound per token: a column j of a head's state S [dk, dv] evolves
 // on its own given the token's k, q, beta, decay and v[j] (kv[j] and o[j] sum over i only), so
-// a lane owns a column in registers and a warp the 32 columns of a block; per token the warp
-// loads q and k once, normalises them in shared memory and every lane runs 2 * dk dependent
-// multiply-adds. Nothing allocates or synchronises the host: capturable in a CUDA graph.
+// a lane owns a column and a CTA the 32 columns of a block, its warps splitting the column's dk
+// rows (in registers); per token each warp normalises q and k in shared memory, runs its rows'
+// multiply-adds, and the partial sums meet in shared memory. Nothing allocates or synchronises
+// the host: capturable in a CUDA graph.
+//
+// Prefill runs of at least kDeltaChunkRows rows take the chunked form instead (the WY/UT
+// representation derived in backend/cpu/delta_net.cpp): a CTA per (sequence, value head, 32
+// state columns) walks the run's chunks of 64 rows in order, each chunk a few matrix products
+// in shared memory (the decayed q.k and beta k.k matrices, Q S0 and K S0, a forward
+// substitution for the chunk's updates U, the outputs and the next state), so the dependent
+// chain is 64 times shorter than the recurrence's. A column block of the state evolves on its
+// own given the chunk's q, k, beta and decays (which each CTA recomputes), so the column blocks
+// of a head run in parallel.
+#include <algorithm>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -100,28 +113,36 @@ __device__ __forceinline__ double warp_sum(double v) {
   return v;
 }
 
-// A warp per (sequence blockIdx.x, value head blockIdx.y, columns blockIdx.z * 32 + lane) runs
-// the sequence's rows in order. kMaxDk >= head_k_dim: the register array's size (indices are
-// compile-time after unrolling; entries past head_k_dim stay unused).
+// A CTA per (sequence blockIdx.x, value head blockIdx.y, columns blockIdx.z * 32 + lane) runs
+// the sequence's rows in order; its kMaxDk / 16 warps split the state's rows (warp w holds rows
+// w + kWarps r, r < 16, of its lane's column in registers), so that a decode step has enough
+// loads in flight to stream the state. Per row every warp normalises q and k into its own
+// shared copy, the partial sums of S^T k and S^T q meet in shared memory (summed in warp order).
+// kMaxDk >= head_k_dim (entries past head_k_dim stay zero).
 template <int kMaxDk>
-__global__ void __launch_bounds__(kDeltaCols)
+__global__ void __launch_bounds__(kMaxDk * 2)
     delta_rule_kernel(DeltaLayer st, const int32_t* qo_indptr, const int32_t* positions,
                       const int32_t* slots, const float* qkv, const float* alpha, const float* beta,
-                      const float* ssm_a, const float* dt_bias, float* out, DeltaShape p) {
-  __shared__ float qn[kMaxDk], kn[kMaxDk];
-  const int32_t seq = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+                      const float* ssm_a, const float* dt_bias, float* out, DeltaShape p,
+                      int64_t chunk_min_rows) {
+  constexpr int kRows = 16, kWarps = kMaxDk / kRows;
+  __shared__ float qn[kWarps][kMaxDk], kn[kWarps][kMaxDk];
+  __shared__ float red[2][kWarps][kDeltaCols];
+  const int32_t seq = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const int32_t j = blockIdx.z * kDeltaCols + lane;
   const int32_t dk = p.head_k_dim, dv = p.head_v_dim;
   const int32_t hk = p.tiled_heads ? h % p.n_k_heads : h / (p.n_v_heads / p.n_k_heads);
   const int64_t begin = qo_indptr[seq], end = qo_indptr[seq + 1];
-  if (begin == end) return;
+  if (begin == end || end - begin >= chunk_min_rows) return;
   const bool fresh = positions[begin] == 0;
   const bool col = j < dv;
   float* state = st.ssm + slots[seq] * st.slot_stride + int64_t{h} * dk * dv;
-  float s[kMaxDk];
+  float s[kRows];
 #pragma unroll
-  for (int i = 0; i < kMaxDk; ++i)
-    s[i] = (col && i < dk && !fresh) ? state[int64_t{i} * dv + j] : 0.0f;
+  for (int r = 0; r < kRows; ++r) {
+    const int32_t i = w + kWarps * r;
+    s[r] = (col && i < dk && !fresh) ? state[int64_t{i} * dv + j] : 0.0f;
+  }
   const float q_scale = 1.0f / sqrtf(static_cast<float>(dk));
   const int64_t n_c = st.conv_dim;
   for (int64_t t = begin; t < end; ++t) {
@@ -135,10 +156,9 @@ __global__ void __launch_bounds__(kDeltaCols)
     }
     const float q_inv = static_cast<float>(1.0 / sqrt(warp_sum(q_sum) + p.norm_eps));
     const float k_inv = static_cast<float>(1.0 / sqrt(warp_sum(k_sum) + p.norm_eps));
-    __syncwarp();  // every lane is done with the previous row's qn, kn
     for (int i = lane; i < dk; i += 32) {
-      qn[i] = __fmul_rn(__fmul_rn(q[i], q_inv), q_scale);
-      kn[i] = __fmul_rn(k[i], k_inv);
+      qn[w][i] = __fmul_rn(__fmul_rn(q[i], q_inv), q_scale);
+      kn[w][i] = __fmul_rn(k[i], k_inv);
     }
     __syncwarp();
     const int64_t ah = t * p.n_v_heads + h;
@@ -146,31 +166,344 @@ __global__ void __launch_bounds__(kDeltaCols)
     const float x = alpha[ah] + dt_bias[h];
     const float g = __fmul_rn(ssm_a[h], x > 20.0f ? x : log1pf(expf(x)));
     const float decay = expf(g);
-    if (!col) continue;
     float kv = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kMaxDk; ++i) {
+    for (int r = 0; r < kRows; ++r) {
+      const int32_t i = w + kWarps * r;
       if (i < dk) {
-        s[i] = __fmul_rn(s[i], decay);
-        kv = __fadd_rn(kv, __fmul_rn(s[i], kn[i]));
+        s[r] *= decay;
+        kv = fmaf(s[r], kn[w][i], kv);
       }
     }
-    const float delta =
-        __fmul_rn(__fsub_rn(row[2 * int64_t{p.n_k_heads} * dk + int64_t{h} * dv + j], kv), b);
+    red[0][w][lane] = kv;
+    __syncthreads();
+    kv = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kWarps; ++u) kv += red[0][u][lane];
+    const float v = col ? row[2 * int64_t{p.n_k_heads} * dk + int64_t{h} * dv + j] : 0.0f;
+    const float delta = (v - kv) * b;
     float o = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kMaxDk; ++i) {
+    for (int r = 0; r < kRows; ++r) {
+      const int32_t i = w + kWarps * r;
       if (i < dk) {
-        s[i] = __fadd_rn(s[i], __fmul_rn(kn[i], delta));
-        o = __fadd_rn(o, __fmul_rn(s[i], qn[i]));
+        s[r] = fmaf(kn[w][i], delta, s[r]);
+        o = fmaf(s[r], qn[w][i], o);
       }
     }
-    out[ah * dv + j] = o;
+    red[1][w][lane] = o;
+    __syncthreads();
+    if (w == 0 && col) {
+      o = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kWarps; ++u) o += red[1][u][lane];
+      out[ah * dv + j] = o;
+    }
   }
   if (!col) return;
 #pragma unroll
-  for (int i = 0; i < kMaxDk; ++i)
-    if (i < dk) state[int64_t{i} * dv + j] = s[i];
+  for (int r = 0; r < kRows; ++r) {
+    const int32_t i = w + kWarps * r;
+    if (i < dk) state[int64_t{i} * dv + j] = s[r];
+  }
+}
+
+// ---- the chunked form ----------------------------------------------------------------------
+
+constexpr int kChunk = 64;  // rows per chunk: cpu::kDeltaChunkRows
+constexpr int kChunkThreads = 256;
+constexpr int kChunkWarps = kChunkThreads / 32;
+constexpr int kUStride = 36;  // U's row stride: the forward substitution's lanes hit 32 banks
+constexpr int kMStride = kChunk + 4;
+
+// q and k rows in shared memory: dk rounded up to 4 (zero-padded, for 16-byte loads) plus 4,
+// so that 8 consecutive rows fall in 8 different 16-byte bank groups.
+__host__ __device__ constexpr int32_t chunk_dk4(int32_t dk) {
+  return (dk + 3) / 4 * 4;
+}
+__host__ __device__ constexpr int32_t chunk_kp(int32_t dk) {
+  return chunk_dk4(dk) + 4;
+}
+// Shared memory of delta_chunked_kernel for head_k_dim dk: kChunk doubles, then floats.
+size_t chunk_smem_bytes(int32_t dk) {
+  const int64_t floats = 3 * kChunk + 2 * int64_t{kChunk} * chunk_kp(dk) +
+                         int64_t{chunk_dk4(dk)} * kDeltaCols + kChunk * kUStride +
+                         kChunk * kDeltaCols + 2 * kChunk * kMStride;
+  return kChunk * sizeof(double) + static_cast<size_t>(floats) * sizeof(float);
+}
+
+__device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
+  return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
+}
+__device__ __forceinline__ float4 lds4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+
+// A CTA per (sequence blockIdx.x, value head blockIdx.y, state columns blockIdx.z * 32 + lane)
+// over sequences of at least min_rows rows: their chunks in order (cpu::gated_delta_rule's
+// chunked_rows, the same steps; sums in other orders and FMA-contracted). Per chunk: the rows
+// (q, k normalised, beta, the cumulative decays), M and A (a 4 x 4 tile of each per thread),
+// Q S0 and K S0 with the right-hand sides, the forward substitution in registers (8 threads per
+// column, the solved u_s passed by shuffle), the outputs, the next state.
+__global__ void __launch_bounds__(kChunkThreads, 1)
+    delta_chunked_kernel(DeltaLayer st, const int32_t* qo_indptr, const int32_t* positions,
+                         const int32_t* slots, const float* qkv, const float* alpha,
+                         const float* beta, const float* ssm_a, const float* dt_bias, float* out,
+                         DeltaShape p, int64_t min_rows) {
+  const int64_t begin = qo_indptr[blockIdx.x], end = qo_indptr[blockIdx.x + 1];
+  if (end - begin < min_rows || end == begin) return;
+  extern __shared__ double chunk_smem[];
+  const int32_t h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int32_t dk = p.head_k_dim, dv = p.head_v_dim, dk4 = chunk_dk4(dk), kp = chunk_kp(dk);
+  const int32_t j = blockIdx.z * kDeltaCols + lane;
+  const bool col = j < dv;
+  const int32_t hk = p.tiled_heads ? h % p.n_k_heads : h / (p.n_v_heads / p.n_k_heads);
+  double* g_cum = chunk_smem;                                 // [kChunk] G_t (double)
+  float* sb = reinterpret_cast<float*>(chunk_smem + kChunk);  // [kChunk] beta_t
+  float* eg = sb + kChunk;                                    // [kChunk] exp(G_t)
+  float* to_end = eg + kChunk;                                // [kChunk] exp(G_n - G_t)
+  float* qs = to_end + kChunk;                                // [kChunk, kp] q normalised
+  float* ks = qs + kChunk * kp;                               // [kChunk, kp] k normalised
+  float* S = ks + kChunk * kp;                                // [dk4, 32] the state's columns
+  float* U = S + dk4 * kDeltaCols;                            // [kChunk, kUStride] updates
+  float* O = U + kChunk * kUStride;                           // [kChunk, 32] Q S0, outputs
+  float* A = O + kChunk * kDeltaCols;  // [kChunk, kMStride] beta_t e^(G_t-G_s) k_t.k_s, s < t
+  float* M = A + kChunk * kMStride;    // [kChunk, kMStride] e^(G_t-G_s) q_t.k_s, s <= t
+  const bool fresh = positions[begin] == 0;
+  float* state = st.ssm + slots[blockIdx.x] * st.slot_stride + int64_t{h} * dk * dv;
+  for (int32_t i = warp; i < dk4; i += kChunkWarps)
+    S[i * kDeltaCols + lane] = (col && !fresh && i < dk) ? state[int64_t{i} * dv + j] : 0.0f;
+  const float q_scale = 1.0f / sqrtf(static_cast<float>(dk));
+  const int64_t n_c = st.conv_dim;
+  const int64_t v_off = 2 * int64_t{p.n_k_heads} * dk + int64_t{h} * dv + j;
+  constexpr int kRowsPerWarp = kChunk / kChunkWarps;  // 8
+  constexpr int kPerLane = kDeltaMaxHeadDimK / 32;     // 4
+  for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
+    const int32_t n = static_cast<int32_t>(min(int64_t{kChunk}, end - c0));
+    // The rows t = warp + 8 a: every load issued first, then the sums (in double, as the
+    // recurrence), then the normalised rows (zero past dk).
+    {
+      float qv[kRowsPerWarp][kPerLane], kv[kRowsPerWarp][kPerLane];
+#pragma unroll
+      for (int a = 0; a < kRowsPerWarp; ++a) {
+        const int32_t t = warp + kChunkWarps * a;
+        const float* row = qkv + (c0 + min(t, n - 1)) * n_c;
+#pragma unroll
+        for (int c = 0; c < kPerLane; ++c) {
+          const int32_t i = lane + 32 * c;
+          qv[a][c] = i < dk ? row[int64_t{hk} * dk + i] : 0.0f;
+          kv[a][c] = i < dk ? row[int64_t{p.n_k_heads + hk} * dk + i] : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < kRowsPerWarp; ++a) {
+        double q_sum = 0.0, k_sum = 0.0;
+#pragma unroll
+        for (int c = 0; c < kPerLane; ++c) {
+          q_sum += static_cast<double>(qv[a][c]) * qv[a][c];
+          k_sum += static_cast<double>(kv[a][c]) * kv[a][c];
+        }
+        const float q_inv = static_cast<float>(1.0 / sqrt(warp_sum(q_sum) + p.norm_eps));
+        const float k_inv = static_cast<float>(1.0 / sqrt(warp_sum(k_sum) + p.norm_eps));
+        const int32_t t = warp + kChunkWarps * a;
+#pragma unroll
+        for (int c = 0; c < kPerLane; ++c) {  // columns [dk, dk4) zero: the 16-byte loads read them
+          const int32_t i = lane + 32 * c;
+          if (i < dk) {
+            qs[t * kp + i] = __fmul_rn(__fmul_rn(qv[a][c], q_inv), q_scale);
+            ks[t * kp + i] = __fmul_rn(kv[a][c], k_inv);
+          } else if (i < kp) {
+            qs[t * kp + i] = 0.0f;
+            ks[t * kp + i] = 0.0f;
+          }
+        }
+      }
+      if (tid < n) {
+        const int64_t ah = (c0 + tid) * p.n_v_heads + h;
+        sb[tid] = 1.0f / (1.0f + expf(-beta[ah]));
+        const float x = alpha[ah] + dt_bias[h];
+        g_cum[tid] = __fmul_rn(ssm_a[h], x > 20.0f ? x : log1pf(expf(x)));
+      }
+    }
+    __syncthreads();
+    if (warp == 0) {
+      // The cumulative decays: an inclusive scan of two rows per lane, then exp.
+      const double g0 = 2 * lane < n ? g_cum[2 * lane] : 0.0;
+      const double g1 = 2 * lane + 1 < n ? g_cum[2 * lane + 1] : 0.0;
+      double incl = g0 + g1;
+      for (int o = 1; o < 32; o <<= 1) {
+        const double v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+      }
+      const double c0v = incl - g1;  // through row 2 lane
+      const double last = __shfl_sync(0xffffffffu, incl, 31);  // G of row n - 1 (zeros after)
+      if (2 * lane < n) {
+        g_cum[2 * lane] = c0v;
+        eg[2 * lane] = static_cast<float>(exp(c0v));
+        to_end[2 * lane] = static_cast<float>(exp(last - c0v));
+      }
+      if (2 * lane + 1 < n) {
+        g_cum[2 * lane + 1] = incl;
+        eg[2 * lane + 1] = static_cast<float>(exp(incl));
+        to_end[2 * lane + 1] = static_cast<float>(exp(last - incl));
+      }
+    }
+    __syncthreads();
+    // M and A: thread (ty, tx) owns rows t = ty + 16 a and columns s = tx + 16 b.
+    {
+      const int32_t tx = tid & 15, ty = tid >> 4;
+      float am[4][4], aa[4][4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) am[a][b] = aa[a][b] = 0.0f;
+      for (int32_t i = 0; i < dk4; i += 4) {
+        float4 qa[4], ka[4], kb[4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+          qa[a] = lds4(qs + (ty + 16 * a) * kp + i);
+          ka[a] = lds4(ks + (ty + 16 * a) * kp + i);
+          kb[a] = lds4(ks + (tx + 16 * a) * kp + i);
+        }
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+          for (int b = 0; b < 4; ++b) {
+            am[a][b] = dot4(qa[a], kb[b], am[a][b]);
+            aa[a][b] = dot4(ka[a], kb[b], aa[a][b]);
+          }
+      }
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+        const int32_t t = ty + 16 * a;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          const int32_t s = tx + 16 * b;
+          const bool in = t < n && s <= t;
+          const float d = in ? expf(static_cast<float>(g_cum[t] - g_cum[s])) : 0.0f;
+          M[t * kMStride + s] = in ? am[a][b] * d : 0.0f;
+          A[t * kMStride + s] = in && s < t ? aa[a][b] * (d * sb[t]) : 0.0f;
+        }
+      }
+    }
+    // Q S0 and K S0: a thread owns column lane of rows t = warp + 8 a. U takes the
+    // right-hand sides beta_t (v_t - exp(G_t) (K S0)_t), O takes exp(G_t) (Q S0)_t; rows past
+    // n are zero.
+    {
+      float aq[kRowsPerWarp], ak[kRowsPerWarp];
+#pragma unroll
+      for (int a = 0; a < kRowsPerWarp; ++a) aq[a] = ak[a] = 0.0f;
+      for (int32_t i = 0; i < dk4; i += 4) {
+        const float4 s4 = make_float4(S[i * kDeltaCols + lane], S[(i + 1) * kDeltaCols + lane],
+                                      S[(i + 2) * kDeltaCols + lane], S[(i + 3) * kDeltaCols + lane]);
+#pragma unroll
+        for (int a = 0; a < kRowsPerWarp; ++a) {
+          const int32_t t = warp + kChunkWarps * a;
+          aq[a] = dot4(lds4(qs + t * kp + i), s4, aq[a]);
+          ak[a] = dot4(lds4(ks + t * kp + i), s4, ak[a]);
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < kRowsPerWarp; ++a) {
+        const int32_t t = warp + kChunkWarps * a;
+        const bool live = t < n;
+        const float v = col && live ? qkv[(c0 + t) * n_c + v_off] : 0.0f;
+        U[t * kUStride + lane] = live ? sb[t] * (v - eg[t] * ak[a]) : 0.0f;
+        O[t * kDeltaCols + lane] = live ? aq[a] * eg[t] : 0.0f;
+      }
+    }
+    __syncthreads();
+    // The forward substitution u_t -= sum_{s<t} A[t][s] u_s, column-oriented: 8 threads per
+    // column (lane & 3 picks it within the warp's 4), thread r = lane >> 2 holds rows
+    // r + 8 m; u_s is final when step s starts, passed from its owner by shuffle.
+    {
+      const int32_t jc = warp * 4 + (lane & 3), r = lane >> 2;
+      float x[kRowsPerWarp];
+#pragma unroll
+      for (int m = 0; m < kRowsPerWarp; ++m) x[m] = U[(r + 8 * m) * kUStride + jc];
+#pragma unroll
+      for (int s = 0; s < kChunk - 1; ++s) {
+        const float us = __shfl_sync(0xffffffffu, x[s >> 3], (s & 7) * 4 + (lane & 3));
+#pragma unroll
+        for (int m = 0; m < kRowsPerWarp; ++m) {
+          const int32_t t = r + 8 * m;
+          if (t > s) x[m] = fmaf(-A[t * kMStride + s], us, x[m]);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kRowsPerWarp; ++m) U[(r + 8 * m) * kUStride + jc] = x[m];
+    }
+    __syncthreads();
+    // Outputs exp(G_t) Q S0 + sum_{s<=t} M[t][s] u_s (rows t = warp + 8 a).
+    {
+      float acc[kRowsPerWarp];
+#pragma unroll
+      for (int a = 0; a < kRowsPerWarp; ++a) acc[a] = O[(warp + kChunkWarps * a) * kDeltaCols + lane];
+      for (int32_t s = 0; s < n; s += 4) {
+        const float4 u4 = make_float4(U[s * kUStride + lane], U[(s + 1) * kUStride + lane],
+                                      U[(s + 2) * kUStride + lane], U[(s + 3) * kUStride + lane]);
+#pragma unroll
+        for (int a = 0; a < kRowsPerWarp; ++a)
+          acc[a] = dot4(lds4(M + (warp + kChunkWarps * a) * kMStride + s), u4, acc[a]);
+      }
+      if (col) {
+#pragma unroll
+        for (int a = 0; a < kRowsPerWarp; ++a) {
+          const int32_t t = warp + kChunkWarps * a;
+          if (t < n) out[((c0 + t) * p.n_v_heads + h) * dv + j] = acc[a];
+        }
+      }
+    }
+    // The state after the chunk: exp(G_n) S0 + sum_t k_t (exp(G_n - G_t) u_t)^T; warp w owns
+    // state rows 16 w .. 16 w + 15.
+    {
+      constexpr int kRows = kDeltaMaxHeadDimK / kChunkWarps;  // 16
+      const int32_t i0 = kRows * warp;
+      if (i0 < dk4) {
+        const float e = eg[n - 1];
+        float acc[kRows];
+#pragma unroll
+        for (int c = 0; c < kRows; ++c)
+          acc[c] = i0 + c < dk4 ? S[(i0 + c) * kDeltaCols + lane] * e : 0.0f;
+        for (int32_t t = 0; t < n; ++t) {
+          const float u = U[t * kUStride + lane] * to_end[t];
+#pragma unroll
+          for (int c = 0; c < kRows; c += 4) {
+            if (i0 + c < dk4) {
+              const float4 k4 = lds4(ks + t * kp + i0 + c);
+              acc[c] = fmaf(k4.x, u, acc[c]);
+              acc[c + 1] = fmaf(k4.y, u, acc[c + 1]);
+              acc[c + 2] = fmaf(k4.z, u, acc[c + 2]);
+              acc[c + 3] = fmaf(k4.w, u, acc[c + 3]);
+            }
+          }
+        }
+#pragma unroll
+        for (int c = 0; c < kRows; ++c)
+          if (i0 + c < dk4) S[(i0 + c) * kDeltaCols + lane] = acc[c];
+      }
+    }
+    __syncthreads();  // the next chunk overwrites q, k, U, O, g
+  }
+  if (!col) return;
+  for (int32_t i = warp; i < dk; i += kChunkWarps)
+    state[int64_t{i} * dv + j] = S[i * kDeltaCols + lane];
+}
+
+// The chunked kernel's dynamic shared memory limit, set once per device.
+bool chunked_ready(int32_t dk) {
+  if (dk > kDeltaMaxHeadDimK) return false;
+  static std::mutex mu;
+  static std::vector<int> done;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  std::lock_guard<std::mutex> lock(mu);
+  if (std::find(done.begin(), done.end(), dev) != done.end()) return true;
+  if (cudaFuncSetAttribute(delta_chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(chunk_smem_bytes(kDeltaMaxHeadDimK))) != cudaSuccess)
+    return false;
+  done.push_back(dev);
+  return true;
 }
 
 }  // namespace
@@ -186,21 +519,35 @@ void conv1d_silu(const DeltaLayer& st, const AttnBatch& b, const int32_t* slots,
 }
 
 void gated_delta_rule(const DeltaLayer& st, const AttnBatch& b, const int32_t* slots,
-                      const float* qkv, const float* alpha, const float* beta, const float* ssm_a,
-                      const float* dt_bias, float* out, const DeltaShape& p, cudaStream_t s) {
+                      int64_t n_tokens, const float* qkv, const float* alpha, const float* beta,
+                      const float* ssm_a, const float* dt_bias, float* out, const DeltaShape& p,
+                      DeltaKernel kernel, cudaStream_t s) {
   if (b.num_seqs <= 0) return;
+  // Runs of kDeltaChunkRows+ rows chunked (none when the step has fewer tokens: decode steps
+  // launch the recurrence alone), the rest by the recurrence.
+  int64_t chunk_min_rows = kChunk;
+  if (kernel == DeltaKernel::kRecurrent || n_tokens < kChunk) chunk_min_rows = INT64_MAX;
+  if (kernel == DeltaKernel::kChunked) chunk_min_rows = 1;
+  if (chunk_min_rows != INT64_MAX && !chunked_ready(p.head_k_dim)) chunk_min_rows = INT64_MAX;
   const dim3 grid(static_cast<unsigned>(b.num_seqs), static_cast<unsigned>(p.n_v_heads),
                   static_cast<unsigned>((p.head_v_dim + kDeltaCols - 1) / kDeltaCols));
-  const auto launch = [&](auto kernel) {
-    kernel<<<grid, kDeltaCols, 0, s>>>(st, b.qo_indptr, b.positions, slots, qkv, alpha, beta, ssm_a,
-                                       dt_bias, out, p);
+  if (chunk_min_rows != INT64_MAX) {
+    delta_chunked_kernel<<<grid, kChunkThreads, chunk_smem_bytes(p.head_k_dim), s>>>(
+        st, b.qo_indptr, b.positions, slots, qkv, alpha, beta, ssm_a, dt_bias, out, p,
+        chunk_min_rows);
+  }
+  if (chunk_min_rows == 1) return;
+  // delta_rule_kernel<D> runs D / 16 warps (2 D threads).
+  const auto launch = [&](auto kernel_fn, int max_dk) {
+    kernel_fn<<<grid, 2 * max_dk, 0, s>>>(st, b.qo_indptr, b.positions, slots, qkv, alpha, beta,
+                                          ssm_a, dt_bias, out, p, chunk_min_rows);
   };
   if (p.head_k_dim <= 32) {
-    launch(delta_rule_kernel<32>);
+    launch(delta_rule_kernel<32>, 32);
   } else if (p.head_k_dim <= 64) {
-    launch(delta_rule_kernel<64>);
+    launch(delta_rule_kernel<64>, 64);
   } else {
-    launch(delta_rule_kernel<kDeltaMaxHeadDimK>);
+    launch(delta_rule_kernel<kDeltaMaxHeadDimK>, kDeltaMaxHeadDimK);
   }
 }
 

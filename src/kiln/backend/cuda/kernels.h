@@ -125,15 +125,20 @@ constexpr int32_t kDeltaMaxHeadDimK = 128;
 // order as the CPU; only expf differs (2 ulp).
 void conv1d_silu(const DeltaLayer& st, const AttnBatch& b, const int32_t* slots, int64_t n_tokens,
                  const float* x, const float* w, float* out, cudaStream_t s);
-// cpu::gated_delta_rule_reference on the GPU: the recurrence, one warp per (sequence, value
-// head, 32 state columns), each lane holding its column of the head's state in registers; the
-// sequence's rows run one after the other (any number of rows). The CPU's arithmetic in the
-// same order (no FMA contraction), the L2 norms' sums in double; expf, log1pf differ by ulps.
-// qkv [n_tokens, conv_dim], alpha, beta [n_tokens, n_v_heads], ssm_a, dt_bias [n_v_heads], out
-// [n_tokens, n_v_heads * head_v_dim].
+// Which form gated_delta_rule takes: kAuto chunks the runs of kDeltaChunkRows+ rows and runs
+// the recurrence on the rest (as cpu::DeltaForm::kAuto).
+enum class DeltaKernel { kAuto, kRecurrent, kChunked };
+// cpu::gated_delta_rule on the GPU. The recurrence: a CTA per (sequence, value head, 32 state
+// columns), each lane holding a part of its column of the head's state in registers (the CTA's
+// warps split the rows), the rows one after the other; the L2 norms' sums in double, the dot
+// products in partial sums per warp, FMA-contracted. The chunked form: a CTA per (sequence, value
+// head, 32 state columns) over chunks of 64 rows in shared memory (cpu::gated_delta_rule's
+// chunked form, sums in other orders, FMA-contracted). qkv [n_tokens, conv_dim], alpha, beta
+// [n_tokens, n_v_heads], ssm_a, dt_bias [n_v_heads], out [n_tokens, n_v_heads * head_v_dim].
 void gated_delta_rule(const DeltaLayer& st, const AttnBatch& b, const int32_t* slots,
-                      const float* qkv, const float* alpha, const float* beta, const float* ssm_a,
-                      const float* dt_bias, float* out, const DeltaShape& p, cudaStream_t s);
+                      int64_t n_tokens, const float* qkv, const float* alpha, const float* beta,
+                      const float* ssm_a, const float* dt_bias, float* out, const DeltaShape& p,
+                      DeltaKernel kernel, cudaStream_t s);
 
 // ---- mixture of experts (moe.cu) ------------------------------------------------------------
 
@@ -228,6 +233,14 @@ void quantize_q8_32(const float* x, int64_t n_tokens, int64_t n_in, int8_t* xq, 
 // says how, and its precision: ~5e-3 of the output norm). Weights of one type go in one launch.
 void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t* xq,
                const float2* xds, int64_t n_tokens, cudaStream_t s);
+// matmul_id's few-pair form (decode): y[p] = W_{ids[p]} x[x_rows[p]] for p < n_pairs, stacked
+// holding the experts' matrices back to back, x quantized by quantize_q8_32 (rows of n_in);
+// each pair's result bit for bit matvec_q8 of its expert's matrix on its row. Pairs whose id
+// is outside [0, n_expert) leave y untouched. False (nothing launched) for a type matvec_q8
+// does not take.
+bool matvec_id(const Weight& stacked, int64_t n_expert, const int8_t* xq, const float2* xds,
+               const int32_t* x_rows, const int32_t* ids, float* y, int64_t n_pairs,
+               cudaStream_t s);
 // F16 / BF16 weights with 16-byte aligned rows (and x): ys[i][t] = ws[i] x[t] as above, one warp
 // per row, fp32 arithmetic on the exact weights (~1e-5).
 bool matvec_half_supports(const Weight& w, const float* x);
