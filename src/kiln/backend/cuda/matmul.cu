@@ -1,6 +1,10 @@
 // matmul and matmul_id on CUDA. Two paths:
 //
-// Direct (n_tokens <= 8, and matmul_id up to 64 pairs or on other types): the weight rows are
+// matmul_id of up to 64 pairs (decode) on the int8 matvec's types: matvec_id (matvec.cu), a
+// warp per (output row, pair), the activation rows quantized once into the context's int8
+// buffer, no expert plan.
+//
+// Direct (n_tokens <= 8, and matmul_id on other types): the weight rows are
 // read in place as stored. A CTA of 4 warps owns 4 output rows; the warps split each row into
 // chunks of whole blocks (chunk c goes to warp c % 4), copy the chunk of all 4 rows into shared
 // memory with cp.async (16-byte copies when the row is 16-byte aligned, as real model rows are;
@@ -658,6 +662,13 @@ bool matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, cons
                                                    : mmq_id_tile_pairs(n_pairs, n_expert);
   const bool grouped =
       use_mmq_id(ctx, stacked, n_x_rows, n_pairs, moe_tile_slots(n_pairs, n_expert, mmq_pairs));
+  // A decode step's few pairs: the int8 matvec per (output row, pair), with no plan.
+  if (!grouped && n_pairs <= kMmqIdMinPairs && ctx->id_xq != nullptr && matvec_supports(stacked) &&
+      n_x_rows * stacked.n_in <= ctx->id_values) {
+    if (!x_quantized) quantize_q8_32(x, n_x_rows, stacked.n_in, ctx->id_xq, ctx->id_xds, s);
+    if (matvec_id(stacked, n_expert, ctx->id_xq, ctx->id_xds, x_rows, ids, y, n_pairs, s))
+      return true;
+  }
   const int tile_pairs = grouped ? mmq_pairs : kDirectTokens;
   const int64_t tile_slots = moe_tile_slots(n_pairs, n_expert, tile_pairs);
   moe_plan_kernel<<<1, 1024, 2 * static_cast<size_t>(n_expert) * sizeof(int), s>>>(

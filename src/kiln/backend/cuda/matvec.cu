@@ -299,6 +299,51 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const MatvecArgs a) {
   }
 }
 
+// matmul_id for a decode step's few pairs: a warp per (output row blockIdx.x * 4 + warp, pair
+// blockIdx.y), the pair's expert matrix and activation row found through ids and x_rows; the
+// same dot products and warp reduction as matvec_kernel at one token, so a pair's result is bit
+// for bit the dense matvec of its expert on its row.
+struct MatvecIdArgs {
+  const uint8_t* w;
+  uint64_t row_bytes, expert_bytes;
+  int64_t n_out, n_blocks, n_expert;
+  const int8_t* xq;
+  const float2* xds;
+  int64_t xq_stride, xds_stride;
+  const int32_t* ids;
+  const int32_t* x_rows;
+  float* y;
+};
+
+template <class V>
+__global__ void __launch_bounds__(kThreads) matvec_id_kernel(const MatvecIdArgs a) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = int64_t{blockIdx.x} * kRowsPerCta + warp;
+  const int64_t p = blockIdx.y;
+  pdl_start();  // ids and x come from the kernels before
+  if (row >= a.n_out) return;
+  const int32_t e = a.ids[p];
+  if (e < 0 || e >= a.n_expert) return;
+  const int64_t xr = a.x_rows[p];
+  const uint8_t* w = a.w + static_cast<uint64_t>(e) * a.expert_bytes +
+                     static_cast<uint64_t>(row) * a.row_bytes;
+  const int8_t* xq = a.xq + xr * a.xq_stride;
+  const float2* xds = a.xds + xr * a.xds_stride;
+  float acc[1] = {0.0f};
+  const int64_t n_items = a.n_blocks * V::kParts;
+#pragma unroll 2
+  for (int64_t i = lane; i < n_items; i += 32) {
+    const int64_t blk = i / V::kParts;
+    const int part = static_cast<int>(i % V::kParts);
+    V::template dot<1>(w + blk * V::kBytes, part, xq + blk * V::kElems, xds + blk * (V::kElems / 32),
+                       a.xq_stride, a.xds_stride, 1, acc);
+  }
+  float v = acc[0];
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0) a.y[p * a.n_out + row] = v;
+}
+
 // F16 / BF16 rows with fp32 activations: the same warp-per-row layout, 8 weights (16 bytes)
 // per lane per step, fp32 FMAs on the exact weights (within ~1e-5 of the reference).
 struct HalfArgs {
@@ -563,6 +608,52 @@ void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t*
         break;
     }
   });
+}
+
+bool matvec_id(const Weight& stacked, int64_t n_expert, const int8_t* xq, const float2* xds,
+               const int32_t* x_rows, const int32_t* ids, float* y, int64_t n_pairs,
+               cudaStream_t s) {
+  if (n_pairs <= 0 || n_pairs > 65535 || stacked.n_out <= 0 || !matvec_supports(stacked))
+    return false;
+  MatvecIdArgs a{};
+  a.w = stacked.data;
+  a.row_bytes = stacked.row_bytes;
+  a.expert_bytes = static_cast<uint64_t>(stacked.n_out) * stacked.row_bytes;
+  a.n_out = stacked.n_out;
+  a.n_expert = n_expert;
+  a.xq = xq;
+  a.xds = xds;
+  a.xq_stride = stacked.n_in;
+  a.xds_stride = stacked.n_in / 32;
+  a.ids = ids;
+  a.x_rows = x_rows;
+  a.y = y;
+  const dim3 grid(static_cast<unsigned>((stacked.n_out + kRowsPerCta - 1) / kRowsPerCta),
+                  static_cast<unsigned>(n_pairs));
+  switch (stacked.type) {
+    case quant::Type::Q8_0:
+      a.n_blocks = stacked.n_in / 32;
+      launch_pdl(matvec_id_kernel<VQ8_0>, grid, dim3(kThreads), 0, s, a);
+      return true;
+    case quant::Type::Q4_0:
+      a.n_blocks = stacked.n_in / 32;
+      launch_pdl(matvec_id_kernel<VQ4_0>, grid, dim3(kThreads), 0, s, a);
+      return true;
+    case quant::Type::Q4_K:
+      a.n_blocks = stacked.n_in / 256;
+      launch_pdl(matvec_id_kernel<VK45<false>>, grid, dim3(kThreads), 0, s, a);
+      return true;
+    case quant::Type::Q5_K:
+      a.n_blocks = stacked.n_in / 256;
+      launch_pdl(matvec_id_kernel<VK45<true>>, grid, dim3(kThreads), 0, s, a);
+      return true;
+    case quant::Type::Q6_K:
+      a.n_blocks = stacked.n_in / 256;
+      launch_pdl(matvec_id_kernel<VQ6_K>, grid, dim3(kThreads), 0, s, a);
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace kiln::backend::cuda
