@@ -42,7 +42,7 @@ namespace {
 using quant::Type;
 
 constexpr float kTol = 1e-5f;  // of max |V|
-// The tensor-core prefill (F16 caches, head dim 64/128) rounds Q and the softmax weights to
+// The tensor-core prefill (F16 caches, head dim 64/128/256) rounds Q and the softmax weights to
 // fp16 (relative 2^-11 each): 4e-3 of max |V|.
 constexpr float kTcTol = 4e-3f;
 
@@ -488,7 +488,7 @@ TEST(CudaAttention, LongContextSplitKMatchesReference) {
 // whole sequences (1 token, off the block size, block-exact, several tiles), a query chunk
 // after cached keys (rows before the end of their sequence, whose keys after them count) and a
 // decode row; the decode kernels run every row of the batch too. F32, F16 and Q8_0 caches, head
-// dims 64 and 128, GQA (one and two head chunks). The data tells the masks apart: the causal
+// dims 64, 128 and 256, GQA (one and two head chunks). The data tells the masks apart: the causal
 // reference differs from the non-causal one by far more than the bound.
 TEST(CudaAttention, NonCausalMatchesReference) {
   KILN_REQUIRE_GPU();
@@ -497,7 +497,7 @@ TEST(CudaAttention, NonCausalMatchesReference) {
                                      {200, 13}, {48, 1},  {100, 100}};
   double worst = 0;
   for (Type type : {Type::F32, Type::F16, Type::Q8_0}) {
-    for (int32_t dim : {64, 128}) {
+    for (int32_t dim : {64, 128, 256}) {
       for (int32_t group : {1, 4, 16}) {
         Shape sh;
         sh.type = type;

@@ -1,6 +1,7 @@
 // Prefill attention on the tensor cores (FlashAttention-2 style), for F16 caches with
-// head_dim_k == head_dim_v in {64, 128}: the common case, which the fp32 kernel of
-// attention.cu runs at CUDA-core speed.
+// head_dim_k == head_dim_v in {64, 128, 256}: the common case, which the fp32 kernel of
+// attention.cu runs at CUDA-core speed. (256: Gemma and the Qwen3.5 / Qwen3-Next family's
+// full-attention layers.)
 //
 // One CTA of 4 warps per (sequence, tile of query rows, kv head, <= 8 query heads of it), as
 // the fp32 prefill kernel: a tile is 64 rows of (token, head). Q is rounded to fp16 once into
@@ -181,11 +182,15 @@ __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const TcArgs a) {
   const int hi = range_s[1] + 1;
   if (hi <= lo) return;  // no row in the tile (cannot happen for a non-empty tile)
 
-  // This warp's Q fragments: rows 16 warp + (0..15), all of D.
-  unsigned qf[kKSteps][4];
+  // This warp's Q fragments: rows 16 warp + (0..15), all of D, in registers up to D = 128; at
+  // 256 (the O accumulators alone take 128 registers) read from shared memory per chunk.
+  constexpr bool kQRegs = D <= 128;
+  const __half* q_frag = Qs + (16 * warp + (lane % 16)) * kS + 8 * (lane / 16);
+  unsigned qf[kQRegs ? kKSteps : 1][4];
+  if constexpr (kQRegs) {
 #pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk)
-    ldmatrix_x4(qf[kk], Qs + (16 * warp + (lane % 16)) * kS + 16 * kk + 8 * (lane / 16));
+    for (int kk = 0; kk < kKSteps; ++kk) ldmatrix_x4(qf[kk], q_frag + 16 * kk);
+  }
   const int g = lane / 4, qd = lane % 4;  // fragment row (and row + 8), column pair
   const int pr0 = pos_s[16 * warp + g], pr1 = pos_s[16 * warp + g + 8];
 
@@ -214,13 +219,19 @@ __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const TcArgs a) {
     for (int j = 0; j < kKeys / 8; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
+      unsigned qa[4];
+      if constexpr (kQRegs) {
+        qa[0] = qf[kk][0], qa[1] = qf[kk][1], qa[2] = qf[kk][2], qa[3] = qf[kk][3];
+      } else {
+        ldmatrix_x4(qa, q_frag + 16 * kk);
+      }
 #pragma unroll
       for (int j = 0; j < kKeys / 8; j += 2) {
         unsigned b[4];
         ldmatrix_x4(
             b, Ks + (8 * j + (lane % 8) + 8 * (lane / 16)) * kS + 16 * kk + 8 * ((lane / 8) % 2));
-        mma16816(sc[j], qf[kk], b[0], b[1]);
-        mma16816(sc[j + 1], qf[kk], b[2], b[3]);
+        mma16816(sc[j], qa, b[0], b[1]);
+        mma16816(sc[j + 1], qa, b[2], b[3]);
       }
     }
     // Scale, softcap, mask; the rows' running max.
@@ -329,7 +340,7 @@ void allow_smem_once() {
 
 bool attention_prefill_tc_supports(const KvLayer& kv) {
   return kv.type == quant::Type::F16 && kv.head_dim_k == kv.head_dim_v &&
-         (kv.head_dim_k == 64 || kv.head_dim_k == 128);
+         (kv.head_dim_k == 64 || kv.head_dim_k == 128 || kv.head_dim_k == 256);
 }
 
 bool attention_prefill_tc(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens,
@@ -366,6 +377,9 @@ bool attention_prefill_tc(const KvLayer& kv, const AttnBatch& b, int64_t n_token
   if (kv.head_dim_k == 64) {
     allow_smem_once<64>();
     prefill_tc_kernel<64><<<grid, kThreads, smem_bytes<64>(), s>>>(a);
+  } else if (kv.head_dim_k == 256) {
+    allow_smem_once<256>();
+    prefill_tc_kernel<256><<<grid, kThreads, smem_bytes<256>(), s>>>(a);
   } else {
     allow_smem_once<128>();
     prefill_tc_kernel<128><<<grid, kThreads, smem_bytes<128>(), s>>>(a);
