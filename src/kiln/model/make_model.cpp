@@ -230,8 +230,8 @@ Expected<gguf::Writer> make_model(const MakeModelOptions& o) {
     KILN_TRY_STATUS(std::move(j.st));
     if (o.distinct_rows > 0 && j.fixed.empty()) {
       // The rows past the first distinct_rows repeat them.
-      const uint64_t made = *quant::row_bytes(j.type, static_cast<uint64_t>(j.spec.ne[0])) *
-                            o.distinct_rows;
+      const uint64_t made =
+          *quant::row_bytes(j.type, static_cast<uint64_t>(j.spec.ne[0])) * o.distinct_rows;
       for (uint64_t at = made; at < j.bytes.size(); at += made)
         std::memcpy(j.bytes.data() + at, j.bytes.data(), std::min(made, j.bytes.size() - at));
     }

@@ -5,9 +5,9 @@
 //    2 ulp); the conv state: bit-identical (copies of inputs);
 //  - gated_delta_rule: outputs and SSM state within 1e-5 of the largest |value| of the
 //    reference (the recurrence's dot products summed in partial sums per warp, FMA-contracted;
-//    the norms' double sums in another order and expf/log1pf's ulps feed it); where a run of 64+ rows takes the
-//    chunked form, 2e-5 (the CPU's chunked form is held to the same against the recurrence:
-//    the products summed in other orders);
+//    the norms' double sums in another order and expf/log1pf's ulps feed it); where a run of 64+
+//    rows takes the chunked form, 2e-5 (the CPU's chunked form is held to the same against the
+//    recurrence: the products summed in other orders);
 //  - sigmoid_mul: 1e-6 relative; deinterleave: bit-identical.
 // Steps mix sequences starting at position 0 (one in a slot holding stale values) with
 // continuations, decode rows with long prefill runs, and dk, dv that are not multiples of 32.
@@ -237,7 +237,8 @@ TEST(CudaDeltaNetBench, PrefillForms) {
        {std::vector<int32_t>{512}, std::vector<int32_t>{4096}, std::vector<int32_t>(4, 1024)}) {
     const Problem pr(s, lens, 41);
     std::vector<Part> parts;
-    for (int32_t i = 0; i < static_cast<int32_t>(lens.size()); ++i) parts.push_back({i, i, 0, lens[i]});
+    for (int32_t i = 0; i < static_cast<int32_t>(lens.size()); ++i)
+      parts.push_back({i, i, 0, lens[i]});
     const Step st(pr, parts);
     const int64_t n = st.n, c = s.conv_dim(), o = int64_t{s.hv} * s.dv;
     for (const char* form : {"recurrent", "chunked"}) {
@@ -254,8 +255,8 @@ TEST(CudaDeltaNetBench, PrefillForms) {
       float* dt_bias = dev.put(pr.dt_bias);
       float* g_out = dev.alloc(n * o);
       auto run = [&] {
-        be->gated_delta_rule(**state, 0, *args, {x, n, c}, {alpha, n, s.hv}, {beta, n, s.hv},
-                             ssm_a, dt_bias, {g_out, n, o}, test::params_of(s));
+        be->gated_delta_rule(**state, 0, *args, {x, n, c}, {alpha, n, s.hv}, {beta, n, s.hv}, ssm_a,
+                             dt_bias, {g_out, n, o}, test::params_of(s));
       };
       run();
       be->sync();

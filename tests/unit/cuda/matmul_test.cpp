@@ -388,8 +388,7 @@ TEST(CudaMatmul, MatmulIdGroupedMmqMatchesReference) {
                                              did.get(), dy2.get(), n_pairs, nullptr, true));
         KILN_CUDA_OK(cudaDeviceSynchronize());
         const std::vector<float> y1 = dy.to_host(), y2 = dy2.to_host();
-        EXPECT_EQ(std::memcmp(y2.data(), y1.data(), y1.size() * sizeof(float)), 0)
-            << "x_quantized";
+        EXPECT_EQ(std::memcmp(y2.data(), y1.data(), y1.size() * sizeof(float)), 0) << "x_quantized";
       }
     }
   }

@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
   const int64_t n_c = st.conv_dim;
   const int64_t v_off = 2 * int64_t{p.n_k_heads} * dk + int64_t{h} * dv + j;
   constexpr int kRowsPerWarp = kChunk / kChunkWarps;  // 8
-  constexpr int kPerLane = kDeltaMaxHeadDimK / 32;     // 4
+  constexpr int kPerLane = kDeltaMaxHeadDimK / 32;    // 4
   for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
     const int32_t n = static_cast<int32_t>(min(int64_t{kChunk}, end - c0));
     // The rows t = warp + 8 a: every load issued first, then the sums (in double, as the
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
         const double v = __shfl_up_sync(0xffffffffu, incl, o);
         if (lane >= o) incl += v;
       }
-      const double c0v = incl - g1;  // through row 2 lane
+      const double c0v = incl - g1;                            // through row 2 lane
       const double last = __shfl_sync(0xffffffffu, incl, 31);  // G of row n - 1 (zeros after)
       if (2 * lane < n) {
         g_cum[2 * lane] = c0v;
@@ -394,8 +394,9 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
 #pragma unroll
       for (int a = 0; a < kRowsPerWarp; ++a) aq[a] = ak[a] = 0.0f;
       for (int32_t i = 0; i < dk4; i += 4) {
-        const float4 s4 = make_float4(S[i * kDeltaCols + lane], S[(i + 1) * kDeltaCols + lane],
-                                      S[(i + 2) * kDeltaCols + lane], S[(i + 3) * kDeltaCols + lane]);
+        const float4 s4 =
+            make_float4(S[i * kDeltaCols + lane], S[(i + 1) * kDeltaCols + lane],
+                        S[(i + 2) * kDeltaCols + lane], S[(i + 3) * kDeltaCols + lane]);
 #pragma unroll
         for (int a = 0; a < kRowsPerWarp; ++a) {
           const int32_t t = warp + kChunkWarps * a;
@@ -438,7 +439,8 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
     {
       float acc[kRowsPerWarp];
 #pragma unroll
-      for (int a = 0; a < kRowsPerWarp; ++a) acc[a] = O[(warp + kChunkWarps * a) * kDeltaCols + lane];
+      for (int a = 0; a < kRowsPerWarp; ++a)
+        acc[a] = O[(warp + kChunkWarps * a) * kDeltaCols + lane];
       for (int32_t s = 0; s < n; s += 4) {
         const float4 u4 = make_float4(U[s * kUStride + lane], U[(s + 1) * kUStride + lane],
                                       U[(s + 2) * kUStride + lane], U[(s + 3) * kUStride + lane]);

@@ -325,8 +325,8 @@ __global__ void __launch_bounds__(kThreads) matvec_id_kernel(const MatvecIdArgs 
   const int32_t e = a.ids[p];
   if (e < 0 || e >= a.n_expert) return;
   const int64_t xr = a.x_rows[p];
-  const uint8_t* w = a.w + static_cast<uint64_t>(e) * a.expert_bytes +
-                     static_cast<uint64_t>(row) * a.row_bytes;
+  const uint8_t* w =
+      a.w + static_cast<uint64_t>(e) * a.expert_bytes + static_cast<uint64_t>(row) * a.row_bytes;
   const int8_t* xq = a.xq + xr * a.xq_stride;
   const float2* xds = a.xds + xr * a.xds_stride;
   float acc[1] = {0.0f};
@@ -335,8 +335,8 @@ __global__ void __launch_bounds__(kThreads) matvec_id_kernel(const MatvecIdArgs 
   for (int64_t i = lane; i < n_items; i += 32) {
     const int64_t blk = i / V::kParts;
     const int part = static_cast<int>(i % V::kParts);
-    V::template dot<1>(w + blk * V::kBytes, part, xq + blk * V::kElems, xds + blk * (V::kElems / 32),
-                       a.xq_stride, a.xds_stride, 1, acc);
+    V::template dot<1>(w + blk * V::kBytes, part, xq + blk * V::kElems,
+                       xds + blk * (V::kElems / 32), a.xq_stride, a.xds_stride, 1, acc);
   }
   float v = acc[0];
 #pragma unroll
