@@ -31,11 +31,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <utility>
 #include <vector>
 
 #include "kiln/backend/cuda/attention_impl.h"
+#include "kiln/backend/cuda/device.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/pdl.cuh"
 #include "kiln/backend/cuda/q8_group.cuh"
@@ -881,18 +880,10 @@ AttnKernelFn pick(bool decode, KvT t, int bucket) {
 // Raises a kernel's dynamic shared memory limit to the most it can ask for, once per device
 // (the attribute belongs to the device's context).
 void allow_smem(AttnKernelFn fn, bool decode, int bucket) {
-  static std::mutex mu;
-  static std::vector<std::pair<AttnKernelFn, int>> done;
-  int dev = 0;
-  KILN_CUDA_ASSERT(cudaGetDevice(&dev) == cudaSuccess);
-  std::lock_guard<std::mutex> lock(mu);
-  if (std::find(done.begin(), done.end(), std::make_pair(fn, dev)) != done.end()) return;
   const int rows = bucket > 128 ? 32 : 64;
   const size_t bytes =
       decode ? decode_smem_bytes(bucket, bucket) : prefill_smem_bytes(rows, bucket, bucket);
-  KILN_CUDA_ASSERT(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(bytes)) == cudaSuccess);
-  done.emplace_back(fn, dev);
+  KILN_CUDA_ASSERT(allow_dynamic_smem(reinterpret_cast<const void*>(fn), bytes));
 }
 
 Cache cache_of(const KvLayer& kv, bool is_k) {

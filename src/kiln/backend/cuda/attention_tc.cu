@@ -24,11 +24,9 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
-#include <utility>
-#include <vector>
 
 #include "kiln/backend/cuda/attention_impl.h"
+#include "kiln/backend/cuda/device.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -325,15 +323,7 @@ __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const TcArgs a) {
 
 template <int D>
 void allow_smem_once() {
-  static std::mutex mu;
-  static std::vector<int> done;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return;
-  std::lock_guard<std::mutex> lock(mu);
-  if (std::find(done.begin(), done.end(), dev) != done.end()) return;
-  cudaFuncSetAttribute(prefill_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       static_cast<int>(smem_bytes<D>()));
-  done.push_back(dev);
+  allow_dynamic_smem(reinterpret_cast<const void*>(prefill_tc_kernel<D>), smem_bytes<D>());
 }
 
 }  // namespace

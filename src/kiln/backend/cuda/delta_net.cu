@@ -18,13 +18,11 @@
 // chain is 64 times shorter than the recurrence's. A column block of the state evolves on its
 // own given the chunk's q, k, beta and decays (which each CTA recomputes), so the column blocks
 // of a head run in parallel.
-#include <algorithm>
 #include <cstdint>
-#include <mutex>
-#include <vector>
 
 #include <cuda_runtime.h>
 
+#include "kiln/backend/cuda/device.h"
 #include "kiln/backend/cuda/kernels.h"
 
 namespace kiln::backend::cuda {
@@ -492,20 +490,12 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
     state[int64_t{i} * dv + j] = S[i * kDeltaCols + lane];
 }
 
-// The chunked kernel's dynamic shared memory limit, set once per device.
+// Whether the chunked kernel takes head_k_dim dk (its dynamic shared memory limit raised once
+// per device, for the largest dk).
 bool chunked_ready(int32_t dk) {
-  if (dk > kDeltaMaxHeadDimK) return false;
-  static std::mutex mu;
-  static std::vector<int> done;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  std::lock_guard<std::mutex> lock(mu);
-  if (std::find(done.begin(), done.end(), dev) != done.end()) return true;
-  if (cudaFuncSetAttribute(delta_chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(chunk_smem_bytes(kDeltaMaxHeadDimK))) != cudaSuccess)
-    return false;
-  done.push_back(dev);
-  return true;
+  return dk <= kDeltaMaxHeadDimK &&
+         allow_dynamic_smem(reinterpret_cast<const void*>(delta_chunked_kernel),
+                            chunk_smem_bytes(kDeltaMaxHeadDimK));
 }
 
 }  // namespace

@@ -1,9 +1,27 @@
 // Device discovery for the CUDA backend (kiln doctor, --device selection).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <mutex>
+#include <utility>
+
 #include "kiln/backend/cuda/device.h"
 
 namespace kiln::backend::cuda {
+
+bool allow_dynamic_smem(const void* fn, size_t bytes) {
+  static std::mutex mu;
+  static std::vector<std::pair<const void*, int>> done;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  std::lock_guard<std::mutex> lock(mu);
+  if (std::find(done.begin(), done.end(), std::make_pair(fn, dev)) != done.end()) return true;
+  if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes)) != cudaSuccess)
+    return false;
+  done.emplace_back(fn, dev);
+  return true;
+}
 
 int device_count() {
   int n = 0;

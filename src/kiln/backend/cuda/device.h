@@ -1,6 +1,7 @@
 // CUDA device discovery (kiln doctor, --device selection).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,5 +23,9 @@ struct GpuProps {
 int driver_version();
 int runtime_version();
 std::vector<GpuProps> gpus(std::string* error);
+
+// Raises kernel fn's dynamic shared memory limit to `bytes`, once per (kernel, current device):
+// the attribute belongs to the device's context. False when the device or the driver refuses.
+bool allow_dynamic_smem(const void* fn, size_t bytes);
 
 }  // namespace kiln::backend::cuda
