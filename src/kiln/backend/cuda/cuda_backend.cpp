@@ -681,7 +681,7 @@ class CudaBackend final : public Backend {
   std::vector<cudaGraphExec_t> graphs_;
   uint64_t prepared_bytes_ = 0;
   int64_t max_n_in_ = 0, max_n_out_ = 0, max_experts_ = 1;
-  bool int8_matvec_weights_ = false;
+  bool int8_matvec_weights_ = false;  // a prepared weight the int8 matvec reads
   // KILN_CUDA_DELTA=recurrent|chunked forces the gated delta rule's form (A/B timing; default:
   // runs of 64+ rows chunked), read when the backend is made.
   const cuda::DeltaKernel delta_kernel_ = [] {
@@ -690,7 +690,7 @@ class CudaBackend final : public Backend {
     if (v == "recurrent") return cuda::DeltaKernel::kRecurrent;
     if (v == "chunked") return cuda::DeltaKernel::kChunked;
     return cuda::DeltaKernel::kAuto;
-  }();  // a prepared weight the int8 matvec reads
+  }();
   MatmulContext* matmul_ = nullptr;
   const float* q8_src_ = nullptr;
   int64_t q8_rows_ = 0, q8_cols_ = 0;

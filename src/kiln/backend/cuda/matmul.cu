@@ -663,18 +663,20 @@ bool matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, cons
   const bool grouped =
       use_mmq_id(ctx, stacked, n_x_rows, n_pairs, moe_tile_slots(n_pairs, n_expert, mmq_pairs));
   // A decode step's few pairs: the int8 matvec per (output row, pair), with no plan.
-  if (!grouped && n_pairs <= kMmqIdMinPairs && ctx->id_xq != nullptr && matvec_supports(stacked) &&
-      n_x_rows * stacked.n_in <= ctx->id_values) {
-    if (!x_quantized) quantize_q8_32(x, n_x_rows, stacked.n_in, ctx->id_xq, ctx->id_xds, s);
-    if (matvec_id(stacked, n_expert, ctx->id_xq, ctx->id_xds, x_rows, ids, y, n_pairs, s))
-      return true;
+  const bool few = !grouped && n_pairs <= kMmqIdMinPairs && ctx->id_xq != nullptr &&
+                   matvec_supports(stacked) && n_x_rows * stacked.n_in <= ctx->id_values;
+  // Both int8 paths read x quantized into the context's rows (once for gate and up).
+  if ((grouped || few) && !x_quantized) {
+    quantize_q8_32(x, n_x_rows, stacked.n_in, ctx->id_xq, ctx->id_xds, s);
+    x_quantized = true;
   }
+  if (few && matvec_id(stacked, n_expert, ctx->id_xq, ctx->id_xds, x_rows, ids, y, n_pairs, s))
+    return true;
   const int tile_pairs = grouped ? mmq_pairs : kDirectTokens;
   const int64_t tile_slots = moe_tile_slots(n_pairs, n_expert, tile_pairs);
   moe_plan_kernel<<<1, 1024, 2 * static_cast<size_t>(n_expert) * sizeof(int), s>>>(
       ids, n_pairs, static_cast<int>(n_expert), tile_pairs, perm, num_tiles, tiles);
   if (grouped) {
-    if (!x_quantized) quantize_q8_32(x, n_x_rows, stacked.n_in, ctx->id_xq, ctx->id_xds, s);
     MmqIdTiles t;
     t.tiles = tiles;
     t.num_tiles = num_tiles;
