@@ -602,9 +602,9 @@ bool mmq_supports(const Weight& w) {
   }
 }
 
-void mmq(const Weight& w, float* y, const int8_t* xq, const float2* xds, int64_t n_tokens,
-         const MmqScratch& scratch, cudaStream_t s) {
-  if (n_tokens <= 0 || w.n_out <= 0 || !mmq_supports(w)) return;
+namespace {
+// The weight's and the activations' part of a launch (mmq and mmq_id alike).
+MmqArgs mmq_args(const Weight& w, float* y, const int8_t* xq, const float2* xds) {
   MmqArgs a{};
   a.w = w.data;
   a.row_bytes = w.row_bytes;
@@ -615,6 +615,14 @@ void mmq(const Weight& w, float* y, const int8_t* xq, const float2* xds, int64_t
   a.y = y;
   a.xq = xq;
   a.xds = xds;
+  return a;
+}
+}  // namespace
+
+void mmq(const Weight& w, float* y, const int8_t* xq, const float2* xds, int64_t n_tokens,
+         const MmqScratch& scratch, cudaStream_t s) {
+  if (n_tokens <= 0 || w.n_out <= 0 || !mmq_supports(w)) return;
+  MmqArgs a = mmq_args(w, y, xq, xds);
   a.n_tokens = static_cast<int>(n_tokens);
   a.partials = scratch.partials;
   a.counters = scratch.counters;
@@ -648,16 +656,7 @@ int mmq_id_tile_pairs(int64_t n_pairs, int64_t n_expert) {
 void mmq_id(const Weight& stacked, float* y, const int8_t* xq, const float2* xds,
             const MmqIdTiles& t, cudaStream_t s) {
   if (t.tile_slots <= 0 || stacked.n_out <= 0 || !mmq_supports(stacked)) return;
-  MmqArgs a{};
-  a.w = stacked.data;
-  a.row_bytes = stacked.row_bytes;
-  a.n_out = stacked.n_out;
-  a.n_in = stacked.n_in;
-  a.n_groups = stacked.n_in / 32;
-  a.n_steps = (stacked.n_in + kKStep - 1) / kKStep;
-  a.y = y;
-  a.xq = xq;
-  a.xds = xds;
+  MmqArgs a = mmq_args(stacked, y, xq, xds);
   a.splits = 1;
   a.expert_bytes = static_cast<uint64_t>(stacked.n_out) * stacked.row_bytes;
   a.tiles = t.tiles;
