@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/backend/profile.h"
 #include "kiln/backend/weight.h"
 #include "kiln/quant/types.h"
 #include "kiln/util/status.h"
@@ -252,8 +253,23 @@ class Backend {
   virtual void download_async(void* host_dst, const void* src, uint64_t bytes) {
     download(host_dst, src, bytes);
   }
+  // dst = src for `bytes` bytes of backend memory (the regions must not overlap), ordered with
+  // the ops (kiln bench --roofline times it for the device's copy bandwidth).
+  virtual void copy(void* dst, const void* src, uint64_t bytes) = 0;
   // Waits for every op issued so far.
   virtual void sync() = 0;
+
+  // ---- profiling ----
+  // While on, the backend times each matmul, matmuls group, moe, attention and copy op it
+  // issues and sums them by label (profile.h: matmul_label, matmuls_label, moe_label;
+  // "attention" and "copy"), with the weight bytes each had to read (attention: 0; copy: the
+  // bytes copied). Ops recorded into a graph (begin_capture .. end_capture) are not timed:
+  // profiled steps must run eagerly. Off (the default), nothing is timed.
+  virtual void set_profiling(bool on) { (void)on; }
+  // Waits for the ops issued, then returns the sums since the last take (in the order their
+  // labels were first seen) and starts again from nothing. Empty for a backend that cannot
+  // profile.
+  virtual std::vector<OpTime> profile_take() { return {}; }
 
   // ---- load ----
   // The weight as this backend's ops take it (CPU: its interleaved copy where one exists;

@@ -141,6 +141,10 @@ void CpuBackend::upload(void* dst, const void* host_src, uint64_t bytes) {
 void CpuBackend::download(void* host_dst, const void* src, uint64_t bytes) {
   if (bytes > 0) std::memcpy(host_dst, src, bytes);
 }
+void CpuBackend::copy(void* dst, const void* src, uint64_t bytes) {
+  if (bytes == 0) return;
+  timed([] { return std::string("copy"); }, bytes, [&] { std::memcpy(dst, src, bytes); });
+}
 
 Expected<Weight> CpuBackend::prepare_weight(const Weight& file_weight, WeightUse use) {
   if (use == WeightUse::kRows || file_weight.empty()) return file_weight;
@@ -243,7 +247,22 @@ void CpuBackend::add_layernorm(Mat x, Mat y, const float* w, const float* b, Mat
 }
 void CpuBackend::matmul(const Weight& w, Mat x, Mat y) {
   KILN_ASSERT(x.cols == w.n_in && y.cols == w.n_out && x.rows == y.rows);
-  cpu::matmul(w, x.data, y.data, x.rows, pool_);
+  timed([&] { return matmul_label(w); }, w.total_bytes(),
+        [&] { cpu::matmul(w, x.data, y.data, x.rows, pool_); });
+}
+// One matmul per weight, as the default, timed as one group.
+void CpuBackend::matmuls(std::span<const Weight* const> ws, Mat x, std::span<const Mat> ys) {
+  KILN_ASSERT(ws.size() == ys.size());
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    KILN_ASSERT(x.cols == ws[i]->n_in && ys[i].cols == ws[i]->n_out && x.rows == ys[i].rows);
+    bytes += ws[i]->total_bytes();
+  }
+  timed([&] { return matmuls_label(ws); }, bytes,
+        [&] {
+          for (size_t i = 0; i < ws.size(); ++i)
+            cpu::matmul(*ws[i], x.data, ys[i].data, x.rows, pool_);
+        });
 }
 void CpuBackend::add_bias(Mat x, const float* b) {
   cpu::add_bias(x.data, b, x.rows, x.cols);
@@ -304,7 +323,8 @@ void CpuBackend::kv_write(KvCache& kv, int32_t layer, const StepArgs& step, Mat 
 }
 void CpuBackend::attention(KvCache& kv, int32_t layer, const StepArgs& step, Mat q, Mat out,
                            const AttnParams& p) {
-  cpu::attention(layer_view(kv, layer), step.attn, q.data, out.data, p, pool_);
+  timed([] { return std::string("attention"); }, 0,
+        [&] { cpu::attention(layer_view(kv, layer), step.attn, q.data, out.data, p, pool_); });
 }
 
 void CpuBackend::conv1d_silu(StateCache& st, int32_t layer, const StepArgs& step, Mat x,
@@ -335,11 +355,14 @@ void CpuBackend::deinterleave(Mat src, int64_t width, Mat a, Mat b) {
   cpu::deinterleave(src.data, src.rows, src.cols / (2 * width), width, a.data, b.data);
 }
 
+void CpuBackend::moe(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) {
+  timed([&] { return moe_label(w); }, moe_bytes(w, xn.rows), [&] { moe_rows(w, xn, out, s); });
+}
 // Mixture of experts (qwen3moe): softmax over the router logits, the top n_expert_used experts
 // (ties to the lower index), weights renormalised to sum to 1 (norm_topk_prob), and each
 // expert a SwiGLU FFN. Tokens are grouped per expert so each expert's weights are read once
 // per step; a token's result does not depend on which other tokens share the step.
-void CpuBackend::moe(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) {
+void CpuBackend::moe_rows(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) {
   const int64_t n = xn.rows, n_exp = w.n_expert, k = w.n_expert_used, d = xn.cols;
   Mat router = s.router.as(n, n_exp);
   cpu::matmul(*w.router, xn.data, router.data, n, pool_);

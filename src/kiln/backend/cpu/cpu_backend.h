@@ -3,6 +3,7 @@
 // where the host wrote them. Weights are packed at preparation (pack.h) unless KILN_PACK=0.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <vector>
@@ -29,7 +30,10 @@ class CpuBackend final : public Backend {
   Expected<std::unique_ptr<Buffer>> alloc_host(uint64_t bytes) override { return alloc(bytes); }
   void upload(void* dst, const void* host_src, uint64_t bytes) override;
   void download(void* host_dst, const void* src, uint64_t bytes) override;
+  void copy(void* dst, const void* src, uint64_t bytes) override;
   void sync() override {}
+  void set_profiling(bool on) override { profiling_ = on; }
+  std::vector<OpTime> profile_take() override { return profile_.take(); }
 
   Expected<Weight> prepare_weight(const Weight& file_weight, WeightUse use) override;
   Expected<const float*> prepare_vector(const float* host, int64_t n) override;
@@ -52,6 +56,7 @@ class CpuBackend final : public Backend {
   void layernorm(Mat x, const float* w, const float* b, Mat out, float eps) override;
   void add_layernorm(Mat x, Mat y, const float* w, const float* b, Mat out, float eps) override;
   void matmul(const Weight& w, Mat x, Mat y) override;
+  void matmuls(std::span<const Weight* const> ws, Mat x, std::span<const Mat> ys) override;
   void add_bias(Mat x, const float* b) override;
   void add(Mat x, Mat y) override;
   void scale(Mat x, float s) override;
@@ -85,6 +90,19 @@ class CpuBackend final : public Backend {
   static DeltaLayerView state_view(StateCache& st, int32_t layer);
 
  private:
+  // Runs op(); while profiling, adds its wall time (the CPU's ops are done when they return)
+  // under label() with `bytes`. The label is built only when timed.
+  template <typename Op, typename Label>
+  void timed(Label&& label, uint64_t bytes, Op&& op) {
+    if (!profiling_) return op();
+    const auto t0 = std::chrono::steady_clock::now();
+    op();
+    const std::chrono::duration<double, std::micro> us = std::chrono::steady_clock::now() - t0;
+    profile_.add(label(), bytes, us.count());
+  }
+  // The MoE op's work (moe times it).
+  void moe_rows(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s);
+
   std::unique_ptr<util::ThreadPool> own_pool_;
   util::ThreadPool* pool_ = nullptr;
   PackedStore packed_;
@@ -92,6 +110,8 @@ class CpuBackend final : public Backend {
   uint64_t vector_bytes_ = 0;
   std::vector<int32_t> moe_order_;  // [n_expert] scratch of the routing sort
   std::vector<float> moe_probs_;    // [n_expert]
+  bool profiling_ = false;
+  OpTimeSums profile_;
 };
 
 }  // namespace kiln::backend::cpu

@@ -151,6 +151,7 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {}
   ~CudaBackend() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
     for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
     if (matmul_ != nullptr) destroy_matmul_context(matmul_);
     for (void* p : owned_) cudaFree(p);
@@ -198,6 +199,12 @@ class CudaBackend final : public Backend {
   }
   void download_async(void* host_dst, const void* src, uint64_t bytes) override {
     if (bytes > 0) cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_);
+  }
+  void copy(void* dst, const void* src, uint64_t bytes) override {
+    if (bytes == 0) return;
+    const int ev = profile_begin();
+    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_);
+    profile_end(ev, bytes, [] { return std::string("copy"); });
   }
   void sync() override {
     const cudaError_t e = cudaStreamSynchronize(stream_);
@@ -396,10 +403,13 @@ class CudaBackend final : public Backend {
   // ---- graphs ----
   bool supports_graphs() const override { return true; }
   Status begin_capture() override {
-    return check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
-                 "begin graph capture");
+    KILN_TRY_STATUS(check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                          "begin graph capture"));
+    capturing_ = true;
+    return {};
   }
   Expected<int32_t> end_capture() override {
+    capturing_ = false;
     cudaGraph_t graph = nullptr;
     KILN_TRY_STATUS(check(cudaStreamEndCapture(stream_, &graph), "end graph capture"));
     cudaGraphExec_t exec = nullptr;
@@ -442,7 +452,9 @@ class CudaBackend final : public Backend {
     KILN_ASSERT(x.cols == w.n_in && y.cols == w.n_out && x.rows == y.rows);
     const Weight* ws[1] = {&w};
     float* ys[1] = {y.data};
+    const int ev = profile_begin();
     consumed_q8(x, cuda::matmul_shared(matmul_, ws, ys, 1, x.data, x.rows, stream_, holds_q8(x)));
+    profile_end(ev, w.total_bytes(), [&] { return matmul_label(w); });
   }
   void matmuls(std::span<const Weight* const> ws, Mat x, std::span<const Mat> ys) override {
     KILN_ASSERT(ws.size() == ys.size() && ws.size() <= 8);
@@ -451,8 +463,14 @@ class CudaBackend final : public Backend {
       KILN_ASSERT(x.cols == ws[i]->n_in && ys[i].cols == ws[i]->n_out && x.rows == ys[i].rows);
       yp[i] = ys[i].data;
     }
+    const int ev = profile_begin();
     consumed_q8(x, cuda::matmul_shared(matmul_, ws.data(), yp, static_cast<int>(ws.size()), x.data,
                                        x.rows, stream_, holds_q8(x)));
+    if (ev >= 0) {
+      uint64_t bytes = 0;
+      for (const Weight* w : ws) bytes += w->total_bytes();
+      profile_end(ev, bytes, [&] { return matmuls_label(ws); });
+    }
   }
   void add_bias(Mat x, const float* b) override {
     forget_q8();
@@ -562,13 +580,16 @@ class CudaBackend final : public Backend {
     cp.workspace_bytes = attn_workspace_bytes_;
     cp.xq = t.xq;
     cp.xds = t.xds;
+    const int ev = profile_begin();
     produced_q8(out, cuda::attention(static_cast<CudaKvCache&>(kv).layer(layer), step.attn,
                                      step.n_tokens, step.max_q_len, q.data, out.data, cp, stream_));
+    profile_end(ev, 0, [] { return std::string("attention"); });
   }
   void moe(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) override {
     forget_q8();
     const int64_t n = xn.rows, k = w.n_expert_used, pairs = n * k;
     KILN_ASSERT(k <= kMaxExpertsUsed);
+    const int ev = profile_begin();
     const Mat router = s.router.as(n, w.n_expert);
     cuda::matmul(matmul_, *w.router, xn.data, router.data, n, stream_);
     cuda::moe_topk(router.data, n, w.n_expert, static_cast<int32_t>(k), s.chosen, s.weights.data,
@@ -583,6 +604,7 @@ class CudaBackend final : public Backend {
                     s.out.data, pairs, stream_);
     cuda::moe_combine(s.out.data, s.weights.data, n, static_cast<int32_t>(k), xn.cols, out.data,
                       stream_);
+    profile_end(ev, moe_bytes(w, n), [&] { return moe_label(w); });
   }
   void conv1d_silu(StateCache& st, int32_t layer, const StepArgs& step, Mat x, const float* w,
                    Mat out) override {
@@ -620,7 +642,50 @@ class CudaBackend final : public Backend {
     cuda::deinterleave(src.data, src.rows, src.cols / (2 * width), width, a.data, b.data, stream_);
   }
 
+  // ---- profiling ----
+  void set_profiling(bool on) override { profiling_ = on; }
+  std::vector<OpTime> profile_take() override {
+    sync();
+    for (const TimedOp& op : timed_) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, events_[op.event], events_[op.event + 1]) != cudaSuccess) {
+        cudaGetLastError();
+        ms = 0;
+      }
+      profile_.add(op.label, op.bytes, 1000.0 * ms);
+    }
+    timed_.clear();
+    next_event_ = 0;
+    return profile_.take();
+  }
+
  private:
+  // While profiling (and not capturing a graph), records an event before an op's launches and
+  // returns its index in events_ (the pair's first); -1 when the op is not timed. The pool of
+  // events grows to the most ops of one take and is reused after it.
+  int profile_begin() {
+    if (!profiling_ || capturing_) return -1;
+    while (events_.size() < next_event_ + 2) {
+      cudaEvent_t e = nullptr;
+      if (cudaEventCreate(&e) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+      }
+      events_.push_back(e);
+    }
+    const int i = static_cast<int>(next_event_);
+    next_event_ += 2;
+    cudaEventRecord(events_[i], stream_);
+    return i;
+  }
+  // The event after the op's launches; its time goes under label() when profile_take reads it.
+  template <typename Label>
+  void profile_end(int event, uint64_t bytes, Label&& label) {
+    if (event < 0) return;
+    cudaEventRecord(events_[event + 1], stream_);
+    timed_.push_back({label(), bytes, event});
+  }
+
   // The matmul context's int8 activations hold quantize(q8_src_) after a producer (rmsnorm,
   // add_rmsnorm, swiglu) wrote them or a matmul quantized its input; any other op forgets it
   // (it may write that memory), so a matmul reuses them only straight after their producer.
@@ -698,6 +763,18 @@ class CudaBackend final : public Backend {
   void* attn_workspace_ = nullptr;
   int64_t attn_workspace_bytes_ = 0;
   StepCapacity step_cap_;
+  // Profiling: the ops timed since the last take (their event pairs in events_), and the sums.
+  struct TimedOp {
+    std::string label;
+    uint64_t bytes = 0;
+    int event = 0;
+  };
+  bool profiling_ = false;
+  bool capturing_ = false;  // between begin_capture and end_capture: nothing is timed
+  std::vector<cudaEvent_t> events_;
+  size_t next_event_ = 0;
+  std::vector<TimedOp> timed_;
+  OpTimeSums profile_;
   void* staging_ = nullptr;
   int32_t* step_dev_ = nullptr;
   int64_t off_tokens_ = 0, off_positions_ = 0, off_qo_ = 0, off_kvptr_ = 0, off_kvlen_ = 0,
