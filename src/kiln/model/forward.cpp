@@ -348,8 +348,8 @@ Status Forward::launch(const StepInput& in, backend::KvCache& cache, float* logi
                    in.state->num_slots() - 1);
   }
   // Decode steps whose logit rows are 0..n_out-1 run from a graph.
-  bool decode =
-      !buckets_.empty() && !dump_ && n_hidden == 0 && in.attn.num_seqs == n && n <= buckets_.back();
+  bool decode = !buckets_.empty() && !eager_ && !dump_ && n_hidden == 0 && in.attn.num_seqs == n &&
+                n <= buckets_.back();
   for (int64_t i = 0; decode && i < n_out; ++i) decode = in.logit_rows[i] == i;
   // The graphs are captured on one recurrent state (the executor's): another runs eagerly.
   decode = decode && (graph_state_ == nullptr || in.state == graph_state_);

@@ -76,6 +76,10 @@ class Forward {
   // rows (each a fresh sequence at position 0) write; without one their decode runs eagerly.
   void enable_graphs(int32_t null_kv_block, int32_t null_state_slot = -1);
   bool graphs_enabled() const { return !buckets_.empty(); }
+  // While set, every step runs eagerly, decode steps too (kiln bench --roofline's profiled
+  // steps: a backend times the ops it issues, not those a graph replays); the graphs captured
+  // stay for when it is cleared.
+  void set_eager(bool eager) { eager_ = eager; }
   // Bytes of the activation arena (the memory plan).
   uint64_t arena_bytes() const { return arena_ != nullptr ? arena_->bytes() : 0; }
   backend::Backend& backend() const { return be_; }
@@ -154,6 +158,7 @@ class Forward {
   std::vector<int32_t> pad_tokens_, pad_positions_, pad_qo_, pad_kv_ptr_, pad_kv_idx_, pad_kv_len_,
       pad_rows_, pad_state_slots_;
   backend::StateCache* graph_state_ = nullptr;  // the recurrent state the graphs were captured on
+  bool eager_ = false;                          // set_eager
   // Fills row_scale_host_ for rows [0, n) from positions; the span to upload (empty if none).
   std::span<const float> row_scales(const int32_t* positions, int64_t n);
 

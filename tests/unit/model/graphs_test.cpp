@@ -1,7 +1,8 @@
 // Decode steps replayed from CUDA graphs give the tokens of eager steps: a 512-token greedy
 // run on stories260K both ways. Skipped on a backend without graphs (the CPU). And the argmax
 // taken where the logits are (SequenceRunner::append_argmax) equals the host's argmax of the
-// logits brought back, on every backend (the CUDA one from graph replays).
+// logits brought back, on every backend (the CUDA one from graph replays). And
+// Forward::set_eager runs decode steps eagerly while set.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,6 +71,45 @@ TEST(Graphs, ReplayEqualsEagerOn512TokenGreedyRun) {
   EXPECT_EQ(with_graphs, eager);
   EXPECT_GE(replays, 511);  // every decode step after the prompt
   EXPECT_EQ(eager_replays, 0);
+}
+
+// Forward::set_eager: while set, decode steps run eagerly, so the backend's profiling times
+// their ops (kiln bench --roofline); cleared, they replay the graphs again.
+TEST(Graphs, SetEagerRunsDecodeStepsEagerly) {
+  auto model = Model::load(kModels + "stories260K.gguf");
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  TestForward t = make_forward(**model, 8, 4);
+  ASSERT_TRUE(t.ok());
+  if (!t.be->supports_graphs()) GTEST_SKIP() << t.be->name() << " has no step graphs";
+  t.fwd->enable_graphs(3);  // block 3 pads the graphs' rows; the sequence holds block 0
+  std::vector<float> logits((*model)->hparams().n_vocab);
+  auto decode = [&](int32_t pos) {
+    const int32_t token = 1 + pos, qo[2] = {0, 1}, kv_ptr[2] = {0, 1}, kv_idx[1] = {0};
+    const int32_t kv_len[1] = {pos + 1}, rows[1] = {0};
+    StepInput in;
+    in.tokens = std::span<const int32_t>(&token, 1);
+    in.attn = {1, qo, kv_ptr, kv_idx, kv_len, &pos};
+    in.logit_rows = rows;
+    ASSERT_TRUE(t.fwd->run(in, *t.kv, logits.data()).ok());
+  };
+  decode(0);
+  decode(1);
+  const int64_t replays = t.fwd->num_graph_replays();
+  EXPECT_EQ(replays, 2);
+  t.fwd->set_eager(true);
+  t.be->set_profiling(true);
+  decode(2);
+  const std::vector<backend::OpTime> ops = t.be->profile_take();
+  t.be->set_profiling(false);
+  t.fwd->set_eager(false);
+  EXPECT_EQ(t.fwd->num_graph_replays(), replays);
+  const auto attn = std::find_if(ops.begin(), ops.end(),
+                                 [](const backend::OpTime& o) { return o.label == "attention"; });
+  ASSERT_NE(attn, ops.end());
+  EXPECT_EQ(attn->calls, static_cast<int64_t>((*model)->hparams().n_layer));
+  decode(3);
+  EXPECT_EQ(t.fwd->num_graph_replays(), replays + 1);
+  EXPECT_TRUE(t.be->profile_take().empty());
 }
 
 }  // namespace
