@@ -90,3 +90,45 @@ test('bench --json: cpu_mask and cpus follow the process affinity', async (t) =>
     assert.equal(test.cpu_mask, '0x' + (1n << BigInt(last)).toString(16));
   }
 });
+
+// --depth, --parallel and --roofline: the tests' names and fields as llama-bench's (`pp16 @ d32`,
+// n_depth), P sequences' tokens per repetition, and the decode step's roofline after the table
+// (markdown) or in the tg test's object (JSON).
+test('bench --depth --parallel --roofline: names, n_depth and the roofline', async () => {
+  const j = await bench(['-d', '32', '--parallel', '2', '--roofline', '--json']);
+  assert.equal(j.code, 0, j.stderr);
+  const tests = JSON.parse(j.stdout);
+  assert.deepEqual(tests.map((t) => t.test), ['pp16 x2 @ d32', 'tg8 x2 @ d32']);
+  for (const t of tests) {
+    assert.equal(t.n_depth, 32);
+    assert.equal(t.n_seqs, 2);
+    assert.equal(t.n_tokens, t.test.startsWith('tg') ? 16 : 32);
+    assert.equal(t.n_gen, t.test.startsWith('tg') ? 8 : 0);
+  }
+  assert.equal(tests[0].roofline, undefined);
+  const r = tests[1].roofline;
+  assert.ok(r.copy_gb_per_s > 0);
+  assert.equal(r.n_seqs, 2);
+  assert.equal(r.n_depth, 32);
+  const kinds = r.rows.map((x) => x.kind);
+  assert.deepEqual(kinds.slice(-5), ['matmuls', 'attention', 'other', 'eager_step', 'tg_step']);
+  const classes = r.rows.filter((x) => x.kind === 'class');
+  assert.equal(classes.length, 5);
+  const sum = classes.reduce((a, x) => a + x.bytes_per_step, 0);
+  assert.equal(r.rows.find((x) => x.kind === 'matmuls').bytes_per_step, sum);
+
+  const table = await bench(['-d', '32', '--parallel', '2', '--roofline']);
+  assert.equal(table.code, 0, table.stderr);
+  assert.match(table.stdout, /\| +tg8 x2 @ d32 \| +[\d.]+ ± +[\d.]+ \|/);
+  assert.match(table.stdout, /^roofline of a decode step: 2 sequences after 32 tokens of context/m);
+  assert.match(table.stdout, /^\| class +\| calls\/step \| +MB\/step \| +us\/step \| +GB\/s \| +% copy \|$/m);
+  assert.match(table.stdout, /^\| f32 64x172 +\| +5\.00 \| +0\.220 \| +[\d.]+ \| +[\d.]+ \| +[\d.]+ \|$/m);
+  assert.match(table.stdout, /^\| step \(tg\) +\| +1\.00 \|/m);
+
+  const depth0 = await bench(['--json']);
+  for (const t of JSON.parse(depth0.stdout)) assert.equal(t.n_depth, 0);
+  const noGen = await new Promise((resolve) => execFile(KILN, ['bench', '-m', MODEL, '-n', '0', '--roofline'],
+    (e, stdout, stderr) => resolve({ code: e ? e.code : 0, stderr })));
+  assert.equal(noGen.code, 2);
+  assert.match(noGen.stderr, /--roofline.*-n > 0/);
+});

@@ -1,9 +1,7 @@
-// kiln bench: prompt-processing and generation speed, like llama-bench.
+// kiln bench: prompt-processing and generation speed, like llama-bench (the measurements:
+// engine/bench.h).
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <memory>
-#include <numeric>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,7 +11,7 @@
 #include "kiln/cli/commands.h"
 #include "kiln/cli/flags.h"
 #include "kiln/cli/model_files.h"
-#include "kiln/engine/sequence.h"
+#include "kiln/engine/bench.h"
 #include "kiln/kv/kv_cache.h"
 #include "kiln/model/model.h"
 #include "kiln/util/cpu.h"
@@ -31,63 +29,25 @@ struct BenchOptions {
   std::string device = "auto";
   int32_t batch = 512;  // prefill chunk
   std::string kv_type = "f16";
+  int32_t depth = 0;
+  int32_t parallel = 1;
+  bool roofline = false;
   bool json = false;
 };
-
-using Figure = BenchFigure;
-
-double seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Token ids spread over the vocabulary (the content does not change the work).
-std::vector<int32_t> bench_tokens(int32_t n, uint32_t n_vocab) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((1 + 7919u * i) % n_vocab);
-  return t;
-}
-
-Expected<std::vector<Figure>> measure(const model::Model& m, const BenchOptions& o,
-                                      backend::Backend& be, quant::Type kv_type) {
-  std::vector<Figure> out;
-  const uint32_t v = m.hparams().n_vocab;
-  const int32_t n_ctx = std::max(o.n_prompt, o.n_gen) + 1;
-  KILN_TRY(auto seq, engine::SequenceRunner::create(m, be, n_ctx, o.batch, kv_type));
-  if (o.n_prompt > 0) {
-    Figure f{fmt::format("pp{}", o.n_prompt), o.n_prompt, {}};
-    const std::vector<int32_t> prompt = bench_tokens(o.n_prompt, v);
-    for (int r = -1; r < o.reps; ++r) {  // r = -1: warm-up
-      seq->truncate(0);
-      const auto t0 = std::chrono::steady_clock::now();
-      KILN_TRY_STATUS(seq->append(prompt));
-      if (r >= 0) f.tok_per_s.push_back(o.n_prompt / seconds(t0));
-    }
-    out.push_back(std::move(f));
-  }
-  if (o.n_gen > 0) {
-    // One decode step per token, its logits back on the host each step, the next token not
-    // drawn from them: llama-bench's generation test (it feeds random tokens), so that the two
-    // time the same work. (A greedy argmax over a 128k vocabulary on the host adds ~50 us a
-    // token: kiln run and kiln serve pay it, `kiln bench http` measures it.)
-    const std::vector<int32_t> gen = bench_tokens(o.n_gen, v);
-    Figure f{fmt::format("tg{}", o.n_gen), o.n_gen, {}};
-    for (int r = -1; r < o.reps; ++r) {
-      seq->truncate(0);
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int32_t i = 0; i < o.n_gen; ++i) {
-        KILN_TRY_STATUS(seq->append(std::span<const int32_t>(&gen[i], 1)));
-      }
-      if (r >= 0) f.tok_per_s.push_back(o.n_gen / seconds(t0));
-    }
-    out.push_back(std::move(f));
-  }
-  return out;
-}
 
 int run_bench(BenchOptions o) {
   auto kv_type = kv::parse_kv_type(o.kv_type);
   if (!kv_type.ok()) {
     fmt::print(stderr, "kiln bench: --kv-type: {}\n", kv_type.error().message);
+    return 2;
+  }
+  if (o.roofline && o.n_gen == 0) {
+    fmt::print(stderr, "kiln bench: --roofline profiles decode steps: it needs -n > 0\n");
+    return 2;
+  }
+  if (int64_t{o.depth} + std::max(o.n_prompt, o.n_gen) + 1 > kMaxContext) {
+    fmt::print(stderr, "kiln bench: --depth {} + {} tokens exceed the longest context ({})\n",
+               o.depth, std::max(o.n_prompt, o.n_gen), kMaxContext);
     return 2;
   }
   auto path = model_path_or_default(o.model);
@@ -108,11 +68,22 @@ int run_bench(BenchOptions o) {
     return 1;
   }
   const std::string test_time = utc_now_iso8601();
-  auto figs = measure(**m, o, **be, *kv_type);
-  if (!figs.ok()) {
-    fmt::print(stderr, "kiln bench: {}\n", figs.error().message);
+  engine::BenchPlan plan;
+  plan.n_prompt = o.n_prompt;
+  plan.n_gen = o.n_gen;
+  plan.reps = o.reps;
+  plan.batch = o.batch;
+  plan.depth = o.depth;
+  plan.parallel = o.parallel;
+  plan.kv_type = *kv_type;
+  plan.roofline = o.roofline;
+  auto result = engine::run_bench(**m, **be, plan);
+  if (!result.ok()) {
+    fmt::print(stderr, "kiln bench: {}\n", result.error().message);
     return 1;
   }
+  const std::vector<BenchFigure>& figs = result->figures;
+  const engine::Roofline* roofline = result->roofline ? &*result->roofline : nullptr;
   const model::Model& model = **m;
   BenchRunInfo run;
   run.model_path = o.model;
@@ -128,10 +99,11 @@ int run_bench(BenchOptions o) {
   const ThreadPlacement placement =
       current_thread_placement(threads, util::default_spin_us(threads));
   if (o.json) {
-    fmt::print("{}\n", bench_json(run, placement, *figs).dump(2));
+    fmt::print("{}\n", bench_json(run, placement, figs, roofline).dump(2));
     return 0;
   }
-  print_bench_table(run, placement, *figs);
+  print_bench_table(run, placement, figs);
+  if (roofline != nullptr) print_roofline(*roofline);
   fmt::print(stderr, "kiln bench: {} | {} bytes of weights read per generated token\n",
              util::to_string(util::cpu_features()), run.weight_bytes_per_token);
   return 0;
@@ -157,6 +129,15 @@ RunFn add_bench(CLI::App& app) {
   cmd->add_option("--kv-type", o->kv_type,
                   "KV cache type: f16, f32 or q8_0 (q8_0 needs head dims that are multiples of 32)")
       ->capture_default_str();
+  add_ranged(cmd, "-d,--depth", o->depth, 0, kMaxContext - 1,
+             "context tokens before each test (llama-bench's -d), prefilled untimed");
+  add_ranged(cmd, "--parallel", o->parallel, 1, 4096,
+             "sequences decoding together, each after its own --depth context (tg: P x n tokens "
+             "per repetition, as llama-batched-bench's S_TG; pp: the P prompts, in steps of -b "
+             "rows)");
+  cmd->add_flag("--roofline", o->roofline,
+                "after the tests, profile eager decode steps: per matmul class the bytes read, "
+                "time, GB/s and fraction of the copy bandwidth measured in the same run");
   cmd->add_flag("--json", o->json, "JSON output");
   auto http_chosen = std::make_shared<std::function<bool()>>();
   auto http_run = std::make_shared<RunFn>();

@@ -53,6 +53,26 @@ std::vector<int> affinity_cpus() {
   return cpus;
 }
 
+// The weight bandwidth of a generation figure: the weights read per step (once for the step's
+// n_seqs tokens) times steps per second.
+double weight_gbs(const BenchRunInfo& run, const BenchFigure& f, double tok_per_s) {
+  return tok_per_s / std::max(f.n_seqs, 1) * static_cast<double>(run.weight_bytes_per_token) / 1e9;
+}
+
+// The roofline's rows in the table's order: the classes (longest first), their sum, attention,
+// the other ops, the eager step, the tg step.
+std::vector<std::pair<std::string, const engine::RooflineRow*>> roofline_rows(
+    const engine::Roofline& r) {
+  std::vector<std::pair<std::string, const engine::RooflineRow*>> rows;
+  for (const engine::RooflineRow& c : r.classes) rows.emplace_back("class", &c);
+  rows.emplace_back("matmuls", &r.matmuls);
+  rows.emplace_back("attention", &r.attention);
+  rows.emplace_back("other", &r.other);
+  rows.emplace_back("eager_step", &r.eager_step);
+  if (r.tg_step) rows.emplace_back("tg_step", &*r.tg_step);
+  return rows;
+}
+
 std::string join_values(std::span<const double> v, const char* format) {
   std::string out;
   for (double x : v) {
@@ -132,7 +152,7 @@ std::string utc_now_iso8601() {
 }
 
 nlohmann::json bench_json(const BenchRunInfo& run, const ThreadPlacement& placement,
-                          std::span<const BenchFigure> figures) {
+                          std::span<const BenchFigure> figures, const engine::Roofline* roofline) {
   nlohmann::json out = nlohmann::json::array();
   for (const BenchFigure& f : figures) {
     const SampleStats ts = sample_stats(f.tok_per_s);
@@ -140,7 +160,8 @@ nlohmann::json bench_json(const BenchRunInfo& run, const ThreadPlacement& placem
     std::vector<double> ns;
     for (double t : f.tok_per_s) ns.push_back(t > 0 ? f.n_tokens / t * 1e9 : 0.0);
     const SampleStats sns = sample_stats(ns);
-    const bool gen = f.test.starts_with("tg");
+    const bool gen = f.gen;
+    const int32_t per_seq = f.n_tokens / std::max(f.n_seqs, 1);
     nlohmann::json j = {
         // llama-bench's fields
         {"cpu_info", placement.cpu_info},
@@ -155,8 +176,9 @@ nlohmann::json bench_json(const BenchRunInfo& run, const ThreadPlacement& placem
         {"cpu_strict", placement.cpu_strict},
         {"type_k", run.type_kv},
         {"type_v", run.type_kv},
-        {"n_prompt", gen ? 0 : f.n_tokens},
-        {"n_gen", gen ? f.n_tokens : 0},
+        {"n_prompt", gen ? 0 : per_seq},
+        {"n_gen", gen ? per_seq : 0},
+        {"n_depth", f.n_depth},
         {"test_time", run.test_time},
         {"avg_ns", sns.mean},
         {"stddev_ns", sns.stddev},
@@ -173,6 +195,7 @@ nlohmann::json bench_json(const BenchRunInfo& run, const ThreadPlacement& placem
         {"n_cpus_online", placement.n_cpus_online},
         {"n_physical_cores", placement.n_physical_cores},
         {"spin_us", placement.spin_us},
+        {"n_seqs", f.n_seqs},
         // kiln's earlier names, kept for readers of older reports
         {"model", run.model_path},
         {"arch", run.arch},
@@ -187,7 +210,9 @@ nlohmann::json bench_json(const BenchRunInfo& run, const ThreadPlacement& placem
         {"tok_per_s_stddev", ts.stddev},
         {"samples", f.tok_per_s},
         {"weight_bytes_per_token", run.weight_bytes_per_token},
-        {"gb_per_s", gen ? ts.mean * static_cast<double>(run.weight_bytes_per_token) / 1e9 : 0.0}};
+        {"gb_per_s", gen ? weight_gbs(run, f, ts.mean) : 0.0},
+    };
+    if (gen && roofline != nullptr) j["roofline"] = roofline_json(*roofline);
     out.push_back(std::move(j));
   }
   return out;
@@ -195,27 +220,26 @@ nlohmann::json bench_json(const BenchRunInfo& run, const ThreadPlacement& placem
 
 void print_bench_table(const BenchRunInfo& run, const ThreadPlacement& placement,
                        std::span<const BenchFigure> figures) {
+  size_t test_width = 8;  // wider for "tg128 x8 @ d32768"
+  for (const BenchFigure& f : figures) test_width = std::max(test_width, f.test.size());
   fmt::print(
-      "| {:<12} | {:>10} | {:>8} | {:<7} | {:>7} | {:>7} | {:>8} | {:>20} | {:>9} | {:>9} | "
+      "| {:<12} | {:>10} | {:>8} | {:<7} | {:>7} | {:>7} | {:>{}} | {:>20} | {:>9} | {:>9} | "
       "{:>9} | {:>9} |\n",
-      "model", "size", "params", "backend", "threads", "type_kv", "test", "t/s", "min", "median",
-      "max", "GB/s");
+      "model", "size", "params", "backend", "threads", "type_kv", "test", test_width, "t/s", "min",
+      "median", "max", "GB/s");
   fmt::print(
-      "| {:-<12} | {:->10} | {:->8} | {:-<7} | {:->7} | {:->7} | {:->8} | {:->20} | {:->9} | "
+      "| {:-<12} | {:->10} | {:->8} | {:-<7} | {:->7} | {:->7} | {:->{}} | {:->20} | {:->9} | "
       "{:->9} | {:->9} | {:->9} |\n",
-      "", "", "", "", "", "", "", "", "", "", "", "");
+      "", "", "", "", "", "", "", test_width, "", "", "", "", "");
   for (const BenchFigure& f : figures) {
     const SampleStats s = sample_stats(f.tok_per_s);
-    const std::string gbs =
-        f.test.starts_with("tg")
-            ? fmt::format("{:.2f}", s.mean * static_cast<double>(run.weight_bytes_per_token) / 1e9)
-            : "";
+    const std::string gbs = f.gen ? fmt::format("{:.2f}", weight_gbs(run, f, s.mean)) : "";
     fmt::print(
-        "| {:<12} | {:>6.2f} MiB | {:>6.2f} M | {:<7} | {:>7} | {:>7} | {:>8} | {:>11.2f} ± "
+        "| {:<12} | {:>6.2f} MiB | {:>6.2f} M | {:<7} | {:>7} | {:>7} | {:>{}} | {:>11.2f} ± "
         "{:>6.2f} | {:>9.2f} | {:>9.2f} | {:>9.2f} | {:>9} |\n",
         run.arch, static_cast<double>(run.size_bytes) / 1048576.0,
         static_cast<double>(run.params) / 1e6, run.backend, placement.n_threads, run.type_kv,
-        f.test, s.mean, s.stddev, s.min, s.median, s.max, gbs);
+        f.test, test_width, s.mean, s.stddev, s.min, s.median, s.max, gbs);
   }
   for (const BenchFigure& f : figures)
     fmt::print("{} t/s by repetition: {}\n", f.test, join_values(f.tok_per_s, "{:.2f}"));
@@ -225,6 +249,50 @@ void print_bench_table(const BenchRunInfo& run, const ThreadPlacement& placement
       placement.n_threads, cpu_list(placement.cpus), placement.cpu_mask, placement.n_cpus_online,
       placement.n_physical_cores, placement.spin_us,
       placement.cpu_info.empty() ? "unknown" : placement.cpu_info);
+}
+
+void print_roofline(const engine::Roofline& r) {
+  fmt::print(
+      "\nroofline of a decode step: {} sequence{} after {} tokens of context, {} profiled eager "
+      "steps; copy bandwidth {:.1f} GB/s (read + written, {:.0f} MiB copies, median of 5)\n\n",
+      r.n_seqs, r.n_seqs == 1 ? "" : "s", r.depth, r.steps, r.copy_gbs,
+      static_cast<double>(r.copy_bytes) / 1048576.0);
+  const auto rows = roofline_rows(r);
+  size_t width = 5;
+  for (const auto& [kind, row] : rows) width = std::max(width, row->label.size());
+  fmt::print("| {:<{}} | {:>10} | {:>10} | {:>10} | {:>8} | {:>7} |\n", "class", width,
+             "calls/step", "MB/step", "us/step", "GB/s", "% copy");
+  fmt::print("| {:-<{}} | {:->10} | {:->10} | {:->10} | {:->8} | {:->7} |\n", "", width, ":", ":",
+             ":", ":", ":");
+  for (const auto& [kind, row] : rows) {
+    const bool counted = row->bytes > 0;
+    const std::string calls = row->calls > 0 ? fmt::format("{:.2f}", row->calls) : "";
+    const std::string mb = counted ? fmt::format("{:.3f}", row->bytes / 1e6) : "";
+    const std::string gbs = counted ? fmt::format("{:.1f}", row->gb_per_s()) : "";
+    const std::string pct = counted ? fmt::format("{:.1f}", r.percent_of_copy(*row)) : "";
+    fmt::print("| {:<{}} | {:>10} | {:>10} | {:>10.1f} | {:>8} | {:>7} |\n", row->label, width,
+               calls, mb, row->us, gbs, pct);
+  }
+}
+
+nlohmann::json roofline_json(const engine::Roofline& r) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [kind, row] : roofline_rows(r)) {
+    rows.push_back({{"kind", kind},
+                    {"label", row->label},
+                    {"calls_per_step", row->calls},
+                    {"bytes_per_step", row->bytes},
+                    {"us_per_step", row->us},
+                    {"gb_per_s", row->gb_per_s()},
+                    {"percent_of_copy", r.percent_of_copy(*row)}});
+  }
+  return {{"copy_gb_per_s", r.copy_gbs},
+          {"copy_bytes", r.copy_bytes},
+          {"n_seqs", r.n_seqs},
+          {"n_depth", r.depth},
+          {"steps", r.steps},
+          {"kv_bytes_per_token", r.kv_bytes_per_token},
+          {"rows", std::move(rows)}};
 }
 
 }  // namespace kiln::cli

@@ -10,14 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/engine/bench.h"
+
 namespace kiln::cli {
 
-// One test of a run ("pp512", "tg128"): tokens per second of each timed repetition.
-struct BenchFigure {
-  std::string test;
-  int32_t n_tokens = 0;
-  std::vector<double> tok_per_s;
-};
+// One test of a run ("pp512", "tg128 @ d32768"): tokens per second of each timed repetition.
+using BenchFigure = engine::BenchFigure;
 
 // The spread of a set of samples. stddev is the sample standard deviation (n - 1, as
 // llama-bench), 0 for fewer than two samples; median is the middle value, or the mean of the
@@ -62,12 +60,16 @@ struct BenchRunInfo {
 };
 
 // One object per test, as llama-bench -o json prints them (with kiln's earlier field names
-// kept beside llama-bench's).
+// kept beside llama-bench's). With a roofline, the tg test's object holds it as "roofline".
 nlohmann::json bench_json(const BenchRunInfo& run, const ThreadPlacement& placement,
-                          std::span<const BenchFigure> figures);
+                          std::span<const BenchFigure> figures,
+                          const engine::Roofline* roofline = nullptr);
 // The table, each test's repetitions and the placement line (stdout).
 void print_bench_table(const BenchRunInfo& run, const ThreadPlacement& placement,
                        std::span<const BenchFigure> figures);
+// The roofline of a decode step as a markdown table (stdout), and as JSON.
+void print_roofline(const engine::Roofline& r);
+nlohmann::json roofline_json(const engine::Roofline& r);
 // The current UTC time as "2025-01-31T12:34:56Z".
 std::string utc_now_iso8601();
 
