@@ -18,7 +18,10 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 WHAT=${*:-tests bench}
 D=/tmp/kiln-dev
-rm -rf $D && mkdir -p $D && tar -C $D -xJf build-dev/bundle.tar.xz
+# KEEP_UNPACKED=1: reuse the binaries a call before unpacked (its background jobs may be using them).
+if [ -z "${KEEP_UNPACKED:-}" ] || [ ! -x $D/bin/kiln ]; then
+  rm -rf $D && mkdir -p $D && tar -C $D -xJf build-dev/bundle.tar.xz
+fi
 export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 # The tests find fixtures at the source path they were built in and ../shared beside it.
 SRC=$(strings $D/bin/test_model | grep -m1 -o '/[^ ]*/tests/fixtures' | sed 's|/tests/fixtures||' || true)

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -80,6 +81,14 @@ std::vector<int> scale_offsets(Type t) {
     default:
       return {};
   }
+}
+
+// KILN_BENCH_TYPES=q4_k,q6_k: only those weight types (default: all the benchmark lists).
+bool type_selected(Type t) {
+  const char* e = std::getenv("KILN_BENCH_TYPES");
+  if (e == nullptr || *e == 0) return true;
+  const std::string list = std::string(",") + e + ",";
+  return list.find("," + std::string(quant::type_name(t)) + ",") != std::string::npos;
 }
 
 // A device buffer of `bytes` random bytes laid out as blocks of `t`, scale fields ~1e-3.
@@ -170,6 +179,7 @@ TEST(CudaMatmulBench, DecodeAndPrefill) {
   std::printf("%-7s %7s %6s %4s %9s %9s %6s\n", "type", "n_out", "n_in", "tok", "us", "GB/s",
               "%ceil");
   for (Type t : types) {
+    if (!type_selected(t)) continue;
     for (const Shape& sh : shapes) {
       const uint64_t rb = *quant::row_bytes(t, sh.n_in);
       const uint64_t wbytes = rb * sh.n_out;
