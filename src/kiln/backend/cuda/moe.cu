@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/pdl.cuh"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -40,6 +41,7 @@ __global__ void moe_topk_kernel(const float* logits, int64_t n_tokens, int32_t n
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = int64_t{blockIdx.x} * kTopkWarps + warp;
+  pdl_start();  // the router logits come from the kernel before
   if (t >= n_tokens) return;  // whole warps only: nothing below syncs the block
   float* p = smem + warp * n_expert;
   const float* r = logits + t * n_expert;
@@ -101,6 +103,7 @@ __global__ void moe_topk_kernel(const float* logits, int64_t n_tokens, int32_t n
 __global__ void moe_combine_kernel(const float* slots, const float* weights, int64_t n_tokens,
                                    int32_t k, int64_t n, float* out, bool vec) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  pdl_start();  // the expert outputs come from the kernel before
   if (vec) {
     const int64_t n4 = n / 4, total = n_tokens * n4;
     const float4* s4 = reinterpret_cast<const float4*>(slots);
@@ -138,8 +141,8 @@ void moe_topk(const float* logits, int64_t n_tokens, int32_t n_expert, int32_t k
   const size_t smem = size_t{kTopkWarps} * n_expert * sizeof(float);
   require(smem <= kMaxSmemBytes, "moe_topk: n_expert <= 3072");
   const int64_t blocks = (n_tokens + kTopkWarps - 1) / kTopkWarps;
-  moe_topk_kernel<<<static_cast<unsigned>(blocks), kTopkWarps * 32, smem, s>>>(
-      logits, n_tokens, n_expert, k, chosen, weights, x_rows);
+  launch_pdl(moe_topk_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kTopkWarps * 32), smem, s,
+             logits, n_tokens, n_expert, k, chosen, weights, x_rows);
 }
 
 void moe_combine(const float* slots, const float* weights, int64_t n_tokens, int32_t k, int64_t n,
@@ -151,8 +154,8 @@ void moe_combine(const float* slots, const float* weights, int64_t n_tokens, int
   constexpr int kThreads = 256;
   int64_t blocks = (items + kThreads - 1) / kThreads;
   if (blocks > 2048) blocks = 2048;
-  moe_combine_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(slots, weights, n_tokens, k,
-                                                                        n, out, vec);
+  launch_pdl(moe_combine_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, s, slots,
+             weights, n_tokens, k, n, out, vec);
 }
 
 }  // namespace kiln::backend::cuda
