@@ -525,6 +525,66 @@ TEST(CudaMatmul, MatvecExactOnRepresentableActivations) {
   }
 }
 
+// The streaming matvec (each warp's rows bulk-copied into a ring of shared-memory slots of its
+// own) on the shapes that exercise its layout: 40000 rows of 512 and 20001 of 2048 (four slots
+// a warp and more rows a warp than slots on the H200's grid: the ring wraps, its barriers
+// change parity; Q6_K rows of 512 are not 16-byte multiples and take the per-warp kernel), 37
+// rows of 14336 and 19 of 28672 (two slots a warp, up to 120 KiB of shared memory). Runs
+// crossing from one weight into the next are SharedInputEqualsSeparateCalls's. Against the
+// reference on representable activations (within kDirectBound), a token alone equal to the
+// same token in the batch, and each result bit for bit the per-warp kernel's (streaming off).
+TEST(CudaMatmul, StreamMatvecRingsAndLongRows) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  Ctx ctx(8, 28672, 40000);
+  ASSERT_NE(ctx.p, nullptr);
+  struct Shape {
+    int64_t n_out, n_in;
+  };
+  for (Type t : {Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q5_K, Type::Q6_K}) {
+    for (const Shape sh :
+         {Shape{40000, 512}, Shape{20001, 2048}, Shape{37, 14336}, Shape{19, 28672}}) {
+      SCOPED_TRACE(testing::Message()
+                   << quant::type_name(t) << " " << sh.n_out << "x" << sh.n_in << " seed=" << seed);
+      const std::vector<uint8_t> wb = quantized_rows(t, sh.n_out, sh.n_in, rng);
+      test::DeviceVec<uint8_t> dw(wb);
+      const Weight w = weight_view(t, sh.n_in, sh.n_out, dw.get());
+      for (int64_t n_tokens : {1, 3, 8}) {
+        std::vector<float> x(static_cast<size_t>(n_tokens * sh.n_in));
+        for (size_t g = 0; g < x.size() / 32; ++g) {
+          const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 9);
+          for (int i = 0; i < 32; ++i)
+            x[g * 32 + i] = scale * static_cast<float>(static_cast<int>(rng() % 255) - 127);
+          x[g * 32 + rng() % 32] = (rng() & 1 ? 127.0f : -127.0f) * scale;
+        }
+        std::vector<float> ref(static_cast<size_t>(n_tokens * sh.n_out));
+        backend::cpu::matmul_reference(weight_view(t, sh.n_in, sh.n_out, wb.data()), x.data(),
+                                       ref.data(), n_tokens, nullptr);
+        test::DeviceVec<float> dx(x);
+        test::DeviceVec<float> dy(ref.size());
+        KILN_CUDA_OK(cudaMemset(dy.get(), 0xff, ref.size() * sizeof(float)));
+        backend::cuda::matmul(ctx.p, w, dx.get(), dy.get(), n_tokens, nullptr);
+        KILN_CUDA_OK(cudaDeviceSynchronize());
+        const std::vector<float> y = dy.to_host();
+        EXPECT_LE(rel_error(y, ref), kDirectBound) << "n_tokens=" << n_tokens;
+        test::DeviceVec<float> d1(static_cast<size_t>(sh.n_out));
+        backend::cuda::matmul(ctx.p, w, dx.get(), d1.get(), 1, nullptr);
+        KILN_CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_EQ(d1.to_host(), std::vector<float>(y.begin(), y.begin() + sh.n_out))
+            << "n_tokens=" << n_tokens;
+        const bool was = backend::cuda::matvec_stream();
+        backend::cuda::matvec_set_stream(!was);
+        test::DeviceVec<float> d2(ref.size());
+        backend::cuda::matmul(ctx.p, w, dx.get(), d2.get(), n_tokens, nullptr);
+        KILN_CUDA_OK(cudaDeviceSynchronize());
+        backend::cuda::matvec_set_stream(was);
+        EXPECT_EQ(d2.to_host(), y) << "streaming on and off differ, n_tokens=" << n_tokens;
+      }
+    }
+  }
+}
+
 // matmul_shared (one input quantized once for several weights, of mixed paths) equals a matmul
 // per weight, bitwise.
 TEST(CudaMatmul, SharedInputEqualsSeparateCalls) {

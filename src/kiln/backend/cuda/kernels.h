@@ -233,6 +233,11 @@ void quantize_q8_32(const float* x, int64_t n_tokens, int64_t n_in, int8_t* xq, 
 // says how, and its precision: ~5e-3 of the output norm). Weights of one type go in one launch.
 void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t* xq,
                const float2* xds, int64_t n_tokens, cudaStream_t s);
+// Whether matvec_q8 streams the rows of 16-byte aligned weights through shared memory by bulk
+// copies (matvec.cu, on sm_90+; bit for bit the per-warp kernel's result) or reads them with
+// each warp's loads. KILN_CUDA_MATVEC_STREAM=1 / 0 sets it at start; tests flip it.
+void matvec_set_stream(bool on);
+bool matvec_stream();
 // matmul_id's few-pair form (decode): y[p] = W_{ids[p]} x[x_rows[p]] for p < n_pairs, stacked
 // holding the experts' matrices back to back, x quantized by quantize_q8_32 (rows of n_in);
 // each pair's result bit for bit matvec_q8 of its expert's matrix on its row. Pairs whose id

@@ -25,9 +25,12 @@
 // does not depend on n_tokens or the other tokens.
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string_view>
 
+#include "kiln/backend/cuda/device.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/pdl.cuh"
 
@@ -77,13 +80,41 @@ struct MatvecArgs {
   int n_tokens;
 };
 
+// Weight loads: from global memory through the read-only path (the matvec kernels), or from
+// shared memory (matvec_stream_kernel's copies of the rows), by the dot products' L parameter.
+struct LdGlobal {
+  __device__ static uint16_t u16(const uint8_t* p) {
+    return __ldg(reinterpret_cast<const unsigned short*>(p));
+  }
+  __device__ static uint32_t u32(const uint8_t* p) {
+    return __ldg(reinterpret_cast<const unsigned int*>(p));
+  }
+  __device__ static int4 v4(const uint8_t* p) { return __ldg(reinterpret_cast<const int4*>(p)); }
+  __device__ static int8_t s8(const uint8_t* p) {
+    return __ldg(reinterpret_cast<const signed char*>(p));
+  }
+};
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+struct LdShared {
+  __device__ static uint16_t u16(const uint8_t* p) {
+    return *reinterpret_cast<const unsigned short*>(p);
+  }
+  __device__ static uint32_t u32(const uint8_t* p) {
+    return *reinterpret_cast<const unsigned int*>(p);
+  }
+  __device__ static int4 v4(const uint8_t* p) { return *reinterpret_cast<const int4*>(p); }
+  __device__ static int8_t s8(const uint8_t* p) { return *reinterpret_cast<const int8_t*>(p); }
+};
+#endif
+
+template <class L = LdGlobal>
 __device__ __forceinline__ int ld_a2(const uint8_t* p) {  // 2-byte aligned int
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-  return static_cast<int>(static_cast<uint32_t>(__ldg(h)) |
-                          (static_cast<uint32_t>(__ldg(h + 1)) << 16));
+  return static_cast<int>(static_cast<uint32_t>(L::u16(p)) |
+                          (static_cast<uint32_t>(L::u16(p + 2)) << 16));
 }
+template <class L = LdGlobal>
 __device__ __forceinline__ float ld_half(const uint8_t* p) {
-  return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(p))));
+  return __half2float(__ushort_as_half(L::u16(p)));
 }
 __device__ __forceinline__ int4 ld_x16(const int8_t* p) {  // 16 levels, 16-byte aligned
   return __ldg(reinterpret_cast<const int4*>(p));
@@ -110,17 +141,17 @@ __device__ __forceinline__ int4 shr4(int4 v, int s) {
 
 struct VQ8_0 {  // d, qs[32]
   static constexpr int kElems = 32, kBytes = 34, kParts = 2;
-  template <int T>
+  template <int T, class L = LdGlobal>
   __device__ static void dot(const uint8_t* b, int part, const int8_t* xq, const float2* xds,
                              int64_t xs, int64_t ds, int n, float* acc) {
-    const float d = ld_half(b);
+    const float d = ld_half<L>(b);
     // The 16 levels at q (2-byte aligned): five aligned words, shifted into place.
     const uint8_t* q = b + 2 + 16 * part;
-    const uint32_t* w4 = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(q) & ~3ull);
+    const uint8_t* w4 = q - (reinterpret_cast<uintptr_t>(q) & 3);
     const uint32_t sh = (reinterpret_cast<uintptr_t>(q) & 3) * 8;
     uint32_t u[5];
 #pragma unroll
-    for (int k = 0; k < 5; ++k) u[k] = __ldg(w4 + k);
+    for (int k = 0; k < 5; ++k) u[k] = L::u32(w4 + 4 * k);
     const int4 w = make_int4(static_cast<int>(__funnelshift_r(u[0], u[1], sh)),
                              static_cast<int>(__funnelshift_r(u[1], u[2], sh)),
                              static_cast<int>(__funnelshift_r(u[2], u[3], sh)),
@@ -137,11 +168,12 @@ struct VQ8_0 {  // d, qs[32]
 
 struct VQ4_0 {  // d, qs[16]: value i < 16 is the low nibble of qs[i], 16 + i the high one; - 8
   static constexpr int kElems = 32, kBytes = 18, kParts = 1;
-  template <int T>
+  template <int T, class L = LdGlobal>
   __device__ static void dot(const uint8_t* b, int, const int8_t* xq, const float2* xds, int64_t xs,
                              int64_t ds, int n, float* acc) {
-    const float d = ld_half(b);
-    const int4 q = make_int4(ld_a2(b + 2), ld_a2(b + 6), ld_a2(b + 10), ld_a2(b + 14));
+    const float d = ld_half<L>(b);
+    const int4 q =
+        make_int4(ld_a2<L>(b + 2), ld_a2<L>(b + 6), ld_a2<L>(b + 10), ld_a2<L>(b + 14));
     const int4 lo = and4(q, 0x0F0F0F0F), hi = and4(shr4(q, 4), 0x0F0F0F0F);
 #pragma unroll
     for (int t = 0; t < T; ++t) {
@@ -174,23 +206,25 @@ __device__ __forceinline__ void k4_scale_min(int j, uint32_t s0, uint32_t s1, ui
 template <bool kQ5>
 struct VK45 {
   static constexpr int kElems = 256, kBytes = kQ5 ? 176 : 144, kParts = 4;
-  template <int T>
+  template <int T, class L = LdGlobal>
   __device__ static void dot(const uint8_t* b, int c, const int8_t* xq, const float2* xds,
                              int64_t xs, int64_t ds, int n, float* acc) {
-    const uint4 h = __ldg(reinterpret_cast<const uint4*>(b));
+    const int4 hi = L::v4(b);
+    const uint4 h = make_uint4(static_cast<uint32_t>(hi.x), static_cast<uint32_t>(hi.y),
+                               static_cast<uint32_t>(hi.z), static_cast<uint32_t>(hi.w));
     const float d = __low2float(*reinterpret_cast<const __half2*>(&h.x));
     const float dmin = __high2float(*reinterpret_cast<const __half2*>(&h.x));
     float sc0, m0, sc1, m1;
     k4_scale_min(2 * c, h.y, h.z, h.w, &sc0, &m0);
     k4_scale_min(2 * c + 1, h.y, h.z, h.w, &sc1, &m1);
     const uint8_t* qs = b + (kQ5 ? 48 : 16) + 32 * c;
-    const int4 qa = __ldg(reinterpret_cast<const int4*>(qs));
-    const int4 qb = __ldg(reinterpret_cast<const int4*>(qs + 16));
+    const int4 qa = L::v4(qs);
+    const int4 qb = L::v4(qs + 16);
     int4 la = and4(qa, 0x0F0F0F0F), lb = and4(qb, 0x0F0F0F0F);
     int4 ha = and4(shr4(qa, 4), 0x0F0F0F0F), hb = and4(shr4(qb, 4), 0x0F0F0F0F);
     if constexpr (kQ5) {
-      const int4 ea = __ldg(reinterpret_cast<const int4*>(b + 16));
-      const int4 eb = __ldg(reinterpret_cast<const int4*>(b + 32));
+      const int4 ea = L::v4(b + 16);
+      const int4 eb = L::v4(b + 32);
       auto bit = [](int4 e, int j) { return and4(shr4(e, j), 0x01010101); };
       const int4 la5 = bit(ea, 2 * c), lb5 = bit(eb, 2 * c);
       const int4 ha5 = bit(ea, 2 * c + 1), hb5 = bit(eb, 2 * c + 1);
@@ -220,15 +254,16 @@ struct VK45 {
 // l in [8(p%4), +8), all four quarters (32 values).
 struct VQ6_K {
   static constexpr int kElems = 256, kBytes = 210, kParts = 8;
-  template <int T>
+  template <int T, class L = LdGlobal>
   __device__ static void dot(const uint8_t* b, int p, const int8_t* xq, const float2* xds,
                              int64_t xs, int64_t ds, int n, float* acc) {
     const int h = p / 4, l0 = 8 * (p % 4);
-    const float d = ld_half(b + 208);
+    const float d = ld_half<L>(b + 208);
     const uint8_t* ql = b + 64 * h + l0;
     const uint8_t* qh = b + 128 + 32 * h + l0;
-    const int a0 = ld_a2(ql), a1 = ld_a2(ql + 4), c0 = ld_a2(ql + 32), c1 = ld_a2(ql + 36);
-    const int e0 = ld_a2(qh), e1 = ld_a2(qh + 4);
+    const int a0 = ld_a2<L>(ql), a1 = ld_a2<L>(ql + 4), c0 = ld_a2<L>(ql + 32),
+              c1 = ld_a2<L>(ql + 36);
+    const int e0 = ld_a2<L>(qh), e1 = ld_a2<L>(qh + 4);
     // v[q][i]: four values of quarter q as signed bytes (level - 32)
     int v[4][2];
     const int a[2] = {a0, a1}, cc[2] = {c0, c1}, e[2] = {e0, e1};
@@ -245,10 +280,10 @@ struct VQ6_K {
       v[3][i] = static_cast<int>(
           __vsub4(((uc >> 4) & 0x0F0F0F0Fu) | (((ue >> 6) & 0x03030303u) << 4), 0x20202020u));
     }
-    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192 + 8 * h + l0 / 16);
+    const uint8_t* sc = b + 192 + 8 * h + l0 / 16;
     float scale[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) scale[q] = static_cast<float>(__ldg(sc + 2 * q));
+    for (int q = 0; q < 4; ++q) scale[q] = static_cast<float>(L::s8(sc + 2 * q));
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       if (t < n) {
@@ -297,6 +332,123 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const MatvecArgs a) {
     for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
     if (lane == 0 && t < a.n_tokens) g.y[t * g.n_out + row] = v;
   }
+}
+
+// The streaming matvec: the weight rows reach shared memory by the copy engine (one bulk copy
+// per row, completing on an mbarrier) instead of by each lane's loads. Each warp owns a run of
+// consecutive rows (rows numbered across the launch's weights, as matvec_kernel numbers them)
+// and a ring of slots of its own: it asks for its first rows before waiting on the previous
+// kernel (weights depend on none), then per row waits for the copy, computes it (the same
+// parts, dot products and lane order as matvec_kernel: bit for bit its result), and asks for the
+// row a ring length ahead; warps never wait for each other. Why: matvec_kernel's warps each
+// read one row (2-12 KiB) and retire, so the bytes in flight fall with every CTA's tail; ncu on
+// an 8B Q4_K_M decode step (session 13) measured its Q4_K launches at 1.78 TB/s and Q6_K at
+// 1.57 against the ~4.2 TB/s a device copy moves.
+constexpr int kStreamWarps = 4;
+constexpr int kStreamThreads = 32 * kStreamWarps;
+constexpr int kStreamMaxSlots = 4;
+constexpr uint64_t kStreamWarpBytes = 24 * 1024;  // a warp's ring, at least two slots
+constexpr uint64_t kStreamMaxSmem = 200 * 1024;
+
+struct StreamArgs {
+  Seg seg[kMaxSegs];
+  int n_segs;
+  uint64_t row_bytes;
+  int64_t n_blocks;
+  const int8_t* xq;
+  const float2* xds;
+  int64_t xq_stride, xds_stride;
+  int n_tokens;
+  int n_slots;          // per warp
+  uint32_t slot_bytes;  // row_bytes and 16 bytes that Q8_0's word loads may read past a row
+  int64_t n_rows;       // of all segments
+  int64_t n_warps;      // in the grid
+};
+
+// The device helpers exist for sm_90+ only (the compute_80 PTX pass leaves them out).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void stream_issue(const StreamArgs& a, int64_t grow, uint8_t* dst,
+                                             uint64_t* bar) {
+  int64_t row = 0;
+  const Seg g = find_seg(a.seg, a.n_segs, grow, row);
+  const uint32_t bytes = static_cast<uint32_t>(a.row_bytes);
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_u32(dst)),
+      "l"(g.w + static_cast<uint64_t>(row) * a.row_bytes), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, "
+        "p; }"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+#endif
+
+template <class V, int T>
+__global__ void __launch_bounds__(kStreamThreads) matvec_stream_kernel(const StreamArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // bulk copies: the launcher checks sm_90+
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ uint64_t full[kStreamWarps][kStreamMaxSlots];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t gw = int64_t{blockIdx.x} * kStreamWarps + warp;
+  const int64_t row0 = a.n_rows * gw / a.n_warps;
+  const int64_t n_mine = a.n_rows * (gw + 1) / a.n_warps - row0;
+  uint8_t* ring = smem + static_cast<uint64_t>(warp) * a.n_slots * a.slot_bytes;
+  if (lane == 0) {
+    for (int i = 0; i < a.n_slots; ++i)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[warp][i])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    for (int k = 0; k < a.n_slots && k < n_mine; ++k)
+      stream_issue(a, row0 + k, ring + k * a.slot_bytes, &full[warp][k]);
+  }
+  __syncwarp();
+  pdl_start();  // x and y belong to the kernels around this one
+  const int64_t n_items = a.n_blocks * V::kParts;
+  for (int64_t k = 0; k < n_mine; ++k) {
+    const int slot = static_cast<int>(k % a.n_slots);
+    mbar_wait(&full[warp][slot], static_cast<uint32_t>((k / a.n_slots) & 1));
+    const uint8_t* w = ring + slot * a.slot_bytes;
+    float acc[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) acc[t] = 0.0f;
+#pragma unroll 2
+    for (int64_t i = lane; i < n_items; i += 32) {
+      const int64_t blk = i / V::kParts;
+      const int part = static_cast<int>(i % V::kParts);
+      V::template dot<T, LdShared>(w + blk * V::kBytes, part, a.xq + blk * V::kElems,
+                                   a.xds + blk * (V::kElems / 32), a.xq_stride, a.xds_stride,
+                                   a.n_tokens, acc);
+    }
+    __syncwarp();  // every lane is done with the slot
+    if (lane == 0 && k + a.n_slots < n_mine)
+      stream_issue(a, row0 + k + a.n_slots, ring + slot * a.slot_bytes, &full[warp][slot]);
+    int64_t row = 0;
+    const Seg g = find_seg(a.seg, a.n_segs, row0 + k, row);
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      float v = acc[t];
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0 && t < a.n_tokens) g.y[t * g.n_out + row] = v;
+    }
+  }
+#endif
 }
 
 // matmul_id for a decode step's few pairs: a warp per (output row blockIdx.x * 4 + warp, pair
@@ -472,6 +624,83 @@ void launch(const MatvecArgs& a, cudaStream_t s) {
            matvec_kernel<V, kMatvecMaxTokens>, s);
 }
 
+// Off by default until measured faster in a decode step; KILN_CUDA_MATVEC_STREAM=1 / 0 sets it.
+constexpr bool kStreamDefault = false;
+std::atomic<bool>& stream_flag() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("KILN_CUDA_MATVEC_STREAM");
+    if (e != nullptr && *e != 0) return std::string_view(e) != "0";
+    return kStreamDefault;
+  }()};
+  return on;
+}
+bool stream_enabled() { return stream_flag().load(std::memory_order_relaxed); }
+
+int cc_major() {
+  static const int v = [] {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      return 0;
+    return major;
+  }();
+  return v;
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 0;
+    return v;
+  }();
+  return n;
+}
+
+// The streaming kernel for a group of weights (a.seg filled), when its rows can be bulk-copied
+// (16-byte aligned starts and lengths) and two slots a warp fit; false: use matvec_kernel.
+template <class V>
+bool launch_stream(const MatvecArgs& m, cudaStream_t s) {
+  if (!stream_enabled() || m.row_bytes % 16 != 0 || sm_count() <= 0 || cc_major() < 9)
+    return false;
+  StreamArgs a{};
+  a.slot_bytes = static_cast<uint32_t>((m.row_bytes + 16 + 127) / 128 * 128);
+  a.n_slots = static_cast<int>(std::clamp<uint64_t>(kStreamWarpBytes / a.slot_bytes, 2,
+                                                    kStreamMaxSlots));
+  const uint64_t smem = uint64_t{kStreamWarps} * a.n_slots * a.slot_bytes;
+  if (smem > kStreamMaxSmem) return false;
+  for (int k = 0; k < m.n_segs; ++k) {
+    if (reinterpret_cast<uintptr_t>(m.seg[k].w) % 16 != 0) return false;
+    a.seg[k] = m.seg[k];
+  }
+  a.n_segs = m.n_segs;
+  a.n_rows = m.seg[m.n_segs - 1].row_end;
+  a.row_bytes = m.row_bytes;
+  a.n_blocks = m.n_blocks;
+  a.xq = m.xq;
+  a.xds = m.xds;
+  a.xq_stride = m.xq_stride;
+  a.xds_stride = m.xds_stride;
+  a.n_tokens = m.n_tokens;
+  // As many CTAs as an SM holds by shared memory (228 KiB, 1 KiB of it per CTA reserved), at
+  // most 8 (32 warps), and no more warps than rows.
+  const int per_sm = static_cast<int>(std::clamp<uint64_t>(227 * 1024 / (smem + 1024), 1, 8));
+  const int64_t ctas = std::min<int64_t>(int64_t{per_sm} * sm_count(),
+                                         (a.n_rows + kStreamWarps - 1) / kStreamWarps);
+  a.n_warps = ctas * kStreamWarps;
+  auto go = [&](auto kernel) {
+    if (!allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kStreamMaxSmem)) return false;
+    launch_pdl(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kStreamThreads),
+               static_cast<size_t>(smem), s, a);
+    return true;
+  };
+  if (a.n_tokens <= 1) return go(matvec_stream_kernel<V, 1>);
+  if (a.n_tokens <= 2) return go(matvec_stream_kernel<V, 2>);
+  if (a.n_tokens <= 4) return go(matvec_stream_kernel<V, 4>);
+  return go(matvec_stream_kernel<V, kMatvecMaxTokens>);
+}
+
 // Calls f(first, count) for runs of weights that can share a launch: the same type and row
 // bytes, at most kMaxSegs at a time, taken in order of first appearance.
 // KILN_CUDA_MATVEC_GROUP=0: one launch per weight (for comparisons).
@@ -515,6 +744,9 @@ void fill_segs(Args& a, const Weight* const* ws, float* const* ys, const int* id
 }
 
 }  // namespace
+
+void matvec_set_stream(bool on) { stream_flag().store(on, std::memory_order_relaxed); }
+bool matvec_stream() { return stream_enabled(); }
 
 bool matvec_supports(const Weight& w) {
   const uint64_t align = (w.type == quant::Type::Q4_K || w.type == quant::Type::Q5_K) ? 16 : 2;
@@ -586,23 +818,23 @@ void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t*
     switch (w.type) {
       case quant::Type::Q8_0:
         a.n_blocks = w.n_in / 32;
-        launch<VQ8_0>(a, s);
+        if (!launch_stream<VQ8_0>(a, s)) launch<VQ8_0>(a, s);
         break;
       case quant::Type::Q4_0:
         a.n_blocks = w.n_in / 32;
-        launch<VQ4_0>(a, s);
+        if (!launch_stream<VQ4_0>(a, s)) launch<VQ4_0>(a, s);
         break;
       case quant::Type::Q4_K:
         a.n_blocks = w.n_in / 256;
-        launch<VK45<false>>(a, s);
+        if (!launch_stream<VK45<false>>(a, s)) launch<VK45<false>>(a, s);
         break;
       case quant::Type::Q5_K:
         a.n_blocks = w.n_in / 256;
-        launch<VK45<true>>(a, s);
+        if (!launch_stream<VK45<true>>(a, s)) launch<VK45<true>>(a, s);
         break;
       case quant::Type::Q6_K:
         a.n_blocks = w.n_in / 256;
-        launch<VQ6_K>(a, s);
+        if (!launch_stream<VQ6_K>(a, s)) launch<VQ6_K>(a, s);
         break;
       default:
         break;
