@@ -990,11 +990,8 @@ int32_t attention_decode_splits(const KvLayer& kv, int64_t n_tokens, const AttnP
   if (p.workspace == nullptr || n_tokens <= 0) return 1;
   const int group = p.n_heads / kv.n_kv_heads;
   const int64_t ctas = n_tokens * kv.n_kv_heads * ((group + kHeadChunk - 1) / kHeadChunk);
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    sms = 132;
-  }
+  int sms = current_sm_count();
+  if (sms <= 0) sms = 132;
   // About four resident CTAs per multiprocessor (the decode kernel's shared memory allows
   // five at head dim 128), each walking a long enough stretch of context.
   int64_t splits = (4 * int64_t{sms} + ctas - 1) / ctas;

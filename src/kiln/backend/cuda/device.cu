@@ -23,6 +23,36 @@ bool allow_dynamic_smem(const void* fn, size_t bytes) {
   return true;
 }
 
+namespace {
+// Per device: multiprocessor count and compute capability major, read on first use.
+struct DeviceAttrs {
+  int dev = -1;
+  int sms = 0;
+  int cc_major = 0;
+};
+DeviceAttrs current_attrs() {
+  static std::mutex mu;
+  static std::vector<DeviceAttrs> known;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return {};
+  std::lock_guard<std::mutex> lock(mu);
+  for (const DeviceAttrs& a : known)
+    if (a.dev == dev) return a;
+  DeviceAttrs a;
+  a.dev = dev;
+  if (cudaDeviceGetAttribute(&a.sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&a.cc_major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  known.push_back(a);
+  return a;
+}
+}  // namespace
+
+int current_sm_count() { return current_attrs().sms; }
+int current_cc_major() { return current_attrs().cc_major; }
+
 int device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -24,6 +24,11 @@ int driver_version();
 int runtime_version();
 std::vector<GpuProps> gpus(std::string* error);
 
+// The current device's multiprocessor count and compute capability major, read once per
+// device (the launchers size their grids by them); 0 when no device can be read.
+int current_sm_count();
+int current_cc_major();
+
 // Raises kernel fn's dynamic shared memory limit to `bytes`, once per (kernel, current device):
 // the attribute belongs to the device's context. False when the device or the driver refuses.
 bool allow_dynamic_smem(const void* fn, size_t bytes);

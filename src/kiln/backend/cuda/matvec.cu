@@ -636,33 +636,12 @@ std::atomic<bool>& stream_flag() {
 }
 bool stream_enabled() { return stream_flag().load(std::memory_order_relaxed); }
 
-int cc_major() {
-  static const int v = [] {
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-      return 0;
-    return major;
-  }();
-  return v;
-}
-
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 0;
-    return v;
-  }();
-  return n;
-}
-
 // The streaming kernel for a group of weights (a.seg filled), when its rows can be bulk-copied
 // (16-byte aligned starts and lengths) and two slots a warp fit; false: use matvec_kernel.
 template <class V>
 bool launch_stream(const MatvecArgs& m, cudaStream_t s) {
-  if (!stream_enabled() || m.row_bytes % 16 != 0 || sm_count() <= 0 || cc_major() < 9)
+  if (!stream_enabled() || m.row_bytes % 16 != 0 || current_sm_count() <= 0 ||
+      current_cc_major() < 9)
     return false;
   StreamArgs a{};
   a.slot_bytes = static_cast<uint32_t>((m.row_bytes + 16 + 127) / 128 * 128);
@@ -686,7 +665,7 @@ bool launch_stream(const MatvecArgs& m, cudaStream_t s) {
   // As many CTAs as an SM holds by shared memory (228 KiB, 1 KiB of it per CTA reserved), at
   // most 8 (32 warps), and no more warps than rows.
   const int per_sm = static_cast<int>(std::clamp<uint64_t>(227 * 1024 / (smem + 1024), 1, 8));
-  const int64_t ctas = std::min<int64_t>(int64_t{per_sm} * sm_count(),
+  const int64_t ctas = std::min<int64_t>(int64_t{per_sm} * current_sm_count(),
                                          (a.n_rows + kStreamWarps - 1) / kStreamWarps);
   a.n_warps = ctas * kStreamWarps;
   auto go = [&](auto kernel) {

@@ -42,6 +42,7 @@
 
 #include <algorithm>
 
+#include "kiln/backend/cuda/device.h"
 #include "kiln/backend/cuda/mmq.h"
 #include "kiln/backend/cuda/pdl.cuh"
 
@@ -506,14 +507,8 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_kernel(const MmqArgs a) {
 }
 
 int num_sms() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 132;
-    return v;
-  }();
-  return n;
+  const int n = current_sm_count();
+  return n > 0 ? n : 132;
 }
 
 template <class Q, int kBN>
