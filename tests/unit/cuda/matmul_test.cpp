@@ -495,13 +495,7 @@ TEST(CudaMatmul, MatvecExactOnRepresentableActivations) {
       const std::vector<uint8_t> wb = quantized_rows(t, n_out, n_in, rng);
       test::DeviceVec<uint8_t> dw(wb);
       for (int64_t n_tokens : {1, 2, 3, 5, 8}) {
-        std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
-        for (size_t g = 0; g < x.size() / 32; ++g) {
-          const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 9);
-          for (int i = 0; i < 32; ++i)
-            x[g * 32 + i] = scale * static_cast<float>(static_cast<int>(rng() % 255) - 127);
-          x[g * 32 + rng() % 32] = (rng() & 1 ? 127.0f : -127.0f) * scale;
-        }
+        const std::vector<float> x = representable(n_tokens * n_in, rng);
         std::vector<float> ref(static_cast<size_t>(n_tokens * n_out));
         backend::cpu::matmul_reference(weight_view(t, n_in, n_out, wb.data()), x.data(), ref.data(),
                                        n_tokens, nullptr);
@@ -551,13 +545,7 @@ TEST(CudaMatmul, StreamMatvecRingsAndLongRows) {
       test::DeviceVec<uint8_t> dw(wb);
       const Weight w = weight_view(t, sh.n_in, sh.n_out, dw.get());
       for (int64_t n_tokens : {1, 3, 8}) {
-        std::vector<float> x(static_cast<size_t>(n_tokens * sh.n_in));
-        for (size_t g = 0; g < x.size() / 32; ++g) {
-          const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 9);
-          for (int i = 0; i < 32; ++i)
-            x[g * 32 + i] = scale * static_cast<float>(static_cast<int>(rng() % 255) - 127);
-          x[g * 32 + rng() % 32] = (rng() & 1 ? 127.0f : -127.0f) * scale;
-        }
+        const std::vector<float> x = representable(n_tokens * sh.n_in, rng);
         std::vector<float> ref(static_cast<size_t>(n_tokens * sh.n_out));
         backend::cpu::matmul_reference(weight_view(t, sh.n_in, sh.n_out, wb.data()), x.data(),
                                        ref.data(), n_tokens, nullptr);
