@@ -300,6 +300,39 @@ struct VQ6_K {
   }
 };
 
+// One warp's partial sums of a row (w: its first block) with n tokens of x: lane takes the
+// row's parts lane, lane + 32, ... in order (the same for every kernel here, so that their
+// results agree bit for bit).
+template <class V, int T, class L = LdGlobal>
+__device__ __forceinline__ void row_dot(const uint8_t* w, int64_t n_blocks, const int8_t* xq,
+                                        const float2* xds, int64_t xs, int64_t ds, int n, int lane,
+                                        float* acc) {
+#pragma unroll
+  for (int t = 0; t < T; ++t) acc[t] = 0.0f;
+  const int64_t n_items = n_blocks * V::kParts;
+#pragma unroll 2
+  for (int64_t i = lane; i < n_items; i += 32) {
+    const int64_t blk = i / V::kParts;
+    const int part = static_cast<int>(i % V::kParts);
+    V::template dot<T, L>(w + blk * V::kBytes, part, xq + blk * V::kElems,
+                          xds + blk * (V::kElems / 32), xs, ds, n, acc);
+  }
+}
+
+// The warp's sums of row_dot's partial sums (a fixed butterfly order): y[t * n_out + row] for
+// t < n, written by lane 0.
+template <int T>
+__device__ __forceinline__ void store_row(const float* acc, int lane, int n, float* y,
+                                          int64_t n_out, int64_t row) {
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    float v = acc[t];
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0 && t < n) y[t * n_out + row] = v;
+  }
+}
+
 template <class V, int T>
 __global__ void __launch_bounds__(kThreads) matvec_kernel(const MatvecArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -315,23 +348,8 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const MatvecArgs a) {
               lane);
   pdl_start();
   float acc[T];
-#pragma unroll
-  for (int t = 0; t < T; ++t) acc[t] = 0.0f;
-  const int64_t n_items = a.n_blocks * V::kParts;
-#pragma unroll 2
-  for (int64_t i = lane; i < n_items; i += 32) {
-    const int64_t blk = i / V::kParts;
-    const int part = static_cast<int>(i % V::kParts);
-    V::template dot<T>(w + blk * V::kBytes, part, a.xq + blk * V::kElems,
-                       a.xds + blk * (V::kElems / 32), a.xq_stride, a.xds_stride, a.n_tokens, acc);
-  }
-#pragma unroll
-  for (int t = 0; t < T; ++t) {
-    float v = acc[t];
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0 && t < a.n_tokens) g.y[t * g.n_out + row] = v;
-  }
+  row_dot<V, T>(w, a.n_blocks, a.xq, a.xds, a.xq_stride, a.xds_stride, a.n_tokens, lane, acc);
+  store_row<T>(acc, lane, a.n_tokens, g.y, g.n_out, row);
 }
 
 // The streaming matvec: the weight rows reach shared memory by the copy engine (one bulk copy
@@ -351,17 +369,9 @@ constexpr uint64_t kStreamWarpBytes = 24 * 1024;  // a warp's ring, at least two
 constexpr uint64_t kStreamMaxSmem = 200 * 1024;
 
 struct StreamArgs {
-  Seg seg[kMaxSegs];
-  int n_segs;
-  uint64_t row_bytes;
-  int64_t n_blocks;
-  const int8_t* xq;
-  const float2* xds;
-  int64_t xq_stride, xds_stride;
-  int n_tokens;
+  MatvecArgs m;         // the weights, x and y, as matvec_kernel takes them
   int n_slots;          // per warp
   uint32_t slot_bytes;  // row_bytes and 16 bytes that Q8_0's word loads may read past a row
-  int64_t n_rows;       // of all segments
   int64_t n_warps;      // in the grid
 };
 
@@ -374,15 +384,15 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 __device__ __forceinline__ void stream_issue(const StreamArgs& a, int64_t grow, uint8_t* dst,
                                              uint64_t* bar) {
   int64_t row = 0;
-  const Seg g = find_seg(a.seg, a.n_segs, grow, row);
-  const uint32_t bytes = static_cast<uint32_t>(a.row_bytes);
+  const Seg g = find_seg(a.m.seg, a.m.n_segs, grow, row);
+  const uint32_t bytes = static_cast<uint32_t>(a.m.row_bytes);
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
                "r"(bytes)
                : "memory");
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
           "r"(smem_u32(dst)),
-      "l"(g.w + static_cast<uint64_t>(row) * a.row_bytes), "r"(bytes), "r"(smem_u32(bar))
+      "l"(g.w + static_cast<uint64_t>(row) * a.m.row_bytes), "r"(bytes), "r"(smem_u32(bar))
       : "memory");
 }
 
@@ -406,8 +416,9 @@ __global__ void __launch_bounds__(kStreamThreads) matvec_stream_kernel(const Str
   __shared__ uint64_t full[kStreamWarps][kStreamMaxSlots];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t gw = int64_t{blockIdx.x} * kStreamWarps + warp;
-  const int64_t row0 = a.n_rows * gw / a.n_warps;
-  const int64_t n_mine = a.n_rows * (gw + 1) / a.n_warps - row0;
+  const int64_t n_rows = a.m.seg[a.m.n_segs - 1].row_end;
+  const int64_t row0 = n_rows * gw / a.n_warps;
+  const int64_t n_mine = n_rows * (gw + 1) / a.n_warps - row0;
   uint8_t* ring = smem + static_cast<uint64_t>(warp) * a.n_slots * a.slot_bytes;
   if (lane == 0) {
     for (int i = 0; i < a.n_slots; ++i)
@@ -419,34 +430,19 @@ __global__ void __launch_bounds__(kStreamThreads) matvec_stream_kernel(const Str
   }
   __syncwarp();
   pdl_start();  // x and y belong to the kernels around this one
-  const int64_t n_items = a.n_blocks * V::kParts;
+  const MatvecArgs& m = a.m;
   for (int64_t k = 0; k < n_mine; ++k) {
     const int slot = static_cast<int>(k % a.n_slots);
     mbar_wait(&full[warp][slot], static_cast<uint32_t>((k / a.n_slots) & 1));
-    const uint8_t* w = ring + slot * a.slot_bytes;
     float acc[T];
-#pragma unroll
-    for (int t = 0; t < T; ++t) acc[t] = 0.0f;
-#pragma unroll 2
-    for (int64_t i = lane; i < n_items; i += 32) {
-      const int64_t blk = i / V::kParts;
-      const int part = static_cast<int>(i % V::kParts);
-      V::template dot<T, LdShared>(w + blk * V::kBytes, part, a.xq + blk * V::kElems,
-                                   a.xds + blk * (V::kElems / 32), a.xq_stride, a.xds_stride,
-                                   a.n_tokens, acc);
-    }
+    row_dot<V, T, LdShared>(ring + slot * a.slot_bytes, m.n_blocks, m.xq, m.xds, m.xq_stride,
+                            m.xds_stride, m.n_tokens, lane, acc);
     __syncwarp();  // every lane is done with the slot
     if (lane == 0 && k + a.n_slots < n_mine)
       stream_issue(a, row0 + k + a.n_slots, ring + slot * a.slot_bytes, &full[warp][slot]);
     int64_t row = 0;
-    const Seg g = find_seg(a.seg, a.n_segs, row0 + k, row);
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      float v = acc[t];
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == 0 && t < a.n_tokens) g.y[t * g.n_out + row] = v;
-    }
+    const Seg g = find_seg(m.seg, m.n_segs, row0 + k, row);
+    store_row<T>(acc, lane, m.n_tokens, g.y, g.n_out, row);
   }
 #endif
 }
@@ -481,19 +477,9 @@ __global__ void __launch_bounds__(kThreads) matvec_id_kernel(const MatvecIdArgs 
       a.w + static_cast<uint64_t>(e) * a.expert_bytes + static_cast<uint64_t>(row) * a.row_bytes;
   const int8_t* xq = a.xq + xr * a.xq_stride;
   const float2* xds = a.xds + xr * a.xds_stride;
-  float acc[1] = {0.0f};
-  const int64_t n_items = a.n_blocks * V::kParts;
-#pragma unroll 2
-  for (int64_t i = lane; i < n_items; i += 32) {
-    const int64_t blk = i / V::kParts;
-    const int part = static_cast<int>(i % V::kParts);
-    V::template dot<1>(w + blk * V::kBytes, part, xq + blk * V::kElems,
-                       xds + blk * (V::kElems / 32), a.xq_stride, a.xds_stride, 1, acc);
-  }
-  float v = acc[0];
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if (lane == 0) a.y[p * a.n_out + row] = v;
+  float acc[1];
+  row_dot<V, 1>(w, a.n_blocks, xq, xds, a.xq_stride, a.xds_stride, 1, lane, acc);
+  store_row<1>(acc, lane, 1, a.y + p * a.n_out, a.n_out, row);
 }
 
 // F16 / BF16 rows with fp32 activations: the same warp-per-row layout, 8 weights (16 bytes)
@@ -649,24 +635,15 @@ bool launch_stream(const MatvecArgs& m, cudaStream_t s) {
                                                     kStreamMaxSlots));
   const uint64_t smem = uint64_t{kStreamWarps} * a.n_slots * a.slot_bytes;
   if (smem > kStreamMaxSmem) return false;
-  for (int k = 0; k < m.n_segs; ++k) {
+  for (int k = 0; k < m.n_segs; ++k)
     if (reinterpret_cast<uintptr_t>(m.seg[k].w) % 16 != 0) return false;
-    a.seg[k] = m.seg[k];
-  }
-  a.n_segs = m.n_segs;
-  a.n_rows = m.seg[m.n_segs - 1].row_end;
-  a.row_bytes = m.row_bytes;
-  a.n_blocks = m.n_blocks;
-  a.xq = m.xq;
-  a.xds = m.xds;
-  a.xq_stride = m.xq_stride;
-  a.xds_stride = m.xds_stride;
-  a.n_tokens = m.n_tokens;
+  a.m = m;
+  const int64_t n_rows = m.seg[m.n_segs - 1].row_end;
   // As many CTAs as an SM holds by shared memory (228 KiB, 1 KiB of it per CTA reserved), at
   // most 8 (32 warps), and no more warps than rows.
   const int per_sm = static_cast<int>(std::clamp<uint64_t>(227 * 1024 / (smem + 1024), 1, 8));
   const int64_t ctas = std::min<int64_t>(int64_t{per_sm} * current_sm_count(),
-                                         (a.n_rows + kStreamWarps - 1) / kStreamWarps);
+                                         (n_rows + kStreamWarps - 1) / kStreamWarps);
   a.n_warps = ctas * kStreamWarps;
   auto go = [&](auto kernel) {
     if (!allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kStreamMaxSmem)) return false;
@@ -674,9 +651,9 @@ bool launch_stream(const MatvecArgs& m, cudaStream_t s) {
                static_cast<size_t>(smem), s, a);
     return true;
   };
-  if (a.n_tokens <= 1) return go(matvec_stream_kernel<V, 1>);
-  if (a.n_tokens <= 2) return go(matvec_stream_kernel<V, 2>);
-  if (a.n_tokens <= 4) return go(matvec_stream_kernel<V, 4>);
+  if (m.n_tokens <= 1) return go(matvec_stream_kernel<V, 1>);
+  if (m.n_tokens <= 2) return go(matvec_stream_kernel<V, 2>);
+  if (m.n_tokens <= 4) return go(matvec_stream_kernel<V, 4>);
   return go(matvec_stream_kernel<V, kMatvecMaxTokens>);
 }
 
