@@ -22,16 +22,10 @@ namespace {
 
 struct BenchOptions {
   std::string model;
-  int32_t n_prompt = 512;
-  int32_t n_gen = 128;
-  int32_t reps = 3;
+  engine::BenchPlan plan;  // the flags bind its fields; kv_type from the string below
   int threads = 0;
   std::string device = "auto";
-  int32_t batch = 512;  // prefill chunk
   std::string kv_type = "f16";
-  int32_t depth = 0;
-  int32_t parallel = 1;
-  bool roofline = false;
   bool json = false;
 };
 
@@ -41,13 +35,13 @@ int run_bench(BenchOptions o) {
     fmt::print(stderr, "kiln bench: --kv-type: {}\n", kv_type.error().message);
     return 2;
   }
-  if (o.roofline && o.n_gen == 0) {
+  if (o.plan.roofline && o.plan.n_gen == 0) {
     fmt::print(stderr, "kiln bench: --roofline profiles decode steps: it needs -n > 0\n");
     return 2;
   }
-  if (int64_t{o.depth} + std::max(o.n_prompt, o.n_gen) + 1 > kMaxContext) {
+  if (int64_t{o.plan.depth} + std::max(o.plan.n_prompt, o.plan.n_gen) + 1 > kMaxContext) {
     fmt::print(stderr, "kiln bench: --depth {} + {} tokens exceed the longest context ({})\n",
-               o.depth, std::max(o.n_prompt, o.n_gen), kMaxContext);
+               o.plan.depth, std::max(o.plan.n_prompt, o.plan.n_gen), kMaxContext);
     return 2;
   }
   auto path = model_path_or_default(o.model);
@@ -68,16 +62,8 @@ int run_bench(BenchOptions o) {
     return 1;
   }
   const std::string test_time = utc_now_iso8601();
-  engine::BenchPlan plan;
-  plan.n_prompt = o.n_prompt;
-  plan.n_gen = o.n_gen;
-  plan.reps = o.reps;
-  plan.batch = o.batch;
-  plan.depth = o.depth;
-  plan.parallel = o.parallel;
-  plan.kv_type = *kv_type;
-  plan.roofline = o.roofline;
-  auto result = engine::run_bench(**m, **be, plan);
+  o.plan.kv_type = *kv_type;
+  auto result = engine::run_bench(**m, **be, o.plan);
   if (!result.ok()) {
     fmt::print(stderr, "kiln bench: {}\n", result.error().message);
     return 1;
@@ -93,7 +79,7 @@ int run_bench(BenchOptions o) {
   for (const auto& t : model.file().tensors())
     run.params += static_cast<uint64_t>(t.num_elements());
   run.type_kv = quant::type_name(*kv_type);
-  run.n_batch = o.batch;
+  run.n_batch = o.plan.batch;
   run.test_time = test_time;
   run.backend = (*be)->name();
   const ThreadPlacement placement =
@@ -116,26 +102,26 @@ RunFn add_bench(CLI::App& app) {
       "bench", "Prompt-processing and generation speed (`kiln bench http`: a server under load)");
   auto o = std::make_shared<BenchOptions>();
   cmd->add_option("-m,--model", o->model, kDefaultModelHelp);
-  add_ranged(cmd, "-p,--n-prompt", o->n_prompt, 0, kMaxContext - 1, "prompt tokens (0: skip)");
-  add_ranged(cmd, "-n,--n-gen", o->n_gen, 0, kMaxContext - 1, "generated tokens (0: skip)");
-  cmd->add_option("-r,--repetitions", o->reps, "repetitions")
+  add_ranged(cmd, "-p,--n-prompt", o->plan.n_prompt, 0, kMaxContext - 1, "prompt tokens (0: skip)");
+  add_ranged(cmd, "-n,--n-gen", o->plan.n_gen, 0, kMaxContext - 1, "generated tokens (0: skip)");
+  cmd->add_option("-r,--repetitions", o->plan.reps, "repetitions")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   add_threads_flag(cmd, o->threads);
   cmd->add_option("--device", o->device, "cpu, cuda, cuda:N or auto")->capture_default_str();
-  cmd->add_option("-b,--batch", o->batch, "prefill chunk size")
+  cmd->add_option("-b,--batch", o->plan.batch, "prefill chunk size")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
   cmd->add_option("--kv-type", o->kv_type,
                   "KV cache type: f16, f32 or q8_0 (q8_0 needs head dims that are multiples of 32)")
       ->capture_default_str();
-  add_ranged(cmd, "-d,--depth", o->depth, 0, kMaxContext - 1,
+  add_ranged(cmd, "-d,--depth", o->plan.depth, 0, kMaxContext - 1,
              "context tokens before each test (llama-bench's -d), prefilled untimed");
-  add_ranged(cmd, "--parallel", o->parallel, 1, 4096,
+  add_ranged(cmd, "--parallel", o->plan.parallel, 1, 4096,
              "sequences decoding together, each after its own --depth context (tg: P x n tokens "
              "per repetition, as llama-batched-bench's S_TG; pp: the P prompts, in steps of -b "
              "rows)");
-  cmd->add_flag("--roofline", o->roofline,
+  cmd->add_flag("--roofline", o->plan.roofline,
                 "after the tests, profile eager decode steps: per matmul class the bytes read, "
                 "time, GB/s and fraction of the copy bandwidth measured in the same run");
   cmd->add_flag("--json", o->json, "JSON output");
