@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -232,7 +233,23 @@ void expect_same_cache(const PagedCase& c, const cuda::KvLayer& kv) {
   EXPECT_EQ(failures, 0) << sh.name();
 }
 
-enum class Variant { Prefill, PrefillTc, DecodeNoSplit, DecodeSplit, Auto };
+enum class Variant {
+  Prefill,
+  PrefillTc,
+  DecodeNoSplit,
+  DecodeSplit,
+  DecodeTcNoSplit,
+  DecodeTcSplit,
+  Auto
+};
+
+bool is_decode(Variant v) {
+  return v == Variant::DecodeNoSplit || v == Variant::DecodeSplit ||
+         v == Variant::DecodeTcNoSplit || v == Variant::DecodeTcSplit;
+}
+bool is_split(Variant v) {
+  return v == Variant::DecodeSplit || v == Variant::DecodeTcSplit || v == Variant::Auto;
+}
 
 const char* variant_name(Variant v) {
   switch (v) {
@@ -244,6 +261,10 @@ const char* variant_name(Variant v) {
       return "decode";
     case Variant::DecodeSplit:
       return "decode split-K";
+    case Variant::DecodeTcNoSplit:
+      return "decode (tensor cores)";
+    case Variant::DecodeTcSplit:
+      return "decode split-K (tensor cores)";
     default:
       return "auto";
   }
@@ -259,19 +280,21 @@ std::vector<float> run_cuda(DeviceCase& d, const PagedCase& c, Variant variant) 
   p.softcap = sh.softcap;
   p.sliding_window = sh.window;
   p.causal = sh.causal;
-  if (variant == Variant::DecodeSplit || variant == Variant::Auto) {
+  if (is_split(variant)) {
     p.workspace = d.ws.get();
     p.workspace_bytes = cuda::attention_workspace_bytes(sh.n_heads(), sh.dv);
   }
-  const cuda::AttnKernel kernel = variant == Variant::Prefill     ? cuda::AttnKernel::Prefill
-                                  : variant == Variant::PrefillTc ? cuda::AttnKernel::PrefillTc
-                                  : variant == Variant::Auto      ? cuda::AttnKernel::Auto
-                                                                  : cuda::AttnKernel::Decode;
+  const cuda::AttnKernel kernel =
+      variant == Variant::Prefill     ? cuda::AttnKernel::Prefill
+      : variant == Variant::PrefillTc ? cuda::AttnKernel::PrefillTc
+      : variant == Variant::Auto      ? cuda::AttnKernel::Auto
+      : variant == Variant::DecodeTcNoSplit || variant == Variant::DecodeTcSplit
+          ? cuda::AttnKernel::DecodeTc
+          : cuda::AttnKernel::Decode;
   // The decode kernel's int8 copy of its output (for the o projection's matvec): bit for bit
   // what quantize_q8_32 makes of the output, whoever wrote the row (split 0 alone, or the
   // last split to finish after merging).
-  const bool q8 =
-      (variant == Variant::DecodeNoSplit || variant == Variant::DecodeSplit) && sh.dv % 32 == 0;
+  const bool q8 = is_decode(variant) && sh.dv % 32 == 0;
   const int64_t width = int64_t{sh.n_heads()} * sh.dv;
   test::DeviceVec<int8_t> xq(q8 ? out_n : 0), want_q(q8 ? out_n : 0);
   test::DeviceVec<float2> xds(q8 ? out_n / 32 : 0), want_ds(q8 ? out_n / 32 : 0);
@@ -321,14 +344,20 @@ double check_case(const PagedCase& c, bool check_cache = true) {
   for (float x : c.vf) v_max = std::max(v_max, std::fabs(x));
   double worst = 0;
   const bool tc = cuda::attention_prefill_tc_supports(d.kv);
-  for (Variant variant : {Variant::Prefill, Variant::PrefillTc, Variant::DecodeNoSplit,
-                          Variant::DecodeSplit, Variant::Auto}) {
+  const bool decode_tc = cuda::attention_decode_tc_supports(d.kv);
+  for (Variant variant :
+       {Variant::Prefill, Variant::PrefillTc, Variant::DecodeNoSplit, Variant::DecodeSplit,
+        Variant::DecodeTcNoSplit, Variant::DecodeTcSplit, Variant::Auto}) {
     if (variant == Variant::PrefillTc && !tc) continue;
+    const bool on_decode_tc = variant == Variant::DecodeTcNoSplit ||
+                              variant == Variant::DecodeTcSplit ||
+                              (variant == Variant::Auto && c.max_q_len <= 1);
+    if (on_decode_tc && variant != Variant::Auto && !decode_tc) continue;
     const std::vector<float> got = run_cuda(d, c, variant);
-    // The tensor-core prefill (also what Auto runs for a batch with a prefill row) rounds Q and
-    // P to fp16.
+    // The tensor-core kernels (also what Auto runs for their caches) round Q and P to fp16.
     const bool on_tc =
-        tc && (variant == Variant::PrefillTc || (variant == Variant::Auto && c.max_q_len > 1));
+        (tc && (variant == Variant::PrefillTc || (variant == Variant::Auto && c.max_q_len > 1))) ||
+        (decode_tc && on_decode_tc);
     const double tol = on_tc ? kTcTol : kTol;
     int bad = 0;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -630,8 +659,13 @@ TEST(CudaAttentionBench, DISABLED_Throughput) {
   const double ceiling = 2.0 * copy_bytes / copy_ms / 1e6;
   std::printf("ceiling: device copy %.0f GB/s\n", ceiling);
 
-  // Llama-3-8B-shaped layer: 32 query heads, 8 kv heads, head dim 128, F16 cache.
-  const int32_t n_kv = 8, n_heads = 32, dim = 128, bt = 16;
+  // Llama-3-8B-shaped layer: 32 query heads, 8 kv heads, head dim 128 (KILN_BENCH_ATTN_DIM=64
+  // or 256: another head dim), F16 cache.
+  const char* dim_env = std::getenv("KILN_BENCH_ATTN_DIM");
+  const int32_t n_kv = 8, n_heads = 32, bt = 16;
+  const int32_t dim = dim_env != nullptr && (std::atoi(dim_env) == 64 || std::atoi(dim_env) == 256)
+                          ? std::atoi(dim_env)
+                          : 128;
   const int64_t max_tokens = 256 * 1024;
   const int64_t block_bytes = cuda::kv_block_bytes(Type::F16, bt, n_kv, dim);
   const int64_t n_blocks = max_tokens / bt + 64;
@@ -694,20 +728,22 @@ TEST(CudaAttentionBench, DISABLED_Throughput) {
     EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
     const std::vector<float> o = out.to_host();
     EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](float x) { return std::isfinite(x); }));
-    return cuda::attention_decode_splits(kv, n_tokens, p);
+    return cuda::attention_decode_splits(kv, n_tokens, p, kernel);
   };
 
-  std::printf("decode (F16 cache, 32 heads / 8 kv heads, dim 128): K+V bytes read per call\n");
-  const std::pair<int32_t, int32_t> decode_shapes[] = {
-      {1, 4096}, {1, 32768}, {16, 4096}, {64, 2048}, {256, 1024}};
+  std::printf("decode (F16 cache, 32 heads / 8 kv heads, dim %d): K+V bytes read per call\n", dim);
+  const std::pair<int32_t, int32_t> decode_shapes[] = {{1, 4096},  {1, 32768}, {8, 32768},
+                                                       {16, 4096}, {64, 2048}, {256, 1024}};
   for (auto [n_seqs, len] : decode_shapes) {
     const Step st = make_step(n_seqs, len, 1);
-    for (bool split : {false, true}) {
-      double ms = 0;
-      const int splits = run(st, cuda::AttnKernel::Decode, split, &ms);
-      std::printf("  batch %4d ctx %6d splits %2d: %8.3f ms %7.0f GB/s (%.0f%% of copy)\n", n_seqs,
-                  len, splits, ms, st.kv_bytes / ms / 1e6,
-                  100.0 * st.kv_bytes / ms / 1e6 / ceiling);
+    for (cuda::AttnKernel kernel : {cuda::AttnKernel::Decode, cuda::AttnKernel::DecodeTc}) {
+      for (bool split : {false, true}) {
+        double ms = 0;
+        const int splits = run(st, kernel, split, &ms);
+        std::printf("  %-9s batch %4d ctx %6d splits %2d: %8.3f ms %7.0f GB/s (%.0f%% of copy)\n",
+                    kernel == cuda::AttnKernel::Decode ? "fp32" : "tensor", n_seqs, len, splits, ms,
+                    st.kv_bytes / ms / 1e6, 100.0 * st.kv_bytes / ms / 1e6 / ceiling);
+      }
     }
   }
   std::printf("prefill (causal, F16 cache, fp32 CUDA-core math; H200 fp32 peak ~67 TFLOP/s)\n");

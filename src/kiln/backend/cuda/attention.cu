@@ -479,6 +479,57 @@ __device__ void merge_splits(const AttnArgs& a, int t, int h0, int gc, int n_act
   });
 }
 
+// The end of a decode CTA (row t, heads h0 .. h0 + gc, context split `split` of n_active):
+// ml_s holds each head's (m, l) (m in the natural-log frame of expf), acc(r, g, d4) the
+// unnormalised float4 that thread's r-th slot holds (write_heads' order). A split that covers
+// the whole context (whole) writes the normalised row; otherwise the partial goes to the
+// workspace and the last split of this (row, head chunk) to finish merges them all (no second
+// kernel): the partials are published before the count (threadfence), read after it through
+// L2. scratch: gc * kMaxSplits floats of shared memory for the merge's weights.
+template <int kAcc, class Acc>
+__device__ __forceinline__ void finish_split(const AttnArgs& a, int t, int h0, int gc, int split,
+                                             int n_active, bool whole, const float* ml_s,
+                                             float* scratch, Acc acc) {
+  const int tid = threadIdx.x;
+  const int dv4 = a.v.dim / 4;
+  const int64_t rows = int64_t{a.n_tokens} * a.n_heads;
+  if (whole) {
+    write_heads<kAcc>(a, t, h0, gc, [&](int r, int g, int d4) {
+      const float li = ml_s[2 * g + 1];  // > 0: key last_key is always visible
+      const float4 x = acc(r, g, d4);
+      return make_float4(x.x / li, x.y / li, x.z / li, x.w / li);
+    });
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < kAcc; ++r) {
+    const int u = tid + r * kThreads;
+    if (u < gc * dv4) {
+      const int g = u / dv4, d4 = u - g * dv4;
+      const int64_t row = int64_t{t} * a.n_heads + h0 + g;
+      reinterpret_cast<float4*>(a.ws)[(split * rows + row) * dv4 + d4] = acc(r, g, d4);
+    }
+  }
+  if (tid < gc) {
+    float* ml = a.ws + int64_t{a.n_splits} * rows * a.v.dim +
+                (split * rows + int64_t{t} * a.n_heads + h0 + tid) * 2;
+    ml[0] = ml_s[2 * tid];
+    ml[1] = ml_s[2 * tid + 1];
+  }
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    int* count = a.counters + int64_t{t} * gridDim.y + blockIdx.y;
+    last = atomicAdd(count, 1) == n_active - 1;
+    if (last) atomicExch(count, 0);  // zero again for the next launch (and graph replays)
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  merge_splits<kAcc>(a, t, h0, gc, n_active, scratch);
+}
+
 size_t decode_smem_bytes(int dk, int dv) {
   const int ks = dk + 4;
   return sizeof(float) * static_cast<size_t>(kChunk * ks + kChunk * dv + kHeadChunk * ks +
@@ -498,6 +549,57 @@ __device__ __forceinline__ void prefetch_blocks(const Cache& c, int kvh, const i
   }
 }
 
+// What a decode CTA works on: row t (of sequence s), the query heads h0 .. h0 + gc of kv head
+// kvh, and keys [kbeg, kend) of the row's context, its split's share of the blocks they span.
+struct DecodeCta {
+  int t, kvh, h0, gc, split;
+  const int32_t* blocks;  // the sequence's block table
+  int kbeg, kend;
+  int n_active;  // splits with keys (the others return at once)
+  bool whole;    // one split covers the row: it writes the final output, no merge
+};
+
+__device__ __forceinline__ DecodeCta decode_cta(const AttnArgs& a) {
+  DecodeCta c;
+  c.t = blockIdx.x;
+  c.kvh = blockIdx.y / a.n_hchunks;
+  const int hc = blockIdx.y - c.kvh * a.n_hchunks;
+  c.h0 = c.kvh * a.group + hc * kHeadChunk;
+  c.gc = min(kHeadChunk, a.group - hc * kHeadChunk);
+  c.split = blockIdx.z;
+  const int s = seq_of_token(a.b.qo, a.b.num_seqs, c.t);
+  // The last key the row sees: its own position, or the sequence's last when not causal.
+  const int last_key = a.causal ? a.b.pos[c.t] : a.b.kv_len[s] - 1;
+  c.blocks = a.b.kv_idx + a.b.kv_ptr[s];
+  const int bt = a.block_tokens;
+  // Keys [lo, last_key]; this split takes its share of the blocks they span.
+  const int lo = a.window > 0 ? max(0, last_key - a.window + 1) : 0;
+  const int b_first = lo / bt, n_blocks = last_key / bt - b_first + 1;
+  // At least min_split_blocks blocks per split: a short context uses the first few splits (the
+  // rest see no key and are skipped by the merge).
+  const int per_split = max((n_blocks + a.n_splits - 1) / a.n_splits, a.min_split_blocks);
+  c.kbeg = max(lo, (b_first + c.split * per_split) * bt);
+  c.kend = min(last_key + 1, (b_first + (c.split + 1) * per_split) * bt);
+  // A context that one split covers: split 0 writes the final row (the merge skips the row),
+  // the others have nothing to do.
+  c.whole = a.n_splits == 1 || n_blocks <= per_split;
+  c.n_active = c.whole ? 1 : (n_blocks + per_split - 1) / per_split;
+  return c;
+}
+
+// Everything decode_cta reads is the step's metadata, which no kernel writes. The cached keys
+// and values before this token's own were written by earlier steps: start the first of the
+// split's blocks towards L2 before waiting for the kernel before (the one that writes q and this
+// token's k and v row; the decode kernels are launched with launch_pdl).
+__device__ __forceinline__ void decode_prefetch(const AttnArgs& a, const DecodeCta& c) {
+  if (c.kbeg < c.kend) {
+    const int bt = a.block_tokens;
+    const int pb0 = c.kbeg / bt, pb1 = min((c.kend - 1) / bt, pb0 + kPrefetchBlocks - 1);
+    prefetch_blocks(a.k, c.kvh, c.blocks, pb0, pb1);
+    prefetch_blocks(a.v, c.kvh, c.blocks, pb0, pb1);
+  }
+}
+
 template <KvT T, int kDimMax>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
   extern __shared__ float4 smem4[];
@@ -510,40 +612,13 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
   float* ml_s = corr_s + kHeadChunk;            // [kHeadChunk][2]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-  const int t = blockIdx.x;
-  const int kvh = blockIdx.y / a.n_hchunks;
-  const int hc = blockIdx.y - kvh * a.n_hchunks;
-  const int h0 = kvh * a.group + hc * kHeadChunk;
-  const int gc = min(kHeadChunk, a.group - hc * kHeadChunk);
-  const int split = blockIdx.z;
-  const int s = seq_of_token(a.b.qo, a.b.num_seqs, t);
-  // The last key the row sees: its own position, or the sequence's last when not causal.
-  const int last_key = a.causal ? a.b.pos[t] : a.b.kv_len[s] - 1;
-  const int32_t* blocks = a.b.kv_idx + a.b.kv_ptr[s];
-  const int bt = a.block_tokens;
-
-  // Keys [lo, last_key]; this split takes its share of the blocks they span.
-  const int lo = a.window > 0 ? max(0, last_key - a.window + 1) : 0;
-  const int b_first = lo / bt, n_blocks = last_key / bt - b_first + 1;
-  // At least kMinSplitBlocks blocks per split: a short context uses the first few splits (the
-  // rest see no key and are skipped by the merge).
-  const int per_split = max((n_blocks + a.n_splits - 1) / a.n_splits, a.min_split_blocks);
-  const int kbeg = max(lo, (b_first + split * per_split) * bt);
-  const int kend = min(last_key + 1, (b_first + (split + 1) * per_split) * bt);
-  // A context that one split covers: split 0 writes the final row (the merge skips the row),
-  // the others have nothing to do.
-  const bool whole = a.n_splits == 1 || n_blocks <= per_split;
-  const int n_active = whole ? 1 : (n_blocks + per_split - 1) / per_split;
-  if (split >= n_active) return;  // past the context (or a row split 0 takes whole)
-  // Everything above reads the step's metadata, which no kernel writes. The cached keys and
-  // values before this token's own were written by earlier steps: start the first of this
-  // split's blocks towards L2 before waiting for the kernel before (the one that writes q and
-  // this token's k and v row; launched with launch_pdl, the prefill kernels are not).
-  if (kbeg < kend) {
-    const int pb0 = kbeg / bt, pb1 = min((kend - 1) / bt, pb0 + kPrefetchBlocks - 1);
-    prefetch_blocks(a.k, kvh, blocks, pb0, pb1);
-    prefetch_blocks(a.v, kvh, blocks, pb0, pb1);
-  }
+  const DecodeCta c = decode_cta(a);
+  if (c.split >= c.n_active) return;  // past the context (or a row split 0 takes whole)
+  const int t = c.t, kvh = c.kvh, h0 = c.h0, gc = c.gc, split = c.split, bt = a.block_tokens;
+  const int kbeg = c.kbeg, kend = c.kend, n_active = c.n_active;
+  const bool whole = c.whole;
+  const int32_t* blocks = c.blocks;
+  decode_prefetch(a, c);
   pdl_start();
 
   for (int u = tid; u < gc * dk4; u += kThreads) {
@@ -624,43 +699,240 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const AttnArgs a) {
     }
   }
   __syncthreads();
-  const int64_t rows = int64_t{a.n_tokens} * a.n_heads;
-  if (whole) {
-    write_heads<kAcc>(a, t, h0, gc, [&](int r, int g, int) {
-      const float li = ml_s[2 * g + 1];  // > 0: key last_key is always visible
-      return make_float4(acc[r].x / li, acc[r].y / li, acc[r].z / li, acc[r].w / li);
-    });
-    return;
-  }
+  finish_split<kAcc>(a, t, h0, gc, split, n_active, whole, ml_s, Ks,
+                     [&](int r, int, int) { return acc[r]; });
+}
+
+// ---- decode on the tensor cores ----------------------------------------------------------------
+//
+// decode_kernel stages K and V through shared memory as fp32 and reads each value back once per
+// query head: at long context it is bound by shared-memory bandwidth (~1.1 TB/s of KV on the
+// H200). decode_tc_kernel (F16 caches, dk == dv in {64, 128, 256}) takes the same CTAs and
+// splits but keeps everything in registers: each warp walks every fourth tile of 16 keys of
+// the split, loading K and V rows with 16-byte loads straight into mma.sync m16n8k16 fragments
+// (fp16 in, fp32 accumulate), its up to 8 query heads the A rows (rows 8-15 zero). No shared
+// memory and no barrier until the warps combine their (m, l, O) at the end.
+//  - S = Q K^T: lane (g, q) = (lane / 4, lane % 4) loads dims [32 s + 8 q, +8) of key g of
+//    each 8-key half-tile; the k16 step 2 s takes the first two words, 2 s + 1 the last two,
+//    and Q's A fragments (rounded to fp16 once, scale and log2(e) folded in) follow the same
+//    order of dims: the dot product is a sum, so the order of its terms is free.
+//  - P V: the C fragments of S are P's A fragment (as FlashAttention-2); V's B fragment wants
+//    two keys' values of one dim in a register: lane (g, q) loads dims [64 j + 8 g, +8) of
+//    keys 2 q, 2 q + 1, 2 q + 8, 2 q + 9 and pairs them with byte_perm, so output column n of
+//    n8 tile 8 j + e is dim 64 j + 8 n + e; the end writes the rows back in dim order.
+// Precision as the tensor-core prefill: Q and P rounded to fp16 (the test's bound, 4e-3 of
+// max |V|).
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// (d0, d1) += rows 0-7 of A B on mma.sync m16n8k16: a0, a2 are A's registers of rows 0-7 (rows
+// 8-15 are zero) and the results of rows 8-15 are dropped (a CTA serves at most 8 query heads).
+__device__ __forceinline__ void mma_rows8(float& d0, float& d1, uint32_t a0, uint32_t a2,
+                                          uint32_t b0, uint32_t b1) {
+  float d2 = 0.0f, d3 = 0.0f;
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& x, int i) {
+  return i == 0 ? x.x : i == 1 ? x.y : i == 2 ? x.z : x.w;
+}
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads) decode_tc_kernel(const AttnArgs a) {
+  constexpr int kWarps = kThreads / 32;
+  constexpr int kSteps = kD / 16;  // k16 steps of Q K^T
+  constexpr int kSeg = kD / 64;    // 64-dim segments of V a lane loads 8 dims of
+  constexpr int kNt = kD / 8;      // n8 tiles of an output row
+  constexpr int kAcc = (kHeadChunk * kD / 4 + kThreads - 1) / kThreads;
+  constexpr int kRowBytes = kD * 2;
+  __shared__ __align__(16) float ow_s[kWarps][kHeadChunk][kD];  // each warp's unnormalised rows
+  __shared__ float wml_s[kWarps][kHeadChunk][2];                // and their (m, l), log2 frame
+  __shared__ float wgt_s[kHeadChunk][kWarps];
+  __shared__ float ml_s[2 * kHeadChunk];
+  __shared__ float scratch[kHeadChunk * kMaxSplits];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, q4 = lane & 3;
+
+  const DecodeCta c = decode_cta(a);
+  if (c.split >= c.n_active) return;  // past the context (or a row split 0 takes whole)
+  decode_prefetch(a, c);
+  pdl_start();
+
+  const bool capped = a.softcap > 0.0f;
+  const float qscale = capped ? a.scale : a.scale * kLog2e;
+  // A registers 0 and 2 of each k16 step (head g, dims as K's): in registers, or at head dim
+  // 256 in shared memory (32 more registers would spill the loop).
+  constexpr bool kQShared = kD > 128;
+  uint2 qa[kQShared ? 1 : kSteps] = {};
+  __shared__ uint2 qa_s[kQShared ? kSteps * 32 : 1];
+  {
+    const bool row = g < c.gc;
+    const float* qr = a.q + (int64_t{c.t} * a.n_heads + c.h0 + (row ? g : 0)) * kD + 8 * q4;
 #pragma unroll
-  for (int r = 0; r < kAcc; ++r) {
-    const int u = tid + r * kThreads;
-    if (u < gc * dv4) {
-      const int g = u / dv4, d4 = u - g * dv4;
-      const int64_t row = int64_t{t} * a.n_heads + h0 + g;
-      reinterpret_cast<float4*>(a.ws)[(split * rows + row) * dv4 + d4] = acc[r];
+    for (int s = 0; s < kD / 32; ++s) {
+      float4 x0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), x1 = x0;
+      if (row) {
+        x0 = *reinterpret_cast<const float4*>(qr + 32 * s);
+        x1 = *reinterpret_cast<const float4*>(qr + 32 * s + 4);
+      }
+      const uint2 f0 = make_uint2(pack_half2(x0.x * qscale, x0.y * qscale),
+                                  pack_half2(x0.z * qscale, x0.w * qscale));
+      const uint2 f1 = make_uint2(pack_half2(x1.x * qscale, x1.y * qscale),
+                                  pack_half2(x1.z * qscale, x1.w * qscale));
+      if constexpr (kQShared) {
+        if (warp == 0) qa_s[2 * s * 32 + lane] = f0, qa_s[(2 * s + 1) * 32 + lane] = f1;
+      } else {
+        qa[2 * s] = f0, qa[2 * s + 1] = f1;
+      }
+    }
+    if constexpr (kQShared) __syncthreads();
+  }
+  const auto q_frag = [&](int step) {
+    if constexpr (kQShared) {
+      return qa_s[step * 32 + lane];
+    } else {
+      return qa[step];
+    }
+  };
+
+  float o[kNt][2];  // head g, dims 64 j + 16 q4 + 8 i + e of tile 8 j + e
+#pragma unroll
+  for (int j = 0; j < kNt; ++j) o[j][0] = o[j][1] = 0.0f;
+  float m = -INFINITY, l = 0.0f;  // head g's running max (log2 frame) and this lane's sum
+  const int bt = a.block_tokens;
+  const uint8_t* kbase = a.k.data + int64_t{c.kvh} * a.k.head_bytes + 16 * q4;
+  const uint8_t* vbase = a.v.data + int64_t{c.kvh} * a.v.head_bytes + 16 * g;
+  // K and V rows have the same size and place in their blocks (dk == dv, both F16). (One
+  // block-table read per tile where a tile lies in one block measured no faster.)
+  const auto key_off = [&](int p) {
+    return int64_t{c.blocks[p / bt]} * a.k.block_bytes + int64_t{p % bt} * kRowBytes;
+  };
+  for (int p0 = c.kbeg + 16 * warp; p0 < c.kend; p0 += 16 * kWarps) {
+    // Keys past the split's end read its last key (finite) and are masked below.
+    uint4 kr[2][kD / 32];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const uint8_t* r = kbase + key_off(min(p0 + 8 * n + g, c.kend - 1));
+#pragma unroll
+      for (int s = 0; s < kD / 32; ++s)
+        kr[n][s] = __ldg(reinterpret_cast<const uint4*>(r + 64 * s));
+    }
+    uint4 vr[4][kSeg];  // keys p0 + 2 q4 + {0, 1, 8, 9}
+    const auto load_v = [&] {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t* r = vbase + key_off(min(p0 + 2 * q4 + (i & 1) + 8 * (i >> 1), c.kend - 1));
+#pragma unroll
+        for (int j = 0; j < kSeg; ++j)
+          vr[i][j] = __ldg(reinterpret_cast<const uint4*>(r + 128 * j));
+      }
+    };
+    // Head dim 256: V's loads after S's math (K's registers free again), or it spills.
+    if constexpr (kD <= 128) load_v();
+    float sc[2][2];  // head g, keys p0 + 8 n + 2 q4 + i
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      float d0 = 0.0f, d1 = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kD / 32; ++s) {
+        const uint2 f0 = q_frag(2 * s), f1 = q_frag(2 * s + 1);
+        mma_rows8(d0, d1, f0.x, f0.y, kr[n][s].x, kr[n][s].y);
+        mma_rows8(d0, d1, f1.x, f1.y, kr[n][s].z, kr[n][s].w);
+      }
+      sc[n][0] = d0, sc[n][1] = d1;
+    }
+    if constexpr (kD > 128) load_v();
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float x = sc[n][i];
+        if (capped) x = a.softcap * tanhf(x / a.softcap) * kLog2e;
+        x = p0 + 8 * n + 2 * q4 + i < c.kend ? x : -INFINITY;
+        sc[n][i] = x;
+        mx = fmaxf(mx, x);
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m, mx);  // finite: key p0 is in the split
+    const float corr = exp2f(m - m_new);
+    m = m_new;
+    float pr[2][2];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) pr[n][i] = exp2f(sc[n][i] - m_new);
+    }
+    l = l * corr + ((pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]));
+    const uint32_t pa0 = pack_half2(pr[0][0], pr[0][1]), pa2 = pack_half2(pr[1][0], pr[1][1]);
+#pragma unroll
+    for (int j = 0; j < kSeg; ++j) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const uint32_t sel = (e & 1) ? 0x7632u : 0x5410u;
+        const uint32_t b0 = __byte_perm(word_of(vr[0][j], e / 2), word_of(vr[1][j], e / 2), sel);
+        const uint32_t b1 = __byte_perm(word_of(vr[2][j], e / 2), word_of(vr[3][j], e / 2), sel);
+        float& o0 = o[8 * j + e][0];
+        float& o1 = o[8 * j + e][1];
+        o0 *= corr, o1 *= corr;
+        mma_rows8(o0, o1, pa0, pa2, b0, b1);
+      }
     }
   }
-  if (tid < gc) {
-    float* ml = a.ws + int64_t{a.n_splits} * rows * dv +
-                (split * rows + int64_t{t} * a.n_heads + h0 + tid) * 2;
-    ml[0] = ml_s[2 * tid];
-    ml[1] = ml_s[2 * tid + 1];
-  }
-  // The last split of this (row, head chunk) to finish merges them all (no second kernel):
-  // the partials are published before the count (threadfence), read after it through L2.
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    int* count = a.counters + int64_t{t} * gridDim.y + blockIdx.y;
-    last = atomicAdd(count, 1) == n_active - 1;
-    if (last) atomicExch(count, 0);  // zero again for the next launch (and graph replays)
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+
+  if (g < c.gc) {
+#pragma unroll
+    for (int j = 0; j < kSeg; ++j) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) ow_s[warp][g][64 * j + 16 * q4 + 8 * i + e] = o[8 * j + e][i];
+      }
+    }
+    if (q4 == 0) wml_s[warp][g][0] = m, wml_s[warp][g][1] = l;
   }
   __syncthreads();
-  if (!last) return;
-  __threadfence();
-  merge_splits<kAcc>(a, t, h0, gc, n_active, Ks);
+  if (tid < c.gc) {  // the warps' rows weighed into one (a warp with no key has l = 0)
+    float mm = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      if (wml_s[w][tid][1] > 0.0f) mm = fmaxf(mm, wml_s[w][tid][0]);
+    }
+    float ll = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float e = wml_s[w][tid][1] > 0.0f ? exp2f(wml_s[w][tid][0] - mm) : 0.0f;
+      wgt_s[tid][w] = e;
+      ll += wml_s[w][tid][1] * e;
+    }
+    ml_s[2 * tid] = mm * kLn2;  // the natural-log frame of the merge
+    ml_s[2 * tid + 1] = ll;
+  }
+  __syncthreads();
+  finish_split<kAcc>(a, c.t, c.h0, c.gc, c.split, c.n_active, c.whole, ml_s, scratch,
+                     [&](int, int gg, int d4) {
+                       float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+                       for (int w = 0; w < kWarps; ++w) {
+                         const float e = wgt_s[gg][w];
+                         if (e > 0.0f)
+                           x = fma4(e, reinterpret_cast<const float4*>(ow_s[w][gg])[d4], x);
+                       }
+                       return x;
+                     });
 }
 
 // Rows (token, head) of a prefill tile: 64, or 32 when a head dim exceeds 128 (registers).
@@ -877,6 +1149,10 @@ AttnKernelFn pick(bool decode, KvT t, int bucket) {
   return pick<256>(decode, t);
 }
 
+AttnKernelFn pick_decode_tc(int d) {
+  return d == 64 ? decode_tc_kernel<64> : d == 128 ? decode_tc_kernel<128> : decode_tc_kernel<256>;
+}
+
 // Raises a kernel's dynamic shared memory limit to the most it can ask for, once per device
 // (the attribute belongs to the device's context).
 void allow_smem(AttnKernelFn fn, bool decode, int bucket) {
@@ -986,15 +1262,54 @@ void rope_kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, floa
   }
 }
 
-int32_t attention_decode_splits(const KvLayer& kv, int64_t n_tokens, const AttnParams& p) {
+bool attention_decode_tc_supports(const KvLayer& kv) {
+  return kv.type == quant::Type::F16 && kv.head_dim_k == kv.head_dim_v &&
+         (kv.head_dim_k == 64 || kv.head_dim_k == 128 || kv.head_dim_k == 256);
+}
+
+namespace {
+
+// CTAs of the decode kernel that fit on one multiprocessor (its registers and shared memory),
+// read once per kernel: the split count fills one wave of them.
+int decode_ctas_per_sm(bool tc, const KvLayer& kv) {
+  static int fp32 = 0, tc_by_dim[3] = {0, 0, 0};
+  const int d = kv.head_dim_k;
+  int& slot = !tc ? fp32 : tc_by_dim[d == 64 ? 0 : d == 128 ? 1 : 2];
+  if (slot == 0) {
+    int n = 0;
+    if (tc) {
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &n, reinterpret_cast<const void*>(pick_decode_tc(d)), kThreads, 0);
+    }
+    // The fp32 kernel: about four (its shared memory allows five at head dim 128).
+    slot = n > 0 ? n : 4;
+  }
+  return slot;
+}
+
+bool decode_tc_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_CUDA_ATTN_DECODE_TC");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
+}  // namespace
+
+int32_t attention_decode_splits(const KvLayer& kv, int64_t n_tokens, const AttnParams& p,
+                                AttnKernel kernel) {
   if (p.workspace == nullptr || n_tokens <= 0) return 1;
+  const bool tc =
+      attention_decode_tc_supports(kv) &&
+      (kernel == AttnKernel::DecodeTc || (kernel == AttnKernel::Auto && decode_tc_enabled()));
   const int group = p.n_heads / kv.n_kv_heads;
   const int64_t ctas = n_tokens * kv.n_kv_heads * ((group + kHeadChunk - 1) / kHeadChunk);
   int sms = current_sm_count();
   if (sms <= 0) sms = 132;
-  // About four resident CTAs per multiprocessor (the decode kernel's shared memory allows
-  // five at head dim 128), each walking a long enough stretch of context.
-  int64_t splits = (4 * int64_t{sms} + ctas - 1) / ctas;
+  // One wave of resident CTAs, each walking a long enough stretch of context (the kernel's
+  // min_split_blocks).
+  int64_t splits = (decode_ctas_per_sm(tc, kv) * int64_t{sms}) / ctas;
   splits = std::min<int64_t>(splits, kMaxSplits);
   const int64_t partial_bytes = p.workspace_bytes - counter_bytes(p.n_heads);
   if (partial_bytes <= 0) return 1;
@@ -1010,8 +1325,15 @@ bool attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
   check_layer(kv);
   KILN_CUDA_ASSERT(p.n_heads > 0 && p.n_heads % kv.n_kv_heads == 0);
   KILN_CUDA_ASSERT(p.causal || p.sliding_window == 0);  // a window of what, without an order
-  const bool decode =
-      kernel == AttnKernel::Decode || (kernel == AttnKernel::Auto && max_q_len <= 1);
+  const bool decode = kernel == AttnKernel::Decode || kernel == AttnKernel::DecodeTc ||
+                      (kernel == AttnKernel::Auto && max_q_len <= 1);
+  static const bool decode_tc_enabled = [] {
+    const char* e = std::getenv("KILN_CUDA_ATTN_DECODE_TC");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  const bool decode_tc =
+      decode && attention_decode_tc_supports(kv) &&
+      (kernel == AttnKernel::DecodeTc || (kernel == AttnKernel::Auto && decode_tc_enabled));
   static const bool tc_enabled = [] {
     const char* e = std::getenv("KILN_CUDA_ATTN_TC");
     return e == nullptr || std::strcmp(e, "0") != 0;
@@ -1036,11 +1358,13 @@ bool attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
   a.causal = p.causal;
   a.scale = p.scale;
   a.softcap = p.softcap;
-  const AttnKernelFn fn = pick(decode, kv_t(kv.type), bucket);
-  allow_smem(fn, decode, bucket);
+  const AttnKernelFn fn =
+      decode_tc ? pick_decode_tc(kv.head_dim_k) : pick(decode, kv_t(kv.type), bucket);
+  if (!decode_tc) allow_smem(fn, decode, bucket);
   const unsigned gy = static_cast<unsigned>(kv.n_kv_heads * a.n_hchunks);
   if (decode) {
-    a.n_splits = attention_decode_splits(kv, n_tokens, p);
+    a.n_splits = attention_decode_splits(kv, n_tokens, p,
+                                         decode_tc ? AttnKernel::DecodeTc : AttnKernel::Decode);
     static const int min_split = [] {  // KILN_CUDA_ATTN_MIN_SPLIT=N (blocks) for comparisons
       const char* e = std::getenv("KILN_CUDA_ATTN_MIN_SPLIT");
       const int v = e == nullptr ? kMinSplitBlocks : std::atoi(e);
@@ -1054,7 +1378,8 @@ bool attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
     const bool q8 = p.xq != nullptr && p.xds != nullptr && kv.head_dim_v % 32 == 0;
     if (q8) a.xq = p.xq, a.xds = p.xds;
     const dim3 grid(static_cast<unsigned>(n_tokens), gy, static_cast<unsigned>(a.n_splits));
-    launch_pdl(fn, grid, dim3(kThreads), decode_smem_bytes(kv.head_dim_k, kv.head_dim_v), s, a);
+    const size_t smem = decode_tc ? 0 : decode_smem_bytes(kv.head_dim_k, kv.head_dim_v);
+    launch_pdl(fn, grid, dim3(kThreads), smem, s, a);
     return q8;
   }
   const int rows = bucket > 128 ? 32 : 64;

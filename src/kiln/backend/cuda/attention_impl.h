@@ -11,8 +11,12 @@
 namespace kiln::backend::cuda {
 
 enum class AttnKernel {
-  Auto,     // Decode when max_q_len <= 1, else Prefill
-  Decode,   // one CTA per (query row, kv head, <= 8 query heads, context split); split-K
+  Auto,    // DecodeTc (else Decode) when max_q_len <= 1, else PrefillTc (else Prefill)
+  Decode,  // one CTA per (query row, kv head, <= 8 query heads, context split); split-K
+  // Decode's CTAs and splits on the tensor cores, with K and V loaded straight into mma
+  // fragments, where it takes the cache (F16, dk == dv in {64, 128, 256}), else Decode. Auto
+  // takes it for decode rows unless KILN_CUDA_ATTN_DECODE_TC=0.
+  DecodeTc,
   Prefill,  // one CTA per (sequence, tile of query rows, kv head, <= 8 query heads)
   // The tensor-core prefill (attention_tc.cu) where it takes the cache (F16, dk == dv in
   // {64, 128}), else Prefill. Auto takes it for max_q_len > 1 unless KILN_CUDA_ATTN_TC=0.
@@ -31,7 +35,11 @@ bool attention_prefill_tc(const KvLayer& kv, const AttnBatch& b, int64_t n_token
                           int32_t max_q_len, const float* q, float* out, const AttnParams& p,
                           cudaStream_t s);
 
+bool attention_decode_tc_supports(const KvLayer& kv);
+
 // The context splits the decode kernel uses for this shape (1 = no split-K).
-int32_t attention_decode_splits(const KvLayer& kv, int64_t n_tokens, const AttnParams& p);
+// (Auto: the kernel attention() picks for a decode batch.)
+int32_t attention_decode_splits(const KvLayer& kv, int64_t n_tokens, const AttnParams& p,
+                                AttnKernel kernel = AttnKernel::Auto);
 
 }  // namespace kiln::backend::cuda
