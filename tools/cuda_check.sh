@@ -151,8 +151,10 @@ fi
 if [[ " $WHAT " == *" serve "* ]]; then
   # kiln serve on the GPU under kiln bench http (~400-token prompts, 256 out).
   f=$(ls /tmp/kiln-models/*.gguf | head -1)
-  $D/bin/kiln serve -m "$f" --device cuda --port 18080 --ctx 2048 --max-seqs 64 \
-    --max-batch-tokens 2048 --step-prompt-tokens 0 > "$OUTDIR/serve.log" 2>&1 &
+  # One client (this host) opens up to 128 connections: past the per-client default of 64.
+  $D/bin/kiln serve -m "$f" --device cuda --port 18080 --ctx 2048 --max-seqs ${SERVE_MAX_SEQS:-64} \
+    --max-batch-tokens 2048 --step-prompt-tokens 0 --max-connections-per-client 256 \
+    > "$OUTDIR/serve.log" 2>&1 &
   SP=$!
   for i in $(seq 1 60); do curl -sf http://127.0.0.1:18080/health >/dev/null && break; sleep 1; done
   grep -E "memory plan|engine:" "$OUTDIR/serve.log"
