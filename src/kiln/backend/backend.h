@@ -371,10 +371,23 @@ class Backend {
   }
   // Writes K/V rows [n, n_kv_heads * head_dim] of layer `layer` at the step's positions.
   virtual void kv_write(KvCache& kv, int32_t layer, const StepArgs& step, Mat k, Mat v) = 0;
-  // rope_apply_qk, then kv_write of the rotated k and v, in one op where a backend can.
+  // Per-head RMS norms of q and k before their rotation (qwen3, gemma3): weights [head_dim], or
+  // null for none (both or neither).
+  struct HeadNorms {
+    const float* q = nullptr;
+    const float* k = nullptr;
+    float eps = 0.0f;
+  };
+  // rmsnorm of each head row of q and k (norms), rope_apply_qk, then kv_write of the rotated k
+  // and v, in one op where a backend can.
   virtual void rope_kv_write(Mat q, int32_t n_heads_q, Mat k, int32_t n_heads_k, int32_t head_dim,
                              bool neox, Mat cos, Mat sin, KvCache& kv, int32_t layer,
-                             const StepArgs& step, Mat v) {
+                             const StepArgs& step, Mat v, const HeadNorms& norms) {
+    if (norms.q != nullptr) {
+      const Mat qh = q.as(q.rows * n_heads_q, head_dim), kh = k.as(k.rows * n_heads_k, head_dim);
+      rmsnorm(qh, norms.q, qh, norms.eps);
+      rmsnorm(kh, norms.k, kh, norms.eps);
+    }
     rope_apply_qk(q, n_heads_q, k, n_heads_k, head_dim, neox, cos, sin);
     kv_write(kv, layer, step, k, v);
   }

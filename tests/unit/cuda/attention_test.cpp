@@ -552,54 +552,72 @@ TEST(CudaAttention, NonCausalMatchesReference) {
 
 // The fused rope + KV write equals rope_apply2 then kv_write, bit for bit: q and k rotated in
 // place and every byte of the cache, for each cache type, both rope layouts and a partial
-// rotation (fewer pairs than head_dim / 2).
+// rotation (fewer pairs than head_dim / 2). With per-head norms (qwen3), it equals rmsnorm of
+// the q and k head rows first, at head dims 64, 128 and 256 (one and two warps of values).
 TEST(CudaAttention, RopeKvWriteEqualsRopeThenKvWrite) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(31);
-  for (Type type : {Type::F32, Type::F16, Type::Q8_0}) {
-    for (bool neox : {false, true}) {
-      for (bool partial : {false, true}) {
-        Shape sh;
-        sh.type = type;
-        sh.n_kv_heads = 2;
-        sh.group = 3;
-        sh.dk = sh.dv = 64;
-        const PagedCase c = make_case(rng, sh, {{37, 5}, {3, 3}, {20, 1}});
-        const int64_t n = c.w_qo.back();
-        const int32_t n_pairs = partial ? sh.dk / 4 : sh.dk / 2;
-        const std::vector<float> q = random_vec(rng, n * sh.n_heads() * sh.dk, -2, 2);
-        const std::vector<float> cs = random_vec(rng, n * n_pairs, -1, 1);
-        const std::vector<float> sn = random_vec(rng, n * n_pairs, -1, 1);
-        const uint64_t kb = cuda::kv_block_bytes(type, sh.block_tokens, sh.n_kv_heads, sh.dk);
-        const uint64_t vb = cuda::kv_block_bytes(type, sh.block_tokens, sh.n_kv_heads, sh.dv);
-        test::DeviceVec<uint8_t> k1(kb * c.n_blocks), v1(vb * c.n_blocks);
-        test::DeviceVec<uint8_t> k2(kb * c.n_blocks), v2(vb * c.n_blocks);
-        for (auto* d : {&k1, &k2}) cudaMemset(d->get(), 0xFF, kb * c.n_blocks);
-        for (auto* d : {&v1, &v2}) cudaMemset(d->get(), 0xFF, vb * c.n_blocks);
-        test::DeviceVec<float> q1(q), q2(q), kf1(c.kf), kf2(c.kf), vf(c.vf), dc(cs), ds(sn);
-        test::DeviceVec<int32_t> w_qo(c.w_qo), kv_ptr(c.kv_ptr), kv_idx(c.kv_idx), kv_len(c.kv_len),
-            w_pos(c.w_pos);
-        const AttnBatch wb{c.num_seqs(), w_qo.get(),   kv_ptr.get(),
-                           kv_idx.get(), kv_len.get(), w_pos.get()};
-        const cuda::KvLayer l1 = cuda::make_kv_layer(type, k1.get(), v1.get(), sh.block_tokens,
-                                                     sh.n_kv_heads, sh.dk, sh.dv);
-        const cuda::KvLayer l2 = cuda::make_kv_layer(type, k2.get(), v2.get(), sh.block_tokens,
-                                                     sh.n_kv_heads, sh.dk, sh.dv);
-        cuda::rope_apply2(q1.get(), sh.n_heads(), kf1.get(), sh.n_kv_heads, n, sh.dk, n_pairs, neox,
-                          dc.get(), ds.get(), nullptr);
-        cuda::kv_write(l1, wb, n, kf1.get(), vf.get(), nullptr);
-        cuda::rope_kv_write(l2, wb, n, q2.get(), sh.n_heads(), kf2.get(), vf.get(), n_pairs, neox,
-                            dc.get(), ds.get(), nullptr);
-        ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
-        const std::string what =
-            sh.name() + (neox ? " neox" : " normal") + (partial ? " partial" : " full");
-        const std::vector<float> qa = q1.to_host(), qb = q2.to_host();
-        const std::vector<float> ka = kf1.to_host(), kb2 = kf2.to_host();
-        EXPECT_EQ(0, std::memcmp(qa.data(), qb.data(), qa.size() * 4)) << what << ": q";
-        EXPECT_EQ(0, std::memcmp(ka.data(), kb2.data(), ka.size() * 4)) << what << ": k";
-        EXPECT_NE(0, std::memcmp(ka.data(), c.kf.data(), ka.size() * 4)) << what << ": k rotated";
-        EXPECT_EQ(k1.to_host(), k2.to_host()) << what << ": K cache";
-        EXPECT_EQ(v1.to_host(), v2.to_host()) << what << ": V cache";
+  struct Form {
+    bool normed;
+    int32_t dim;
+  };
+  for (Form form : {Form{false, 64}, Form{true, 64}, Form{true, 128}, Form{true, 256}}) {
+    for (Type type : {Type::F32, Type::F16, Type::Q8_0}) {
+      for (bool neox : {false, true}) {
+        for (bool partial : {false, true}) {
+          Shape sh;
+          sh.type = type;
+          sh.n_kv_heads = 2;
+          sh.group = 3;
+          sh.dk = sh.dv = form.dim;
+          const PagedCase c = make_case(rng, sh, {{37, 5}, {3, 3}, {20, 1}});
+          const int64_t n = c.w_qo.back();
+          const int32_t n_pairs = partial ? sh.dk / 4 : sh.dk / 2;
+          const std::vector<float> q = random_vec(rng, n * sh.n_heads() * sh.dk, -2, 2);
+          const std::vector<float> cs = random_vec(rng, n * n_pairs, -1, 1);
+          const std::vector<float> sn = random_vec(rng, n * n_pairs, -1, 1);
+          const uint64_t kb = cuda::kv_block_bytes(type, sh.block_tokens, sh.n_kv_heads, sh.dk);
+          const uint64_t vb = cuda::kv_block_bytes(type, sh.block_tokens, sh.n_kv_heads, sh.dv);
+          test::DeviceVec<uint8_t> k1(kb * c.n_blocks), v1(vb * c.n_blocks);
+          test::DeviceVec<uint8_t> k2(kb * c.n_blocks), v2(vb * c.n_blocks);
+          for (auto* d : {&k1, &k2}) cudaMemset(d->get(), 0xFF, kb * c.n_blocks);
+          for (auto* d : {&v1, &v2}) cudaMemset(d->get(), 0xFF, vb * c.n_blocks);
+          test::DeviceVec<float> q1(q), q2(q), kf1(c.kf), kf2(c.kf), vf(c.vf), dc(cs), ds(sn);
+          test::DeviceVec<int32_t> w_qo(c.w_qo), kv_ptr(c.kv_ptr), kv_idx(c.kv_idx),
+              kv_len(c.kv_len), w_pos(c.w_pos);
+          const AttnBatch wb{c.num_seqs(), w_qo.get(),   kv_ptr.get(),
+                             kv_idx.get(), kv_len.get(), w_pos.get()};
+          const cuda::KvLayer l1 = cuda::make_kv_layer(type, k1.get(), v1.get(), sh.block_tokens,
+                                                       sh.n_kv_heads, sh.dk, sh.dv);
+          const cuda::KvLayer l2 = cuda::make_kv_layer(type, k2.get(), v2.get(), sh.block_tokens,
+                                                       sh.n_kv_heads, sh.dk, sh.dv);
+          const float eps = 1e-6f;
+          test::DeviceVec<float> qn(random_vec(rng, sh.dk, 0.5f, 1.5f)),
+              kn(random_vec(rng, sh.dk, 0.5f, 1.5f));
+          if (form.normed) {
+            ASSERT_TRUE(
+                cuda::rope_kv_write_norms_fuse(l2, q2.get(), kf2.get(), qn.get(), kn.get()));
+            cuda::rmsnorm(q1.get(), qn.get(), q1.get(), n * sh.n_heads(), sh.dk, eps, nullptr);
+            cuda::rmsnorm(kf1.get(), kn.get(), kf1.get(), n * sh.n_kv_heads, sh.dk, eps, nullptr);
+          }
+          cuda::rope_apply2(q1.get(), sh.n_heads(), kf1.get(), sh.n_kv_heads, n, sh.dk, n_pairs,
+                            neox, dc.get(), ds.get(), nullptr);
+          cuda::kv_write(l1, wb, n, kf1.get(), vf.get(), nullptr);
+          cuda::rope_kv_write(l2, wb, n, q2.get(), sh.n_heads(), kf2.get(), vf.get(), n_pairs, neox,
+                              dc.get(), ds.get(), nullptr, form.normed ? qn.get() : nullptr,
+                              form.normed ? kn.get() : nullptr, eps);
+          ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+          const std::string what = sh.name() + (neox ? " neox" : " normal") +
+                                   (partial ? " partial" : " full") +
+                                   (form.normed ? " normed" : "");
+          const std::vector<float> qa = q1.to_host(), qb = q2.to_host();
+          const std::vector<float> ka = kf1.to_host(), kb2 = kf2.to_host();
+          EXPECT_EQ(0, std::memcmp(qa.data(), qb.data(), qa.size() * 4)) << what << ": q";
+          EXPECT_EQ(0, std::memcmp(ka.data(), kb2.data(), ka.size() * 4)) << what << ": k";
+          EXPECT_NE(0, std::memcmp(ka.data(), c.kf.data(), ka.size() * 4)) << what << ": k rotated";
+          EXPECT_EQ(k1.to_host(), k2.to_host()) << what << ": K cache";
+          EXPECT_EQ(v1.to_host(), v2.to_host()) << what << ": V cache";
+        }
       }
     }
   }

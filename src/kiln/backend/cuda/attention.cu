@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -39,6 +40,7 @@
 #include "kiln/backend/cuda/pdl.cuh"
 #include "kiln/backend/cuda/q8_group.cuh"
 #include "kiln/backend/cuda/rope.cuh"
+#include "kiln/backend/cuda/row_norm.cuh"
 #include "kiln/quant/fp16.h"
 
 // kiln/util/status.h pulls in fmt, which nvcc's host pass does not compile; the same
@@ -313,46 +315,64 @@ __global__ void __launch_bounds__(kThreads)
 
 // rope_apply2 of q and k, then kv_write, in one launch: CTA (t, h) rotates query head h in place
 // (h < n_heads_q), or rotates kv head h - n_heads_q of k in place (through shared memory) and
-// writes it and the v row into the cache.
+// writes it and the v row into the cache. With q_norm / k_norm (qwen3, gemma3), each head row is
+// first RMS-normed with those weights, as rmsnorm_kernel would (row_norm.cuh: the same bits;
+// the host passes them only where that kernel takes its one-float4-per-thread path).
 template <KvT T>
 __global__ void __launch_bounds__(kThreads)
     rope_kv_write_kernel(Cache k, Cache v, int block_tokens, Batch b, int n_kv_heads, float* q,
                          int n_heads_q, float* ks, const float* vs, int n_pairs, bool neox,
-                         const float* cos, const float* sin) {
-  __shared__ float row_s[kMaxHeadDim];
+                         const float* cos, const float* sin, const float* q_norm,
+                         const float* k_norm, float eps) {
+  __shared__ __align__(16) float row_s[kMaxHeadDim];
   const int t = blockIdx.x;
   int h = blockIdx.y;
+  const int dim = k.dim;
   const float* c = cos + int64_t{t} * n_pairs;
   const float* s = sin + int64_t{t} * n_pairs;
-  // The angles and the cache slot depend on no earlier kernel of the step's chain (the angles
-  // are the step's first kernel): read them before the wait. A thread's first pair (every pair
-  // when n_pairs <= blockDim.x, as in every model's head dim up to 256).
+  // The angles, the norm weights and the cache slot depend on no earlier kernel of the step's
+  // chain (the angles are the step's first kernel): read them before the wait. A thread's first
+  // pair (every pair when n_pairs <= blockDim.x, as in every model's head dim up to 256).
   const int i0 = threadIdx.x;
   const float c0 = i0 < n_pairs ? c[i0] : 0.0f, s0 = i0 < n_pairs ? s[i0] : 0.0f;
+  const float* nw = h < n_heads_q ? q_norm : k_norm;
+  const bool norm_lane = nw != nullptr && i0 < dim / 4;
+  const float4 g =
+      norm_lane ? reinterpret_cast<const float4*>(nw)[i0] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
   int64_t block = 0;
   if (h >= n_heads_q) {
     const int sq = seq_of_token(b.qo, b.num_seqs, t);
     block = b.kv_idx[b.kv_ptr[sq] + b.pos[t] / block_tokens];
   }
   pdl_start();
-  if (h < n_heads_q) {
-    float* row = q + (int64_t{t} * n_heads_q + h) * k.dim;
+  if (h < n_heads_q && nw == nullptr) {
+    float* row = q + (int64_t{t} * n_heads_q + h) * dim;
     if (i0 < n_pairs) rope_pair(row, i0, n_pairs, neox, c0, s0);
     for (int i = i0 + blockDim.x; i < n_pairs; i += blockDim.x)
       rope_pair(row, i, n_pairs, neox, c[i], s[i]);
     return;
   }
-  h -= n_heads_q;
-  float* kr = ks + (int64_t{t} * n_kv_heads + h) * k.dim;
-  for (int d = threadIdx.x; d < k.dim; d += blockDim.x) row_s[d] = kr[d];
+  const bool is_q = h < n_heads_q;
+  if (!is_q) h -= n_heads_q;
+  float* row =
+      is_q ? q + (int64_t{t} * n_heads_q + h) * dim : ks + (int64_t{t} * n_kv_heads + h) * dim;
+  if (nw != nullptr) {
+    const float4 x =
+        norm_lane ? reinterpret_cast<const float4*>(row)[i0] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float inv = row_rms_inv(x, dim, eps);  // every thread: it syncs the block
+    if (norm_lane) reinterpret_cast<float4*>(row_s)[i0] = row_rms_apply(x, inv, g);
+  } else {
+    for (int d = threadIdx.x; d < dim; d += blockDim.x) row_s[d] = row[d];
+  }
   __syncthreads();
   if (i0 < n_pairs) rope_pair(row_s, i0, n_pairs, neox, c0, s0);
   for (int i = i0 + blockDim.x; i < n_pairs; i += blockDim.x)
     rope_pair(row_s, i, n_pairs, neox, c[i], s[i]);
   __syncthreads();
-  for (int d = threadIdx.x; d < k.dim; d += blockDim.x) kr[d] = row_s[d];
+  for (int d = threadIdx.x; d < dim; d += blockDim.x) row[d] = row_s[d];
+  if (is_q) return;
   const int j = b.pos[t] % block_tokens;
-  write_row<T>(k.data + block * k.block_bytes + h * k.head_bytes, k.dim, block_tokens, j, row_s);
+  write_row<T>(k.data + block * k.block_bytes + h * k.head_bytes, dim, block_tokens, j, row_s);
   write_row<T>(v.data + block * v.block_bytes + h * v.head_bytes, v.dim, block_tokens, j,
                vs + (int64_t{t} * n_kv_heads + h) * v.dim);
 }
@@ -1236,12 +1256,22 @@ void kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, const flo
   }
 }
 
+bool rope_kv_write_norms_fuse(const KvLayer& kv, const float* q, const float* k,
+                              const float* q_norm, const float* k_norm) {
+  const auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return kv.head_dim_k % 4 == 0 && kv.head_dim_k / 4 <= kThreads && a16(q) && a16(k) &&
+         q_norm != nullptr && k_norm != nullptr && a16(q_norm) && a16(k_norm);
+}
+
 void rope_kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, float* q,
                    int32_t n_heads_q, float* k, const float* v, int32_t n_pairs, bool neox,
-                   const float* cos, const float* sin, cudaStream_t s) {
+                   const float* cos, const float* sin, cudaStream_t s, const float* q_norm,
+                   const float* k_norm, float eps) {
   if (n_tokens <= 0) return;
   check_layer(kv);
   KILN_CUDA_ASSERT(kv.head_dim_k <= kMaxHeadDim && 2 * n_pairs <= kv.head_dim_k);
+  KILN_CUDA_ASSERT((q_norm == nullptr) == (k_norm == nullptr));
+  KILN_CUDA_ASSERT(q_norm == nullptr || rope_kv_write_norms_fuse(kv, q, k, q_norm, k_norm));
   const dim3 grid(static_cast<unsigned>(n_tokens),
                   static_cast<unsigned>(n_heads_q + kv.n_kv_heads));
   const Cache kc = cache_of(kv, true), vc = cache_of(kv, false);
@@ -1249,15 +1279,18 @@ void rope_kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, floa
   switch (kv_t(kv.type)) {
     case KvT::F32:
       launch_pdl(rope_kv_write_kernel<KvT::F32>, grid, dim3(kThreads), 0, s, kc, vc,
-                 kv.block_tokens, bb, kv.n_kv_heads, q, n_heads_q, k, v, n_pairs, neox, cos, sin);
+                 kv.block_tokens, bb, kv.n_kv_heads, q, n_heads_q, k, v, n_pairs, neox, cos, sin,
+                 q_norm, k_norm, eps);
       break;
     case KvT::F16:
       launch_pdl(rope_kv_write_kernel<KvT::F16>, grid, dim3(kThreads), 0, s, kc, vc,
-                 kv.block_tokens, bb, kv.n_kv_heads, q, n_heads_q, k, v, n_pairs, neox, cos, sin);
+                 kv.block_tokens, bb, kv.n_kv_heads, q, n_heads_q, k, v, n_pairs, neox, cos, sin,
+                 q_norm, k_norm, eps);
       break;
     case KvT::Q8:
       launch_pdl(rope_kv_write_kernel<KvT::Q8>, grid, dim3(kThreads), 0, s, kc, vc, kv.block_tokens,
-                 bb, kv.n_kv_heads, q, n_heads_q, k, v, n_pairs, neox, cos, sin);
+                 bb, kv.n_kv_heads, q, n_heads_q, k, v, n_pairs, neox, cos, sin, q_norm, k_norm,
+                 eps);
       break;
   }
 }

@@ -553,18 +553,35 @@ class CudaBackend final : public Backend {
   }
   void rope_kv_write(Mat q, int32_t n_heads_q, Mat k, int32_t n_heads_k, int32_t head_dim,
                      bool neox, Mat cos, Mat sin, KvCache& kv, int32_t layer, const StepArgs& step,
-                     Mat v) override {
+                     Mat v, const HeadNorms& norms) override {
     const cuda::KvLayer& l = static_cast<CudaKvCache&>(kv).layer(layer);
     if (head_dim != l.head_dim_k || n_heads_k != l.n_kv_heads || q.rows != step.n_tokens ||
         k.rows != step.n_tokens) {
       Backend::rope_kv_write(q, n_heads_q, k, n_heads_k, head_dim, neox, cos, sin, kv, layer, step,
-                             v);
+                             v, norms);
       return;
+    }
+    // The head norms in the same launch where the kernel can (else as their own rmsnorm ops;
+    // KILN_CUDA_FUSE_QK_NORM=0 for comparisons).
+    static const bool fuse_norms = [] {
+      const char* e = std::getenv("KILN_CUDA_FUSE_QK_NORM");
+      return e == nullptr || std::strcmp(e, "0") != 0;
+    }();
+    HeadNorms fused;
+    if (norms.q != nullptr) {
+      if (fuse_norms && cuda::rope_kv_write_norms_fuse(l, q.data, k.data, norms.q, norms.k)) {
+        fused = norms;
+      } else {
+        const Mat qh = q.as(q.rows * n_heads_q, head_dim), kh = k.as(k.rows * n_heads_k, head_dim);
+        rmsnorm(qh, norms.q, qh, norms.eps);
+        rmsnorm(kh, norms.k, kh, norms.eps);
+      }
     }
     forget_q8();
     if (skip_ops().rope) return;
     cuda::rope_kv_write(l, step.attn, step.n_tokens, q.data, n_heads_q, k.data, v.data,
-                        static_cast<int32_t>(cos.cols), neox, cos.data, sin.data, stream_);
+                        static_cast<int32_t>(cos.cols), neox, cos.data, sin.data, stream_, fused.q,
+                        fused.k, fused.eps);
   }
   void attention(KvCache& kv, int32_t layer, const StepArgs& step, Mat q, Mat out,
                  const backend::AttnParams& p) override {
@@ -586,6 +603,9 @@ class CudaBackend final : public Backend {
     profile_end(ev, 0, [] { return std::string("attention"); });
   }
   void moe(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) override {
+    // The norm before may have left xn quantized in the matmul rows (the router, an F32 or int8
+    // matmul, does not change them: it writes the same levels if it quantizes xn itself).
+    const bool xn_held = holds_q8(xn);
     forget_q8();
     const int64_t n = xn.rows, k = w.n_expert_used, pairs = n * k;
     KILN_ASSERT(k <= kMaxExpertsUsed);
@@ -594,14 +614,25 @@ class CudaBackend final : public Backend {
     cuda::matmul(matmul_, *w.router, xn.data, router.data, n, stream_);
     cuda::moe_topk(router.data, n, w.n_expert, static_cast<int32_t>(k), s.chosen, s.weights.data,
                    s.x_rows, stream_);
-    // gate and up read the same token rows: quantized once when both take the grouped mmq.
-    const bool xn_q8 = cuda::matmul_id(matmul_, *w.gate_exps, w.n_expert, xn.data, n, s.x_rows,
-                                       s.chosen, s.gate.data, pairs, stream_);
+    // gate and up read the same token rows: the norm's int8 rows when it left them, else
+    // quantized once by the first.
+    const cuda::MatmulQ8 held = xn_held ? cuda::matmul_q8(matmul_) : cuda::MatmulQ8{};
+    const bool xn_q8 =
+        cuda::matmul_id(matmul_, *w.gate_exps, w.n_expert, xn.data, n, s.x_rows, s.chosen,
+                        s.gate.data, pairs, stream_, false, held.xq, held.xds);
     cuda::matmul_id(matmul_, *w.up_exps, w.n_expert, xn.data, n, s.x_rows, s.chosen, s.up.data,
-                    pairs, stream_, xn_q8);
-    cuda::swiglu(s.gate.data, s.up.data, s.gate.data, pairs * w.n_ff, stream_);
+                    pairs, stream_, xn_q8, held.xq, held.xds);
+    // The activation quantized for the down projection as it is written.
+    const cuda::MatmulQ8 down_q = cuda::matmul_id_q8(matmul_, pairs, w.n_ff);
+    bool act_q8 = false;
+    if (down_q.xq != nullptr && w.n_ff % 32 == 0) {  // groups of 32 within each pair's row
+      act_q8 = cuda::swiglu_q8(s.gate.data, s.up.data, s.gate.data, pairs * w.n_ff, down_q.xq,
+                               down_q.xds, stream_);
+    } else {
+      cuda::swiglu(s.gate.data, s.up.data, s.gate.data, pairs * w.n_ff, stream_);
+    }
     cuda::matmul_id(matmul_, *w.down_exps, w.n_expert, s.gate.data, pairs, iota_, s.chosen,
-                    s.out.data, pairs, stream_);
+                    s.out.data, pairs, stream_, act_q8);
     cuda::moe_combine(s.out.data, s.weights.data, n, static_cast<int32_t>(k), xn.cols, out.data,
                       stream_);
     profile_end(ev, moe_bytes(w, n), [&] { return moe_label(w); });

@@ -210,12 +210,19 @@ MatmulQ8 matmul_q8(MatmulContext* ctx);
 // its pairs by the direct kernels (fp32 arithmetic, ~1e-5); above, Q4_0/Q8_0/Q4_K/Q5_K/Q6_K go
 // to the grouped int8 MMA (mmq.h mmq_id: x rounded to int8 per 32 values, as mmq, ~5e-3).
 // Needs n_in % 8 == 0 and n_pairs, n_expert within the context's bounds.
-// x_quantized: the previous matmul_id call had this same x and n_x_rows and returned true (its
-// int8 rows are reused: gate then up). Returns whether the context's grouped int8 rows hold x
-// afterwards.
+// x_quantized: the context's matmul_id rows hold x quantized (the previous matmul_id call had
+// this same x and n_x_rows and returned true: gate then up; or a producer wrote them through
+// matmul_id_q8). xq_given / xds_given: x quantized as quantize_q8_32 lays it out, elsewhere
+// (e.g. matmul_q8's rows, which the norm before wrote), read instead of the context's rows.
+// Returns whether x is held quantized afterwards (in the given rows, or else the context's).
 bool matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, const float* x,
                int64_t n_x_rows, const int32_t* x_rows, const int32_t* ids, float* y,
-               int64_t n_pairs, cudaStream_t s, bool x_quantized = false);
+               int64_t n_pairs, cudaStream_t s, bool x_quantized = false,
+               const int8_t* xq_given = nullptr, const float2* xds_given = nullptr);
+// The context's matmul_id int8 rows, for a producer (swiglu_q8) to write x [n_rows, n_in] into
+// before a matmul_id call with x_quantized; nulls when the context has none or they hold fewer
+// values.
+MatmulQ8 matmul_id_q8(MatmulContext* ctx, int64_t n_rows, int64_t n_in);
 
 // ---- int8 matrix-vector products (matvec.cu) ------------------------------------------------
 
@@ -313,9 +320,17 @@ void kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, const flo
               const float* v, cudaStream_t s);
 // rope_apply2(q, n_heads_q, k, kv.n_kv_heads, ...) then kv_write(kv, b, n_tokens, k, v) in one
 // launch (the same values, bit for bit): q and k rotated in place, k and v written to the cache.
+// With q_norm and k_norm ([head_dim] each; only where rope_kv_write_norms_fuse says so), every
+// head row of q and k is first rmsnorm'd with them (eps), bit for bit as rmsnorm on the rows
+// [n_tokens * heads, head_dim].
 void rope_kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, float* q,
                    int32_t n_heads_q, float* k, const float* v, int32_t n_pairs, bool neox,
-                   const float* cos, const float* sin, cudaStream_t s);
+                   const float* cos, const float* sin, cudaStream_t s,
+                   const float* q_norm = nullptr, const float* k_norm = nullptr, float eps = 0.0f);
+// Whether rope_kv_write can fuse these per-head norms (head_dim a multiple of 4 up to 512, q, k
+// and both weights 16-byte aligned: rmsnorm's one-float4-per-thread path).
+bool rope_kv_write_norms_fuse(const KvLayer& kv, const float* q, const float* k,
+                              const float* q_norm, const float* k_norm);
 // Paged attention (causal, or not: p.causal) with GQA, sliding window and softcap, as
 // cpu::attention (fp32 math; within 1e-5 of max |V| of cpu::attention_reference on the same stored
 // K/V). q [n_tokens, n_heads, head_dim_k], out [n_tokens, n_heads, head_dim_v], both 16-byte

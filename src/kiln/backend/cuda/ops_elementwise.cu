@@ -17,6 +17,7 @@
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/pdl.cuh"
 #include "kiln/backend/cuda/q8_group.cuh"
+#include "kiln/backend/cuda/row_norm.cuh"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -224,18 +225,6 @@ __global__ void deinterleave_kernel(const float* src, int64_t n_pairs, int64_t w
 
 // ---- row reductions: one block per row -----------------------------------------------------
 
-// Block of a multiple of 32 threads, at most 1024.
-__device__ double block_sum(double v) {
-  __shared__ double partial[32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < n_warps ? partial[lane] : 0.0;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;  // every thread holds the total
-}
-
 // Threads for a row of n units: one unit each up to 1024 (a decode row is one short-lived
 // block, so its latency is what counts), at least a warp.
 int row_threads(int64_t n) {
@@ -271,11 +260,9 @@ __global__ void rmsnorm_kernel(float* x, const float* r, const float* w, float* 
         reinterpret_cast<float4*>(xr)[i] = v;
       }
     }
-    const double sum = block_sum(static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y +
-                                 static_cast<double>(v.z) * v.z + static_cast<double>(v.w) * v.w);
-    const float inv = static_cast<float>(1.0 / sqrt(sum / static_cast<double>(n) + eps));
+    const float inv = row_rms_inv(v, n, eps);
     if (active) {
-      v = make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);
+      v = row_rms_apply(v, inv, g);
       reinterpret_cast<float4*>(yr)[i] = v;
     }
     if (yq != nullptr) q8_group4(v, active, yq + row * n + 4 * i, yds + row * (n / 32) + i / 8);

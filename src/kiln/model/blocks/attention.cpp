@@ -50,18 +50,15 @@ void Forward::attention_block(int il, const LayerDesc& desc, const backend::Step
     be_.add_bias(k, l.bk);
     be_.add_bias(v, l.bv);
   }
-  if (f.qk_norm) {  // per head, before rope
-    const Mat qh = q.as(n * hp.n_head, hp.head_dim_k), kh = k.as(n * hp.n_head_kv, hp.head_dim_k);
-    be_.rmsnorm(qh, l.q_norm, qh, hp.rms_eps);
-    be_.rmsnorm(kh, l.k_norm, kh, hp.rms_eps);
-  }
   const bool swa = desc.sliding;
   const int32_t kv_layer = static_cast<int32_t>(hp.kv_layer(static_cast<uint32_t>(il)));
   const int table = swa && rope_swa_differs_ ? 1 : 0;
   const Mat cos = rope_cos_[table].first_rows(n), sin = rope_sin_[table].first_rows(n);
+  backend::Backend::HeadNorms norms;  // per head, before rope
+  if (f.qk_norm) norms = {l.q_norm, l.k_norm, hp.rms_eps};
   be_.rope_kv_write(q, static_cast<int32_t>(hp.n_head), k, static_cast<int32_t>(hp.n_head_kv),
                     static_cast<int32_t>(hp.head_dim_k), f.rope_neox, cos, sin, cache, kv_layer,
-                    step, v);
+                    step, v, norms);
   if (step.row_scale != nullptr) be_.scale_rows(q, step.row_scale);
   dump("q", il, q);
   dump("k", il, k);

@@ -59,7 +59,8 @@ void Forward::encoder_attention_block(int il, const backend::StepArgs& step,
   if (weights_.position_embd.empty()) {  // rotary positions
     be_.rope_kv_write(q, static_cast<int32_t>(hp.n_head), k, static_cast<int32_t>(hp.n_head_kv),
                       static_cast<int32_t>(hp.head_dim_k), model_.arch().features.rope_neox,
-                      rope_cos_[0].first_rows(n), rope_sin_[0].first_rows(n), cache, il, step, v);
+                      rope_cos_[0].first_rows(n), rope_sin_[0].first_rows(n), cache, il, step, v,
+                      {});
   } else {
     be_.kv_write(cache, il, step, k, v);
   }
