@@ -256,6 +256,32 @@ void check_matmul_id(backend::cuda::MatmulContext* ctx, Type type, int64_t n_in,
   // above the grouped int8 MMA (mmq_id); the rest the direct kernel in fp32.
   EXPECT_EQ(q8, matvec_type(type));
   EXPECT_LE(rel_error(dy.to_host(), ref), q8 ? kMatvecBound : kDirectBound);
+  if (!q8 || n_in % 32 != 0) return;
+  const Weight w = weight_view(type, n_in, n_out, dw.get());
+  const std::vector<float> y1 = dy.to_host();
+  // x quantized elsewhere (the norm's rows, in the backend) and given: the same bits.
+  {
+    test::DeviceVec<int8_t> xq(static_cast<size_t>(n_tokens * n_in));
+    test::DeviceVec<float2> xds(static_cast<size_t>(n_tokens * n_in / 32));
+    backend::cuda::quantize_q8_32(dx.get(), n_tokens, n_in, xq.get(), xds.get(), nullptr);
+    KILN_CUDA_OK(cudaMemset(dy.get(), 0xff, ref.size() * sizeof(float)));
+    EXPECT_TRUE(backend::cuda::matmul_id(ctx, w, n_expert, dx.get(), n_tokens, dxr.get(), did.get(),
+                                         dy.get(), n_pairs, nullptr, false, xq.get(), xds.get()));
+    KILN_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> y2 = dy.to_host();
+    EXPECT_EQ(std::memcmp(y2.data(), y1.data(), y1.size() * sizeof(float)), 0) << "given rows";
+  }
+  // x quantized into the context's rows by a producer (quantize_q8_32 here; in the backend
+  // swiglu_q8, whose int8 output ops_test checks against quantize_q8_32's), then x_quantized.
+  const backend::cuda::MatmulQ8 rows = backend::cuda::matmul_id_q8(ctx, n_tokens, n_in);
+  if (rows.xq == nullptr) return;
+  backend::cuda::quantize_q8_32(dx.get(), n_tokens, n_in, rows.xq, rows.xds, nullptr);
+  KILN_CUDA_OK(cudaMemset(dy.get(), 0xff, ref.size() * sizeof(float)));
+  EXPECT_TRUE(backend::cuda::matmul_id(ctx, w, n_expert, dx.get(), n_tokens, dxr.get(), did.get(),
+                                       dy.get(), n_pairs, nullptr, true));
+  KILN_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> y3 = dy.to_host();
+  EXPECT_EQ(std::memcmp(y3.data(), y1.data(), y1.size() * sizeof(float)), 0) << "context rows";
 }
 
 TEST(CudaMatmul, MatmulIdMatchesPerExpertReference) {

@@ -635,6 +635,16 @@ void matmul_set_mmq(MatmulContext* ctx, int64_t max_tokens, int tile_tokens, int
   ctx->mmq.splits = splits;
 }
 
+MatmulQ8 matmul_id_q8(MatmulContext* ctx, int64_t n_rows, int64_t n_in) {
+  MatmulQ8 q;
+  if (ctx->id_xq == nullptr || n_rows * n_in > ctx->id_values) return q;
+  q.xq = ctx->id_xq;
+  q.xds = ctx->id_xds;
+  q.max_tokens = n_rows;
+  q.max_cols = n_in;
+  return q;
+}
+
 MatmulQ8 matmul_q8(MatmulContext* ctx) {
   MatmulQ8 q;
   q.xq = ctx->xq;
@@ -651,7 +661,8 @@ void matmul_set_mmq_id(MatmulContext* ctx, int64_t min_pairs, int tile_pairs) {
 
 bool matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, const float* x,
                int64_t n_x_rows, const int32_t* x_rows, const int32_t* ids, float* y,
-               int64_t n_pairs, cudaStream_t s, bool x_quantized) {
+               int64_t n_pairs, cudaStream_t s, bool x_quantized, const int8_t* xq_given,
+               const float2* xds_given) {
   if (n_pairs <= 0 || stacked.n_out <= 0 || !supports_type(stacked.type)) return x_quantized;
   if (n_pairs > ctx->max_pairs || n_expert > ctx->max_experts || stacked.n_in % 8 != 0)
     return x_quantized;
@@ -665,13 +676,15 @@ bool matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, cons
   // A decode step's few pairs: the int8 matvec per (output row, pair), with no plan.
   const bool few = !grouped && n_pairs <= kMmqIdMinPairs && ctx->id_xq != nullptr &&
                    matvec_supports(stacked) && n_x_rows * stacked.n_in <= ctx->id_values;
-  // Both int8 paths read x quantized into the context's rows (once for gate and up).
-  if ((grouped || few) && !x_quantized) {
+  // Both int8 paths read x quantized: rows the caller gives, or the context's rows (quantized
+  // once for gate and up).
+  const int8_t* xq = xq_given != nullptr ? xq_given : ctx->id_xq;
+  const float2* xds = xq_given != nullptr ? xds_given : ctx->id_xds;
+  if ((grouped || few) && !x_quantized && xq_given == nullptr) {
     quantize_q8_32(x, n_x_rows, stacked.n_in, ctx->id_xq, ctx->id_xds, s);
     x_quantized = true;
   }
-  if (few && matvec_id(stacked, n_expert, ctx->id_xq, ctx->id_xds, x_rows, ids, y, n_pairs, s))
-    return true;
+  if (few && matvec_id(stacked, n_expert, xq, xds, x_rows, ids, y, n_pairs, s)) return true;
   const int tile_pairs = grouped ? mmq_pairs : kDirectTokens;
   const int64_t tile_slots = moe_tile_slots(n_pairs, n_expert, tile_pairs);
   moe_plan_kernel<<<1, 1024, 2 * static_cast<size_t>(n_expert) * sizeof(int), s>>>(
@@ -684,7 +697,7 @@ bool matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, cons
     t.x_rows = x_rows;
     t.tile_slots = tile_slots;
     t.tile_pairs = tile_pairs;
-    mmq_id(stacked, y, ctx->id_xq, ctx->id_xds, t, s);
+    mmq_id(stacked, y, xq, xds, t, s);
     return true;
   }
   DirectArgs a = direct_args(stacked, x, y);
