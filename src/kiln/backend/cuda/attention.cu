@@ -490,11 +490,21 @@ __device__ void merge_splits(const AttnArgs& a, int t, int h0, int gc, int n_act
   const float4* acc = reinterpret_cast<const float4*>(a.ws);
   write_heads<kAcc>(a, t, h0, gc, [&](int, int g, int d4) {
     const int64_t row = int64_t{t} * a.n_heads + h0 + g;
+    const float4* p = acc + row * dv4 + d4;
+    const int64_t stride = rows * dv4;
+    const float* w = wgt + g * kMaxSplits;
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int sp = 0; sp < n_active; ++sp) {
-      const float w = wgt[g * kMaxSplits + sp];
-      if (w > 0.0f) o = fma4(w, __ldcg(acc + (sp * rows + row) * dv4 + d4), o);
+    // Eight partials' loads in flight at a time (one L2 read after another was the merge's
+    // latency), summed in split order. Every active split wrote its partial (finite).
+    int sp = 0;
+    for (; sp + 8 <= n_active; sp += 8) {
+      float4 v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = __ldcg(p + (sp + i) * stride);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o = fma4(w[sp + i], v[i], o);
     }
+    for (; sp < n_active; ++sp) o = fma4(w[sp], __ldcg(p + sp * stride), o);
     return o;
   });
 }
@@ -1343,6 +1353,12 @@ int32_t attention_decode_splits(const KvLayer& kv, int64_t n_tokens, const AttnP
   // One wave of resident CTAs, each walking a long enough stretch of context (the kernel's
   // min_split_blocks).
   int64_t splits = (decode_ctas_per_sm(tc, kv) * int64_t{sms}) / ctas;
+  static const int forced = [] {  // KILN_CUDA_ATTN_SPLITS=N: N splits, for comparisons
+    const char* e = std::getenv("KILN_CUDA_ATTN_SPLITS");
+    const int v = e == nullptr ? 0 : std::atoi(e);
+    return v >= 1 && v <= kMaxSplits ? v : 0;
+  }();
+  if (forced > 0) splits = forced;
   splits = std::min<int64_t>(splits, kMaxSplits);
   const int64_t partial_bytes = p.workspace_bytes - counter_bytes(p.n_heads);
   if (partial_bytes <= 0) return 1;
