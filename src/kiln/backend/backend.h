@@ -383,13 +383,17 @@ class Backend {
   virtual void rope_kv_write(Mat q, int32_t n_heads_q, Mat k, int32_t n_heads_k, int32_t head_dim,
                              bool neox, Mat cos, Mat sin, KvCache& kv, int32_t layer,
                              const StepArgs& step, Mat v, const HeadNorms& norms) {
-    if (norms.q != nullptr) {
-      const Mat qh = q.as(q.rows * n_heads_q, head_dim), kh = k.as(k.rows * n_heads_k, head_dim);
-      rmsnorm(qh, norms.q, qh, norms.eps);
-      rmsnorm(kh, norms.k, kh, norms.eps);
-    }
+    head_rmsnorm(q, n_heads_q, k, n_heads_k, head_dim, norms);
     rope_apply_qk(q, n_heads_q, k, n_heads_k, head_dim, neox, cos, sin);
     kv_write(kv, layer, step, k, v);
+  }
+  // rope_kv_write's norms as two rmsnorm ops over the head rows of q and k (none when unset).
+  void head_rmsnorm(Mat q, int32_t n_heads_q, Mat k, int32_t n_heads_k, int32_t head_dim,
+                    const HeadNorms& norms) {
+    if (norms.q == nullptr) return;
+    const Mat qh = q.as(q.rows * n_heads_q, head_dim), kh = k.as(k.rows * n_heads_k, head_dim);
+    rmsnorm(qh, norms.q, qh, norms.eps);
+    rmsnorm(kh, norms.k, kh, norms.eps);
   }
   // Paged attention over the cache (after this step's writes): causal, or every key of the
   // sequence with p.causal false.

@@ -568,14 +568,11 @@ class CudaBackend final : public Backend {
       return e == nullptr || std::strcmp(e, "0") != 0;
     }();
     HeadNorms fused;
-    if (norms.q != nullptr) {
-      if (fuse_norms && cuda::rope_kv_write_norms_fuse(l, q.data, k.data, norms.q, norms.k)) {
-        fused = norms;
-      } else {
-        const Mat qh = q.as(q.rows * n_heads_q, head_dim), kh = k.as(k.rows * n_heads_k, head_dim);
-        rmsnorm(qh, norms.q, qh, norms.eps);
-        rmsnorm(kh, norms.k, kh, norms.eps);
-      }
+    if (norms.q != nullptr && fuse_norms &&
+        cuda::rope_kv_write_norms_fuse(l, q.data, k.data, norms.q, norms.k)) {
+      fused = norms;
+    } else {
+      head_rmsnorm(q, n_heads_q, k, n_heads_k, head_dim, norms);
     }
     forget_q8();
     if (skip_ops().rope) return;
