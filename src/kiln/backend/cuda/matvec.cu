@@ -20,9 +20,12 @@
 // Layout: one warp per output row, four rows per CTA. A lane takes one "part" of a weight
 // block per step (Q8_0: half a block; Q4_0: a block; Q4_K/Q5_K: a quarter, 64 values; Q6_K:
 // an eighth, 32 values), so a warp step covers 512-2048 consecutive values of the row in
-// coalesced loads; the x levels are read through L1 (the row is small and shared by all
-// warps). Per-lane partial sums are reduced across the warp in a fixed order: a token's result
-// does not depend on n_tokens or the other tokens.
+// coalesced loads (Q4_K's parts take 16-byte pieces of each block such that every load of the
+// warp reads whole 64-byte runs: VQ4_Kc); the x levels are read through L1 (the row is small
+// and shared by all warps). For Q4_K and Q6_K a lane issues two parts' loads before the first
+// part's arithmetic, registers capped for 8 CTAs an SM. Per-lane partial sums are reduced
+// across the warp in a fixed order: a token's result does not depend on n_tokens or the other
+// tokens.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -135,32 +138,42 @@ __device__ __forceinline__ int4 shr4(int4 v, int s) {
                    static_cast<int>(static_cast<uint32_t>(v.w) >> s));
 }
 
-// Each type: kElems values in kBytes per block, kParts lanes per block, and
-// dot<T>(blk, part, xq, xds, strides, n, acc): acc[t] += the part's contribution for token t < n
-// (xq / xds point at the block's first value / 32-group of token 0).
+// Each type: kElems values in kBytes per block, kParts lanes per block, a Frag (the raw bytes of
+// one part, in registers), load<L>(blk, part) -> Frag, and dot<T>(frag, part, xq, xds, strides,
+// n, acc): acc[t] += the part's contribution for token t < n (xq / xds point at the block's
+// first value / 32-group of token 0). Loading apart from the arithmetic lets row_dot issue the
+// loads of several parts before it uses the first.
 
 struct VQ8_0 {  // d, qs[32]
   static constexpr int kElems = 32, kBytes = 34, kParts = 2;
-  template <int T, class L = LdGlobal>
-  __device__ static void dot(const uint8_t* b, int part, const int8_t* xq, const float2* xds,
-                             int64_t xs, int64_t ds, int n, float* acc) {
-    const float d = ld_half<L>(b);
+  struct Frag {
+    uint32_t u[5], sh;
+    float d;
+  };
+  template <class L = LdGlobal>
+  __device__ static Frag load(const uint8_t* b, int part) {
+    Frag f;
+    f.d = ld_half<L>(b);
     // The 16 levels at q (2-byte aligned): five aligned words, shifted into place.
     const uint8_t* q = b + 2 + 16 * part;
     const uint8_t* w4 = q - (reinterpret_cast<uintptr_t>(q) & 3);
-    const uint32_t sh = (reinterpret_cast<uintptr_t>(q) & 3) * 8;
-    uint32_t u[5];
+    f.sh = (reinterpret_cast<uintptr_t>(q) & 3) * 8;
 #pragma unroll
-    for (int k = 0; k < 5; ++k) u[k] = L::u32(w4 + 4 * k);
-    const int4 w = make_int4(static_cast<int>(__funnelshift_r(u[0], u[1], sh)),
-                             static_cast<int>(__funnelshift_r(u[1], u[2], sh)),
-                             static_cast<int>(__funnelshift_r(u[2], u[3], sh)),
-                             static_cast<int>(__funnelshift_r(u[3], u[4], sh)));
+    for (int k = 0; k < 5; ++k) f.u[k] = L::u32(w4 + 4 * k);
+    return f;
+  }
+  template <int T>
+  __device__ static void dot(const Frag& f, int part, const int8_t* xq, const float2* xds,
+                             int64_t xs, int64_t ds, int n, float* acc) {
+    const int4 w = make_int4(static_cast<int>(__funnelshift_r(f.u[0], f.u[1], f.sh)),
+                             static_cast<int>(__funnelshift_r(f.u[1], f.u[2], f.sh)),
+                             static_cast<int>(__funnelshift_r(f.u[2], f.u[3], f.sh)),
+                             static_cast<int>(__funnelshift_r(f.u[3], f.u[4], f.sh)));
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       if (t < n) {
         const int s = dot4x4(w, ld_x16(xq + t * xs + 16 * part), 0);
-        acc[t] += d * __ldg(&xds[t * ds].x) * static_cast<float>(s);
+        acc[t] += f.d * __ldg(&xds[t * ds].x) * static_cast<float>(s);
       }
     }
   }
@@ -168,20 +181,26 @@ struct VQ8_0 {  // d, qs[32]
 
 struct VQ4_0 {  // d, qs[16]: value i < 16 is the low nibble of qs[i], 16 + i the high one; - 8
   static constexpr int kElems = 32, kBytes = 18, kParts = 1;
-  template <int T, class L = LdGlobal>
-  __device__ static void dot(const uint8_t* b, int, const int8_t* xq, const float2* xds, int64_t xs,
+  struct Frag {
+    int4 q;
+    float d;
+  };
+  template <class L = LdGlobal>
+  __device__ static Frag load(const uint8_t* b, int) {
+    return Frag{make_int4(ld_a2<L>(b + 2), ld_a2<L>(b + 6), ld_a2<L>(b + 10), ld_a2<L>(b + 14)),
+                ld_half<L>(b)};
+  }
+  template <int T>
+  __device__ static void dot(const Frag& f, int, const int8_t* xq, const float2* xds, int64_t xs,
                              int64_t ds, int n, float* acc) {
-    const float d = ld_half<L>(b);
-    const int4 q =
-        make_int4(ld_a2<L>(b + 2), ld_a2<L>(b + 6), ld_a2<L>(b + 10), ld_a2<L>(b + 14));
-    const int4 lo = and4(q, 0x0F0F0F0F), hi = and4(shr4(q, 4), 0x0F0F0F0F);
+    const int4 lo = and4(f.q, 0x0F0F0F0F), hi = and4(shr4(f.q, 4), 0x0F0F0F0F);
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       if (t < n) {
         const int8_t* x = xq + t * xs;
         const int s = dot4x4(hi, ld_x16(x + 16), dot4x4(lo, ld_x16(x), 0));
         const float2 dx = __ldg(&xds[t * ds]);
-        acc[t] += d * (dx.x * static_cast<float>(s) - 8.0f * dx.y);
+        acc[t] += f.d * (dx.x * static_cast<float>(s) - 8.0f * dx.y);
       }
     }
   }
@@ -200,34 +219,51 @@ __device__ __forceinline__ void k4_scale_min(int j, uint32_t s0, uint32_t s1, ui
   }
 }
 
+// d and dmin (the first word) of a K-quant block's 16-byte head.
+__device__ __forceinline__ float k4_d(const int4& h) {
+  return __low2float(*reinterpret_cast<const __half2*>(&h.x));
+}
+__device__ __forceinline__ float k4_dmin(const int4& h) {
+  return __high2float(*reinterpret_cast<const __half2*>(&h.x));
+}
+
 // Q4_K: d, dmin, scales[12], qs[128]. Part c (0..3) is values 64c..64c+64: the low nibbles of
 // qs[32c..32c+32] are sub-block 2c, the high ones 2c+1; value = d*sc*q - dmin*m.
 // Q5_K adds qh[32] after the scales: bit j of qh[l] is the fifth bit of value l of sub-block j.
 template <bool kQ5>
 struct VK45 {
   static constexpr int kElems = 256, kBytes = kQ5 ? 176 : 144, kParts = 4;
-  template <int T, class L = LdGlobal>
-  __device__ static void dot(const uint8_t* b, int c, const int8_t* xq, const float2* xds,
-                             int64_t xs, int64_t ds, int n, float* acc) {
-    const int4 hi = L::v4(b);
-    const uint4 h = make_uint4(static_cast<uint32_t>(hi.x), static_cast<uint32_t>(hi.y),
-                               static_cast<uint32_t>(hi.z), static_cast<uint32_t>(hi.w));
-    const float d = __low2float(*reinterpret_cast<const __half2*>(&h.x));
-    const float dmin = __high2float(*reinterpret_cast<const __half2*>(&h.x));
-    float sc0, m0, sc1, m1;
-    k4_scale_min(2 * c, h.y, h.z, h.w, &sc0, &m0);
-    k4_scale_min(2 * c + 1, h.y, h.z, h.w, &sc1, &m1);
+  struct Frag {
+    int4 h, qa, qb, ea, eb;  // ea, eb: Q5_K only
+  };
+  template <class L = LdGlobal>
+  __device__ static Frag load(const uint8_t* b, int c) {
+    Frag f;
+    f.h = L::v4(b);
     const uint8_t* qs = b + (kQ5 ? 48 : 16) + 32 * c;
-    const int4 qa = L::v4(qs);
-    const int4 qb = L::v4(qs + 16);
-    int4 la = and4(qa, 0x0F0F0F0F), lb = and4(qb, 0x0F0F0F0F);
-    int4 ha = and4(shr4(qa, 4), 0x0F0F0F0F), hb = and4(shr4(qb, 4), 0x0F0F0F0F);
+    f.qa = L::v4(qs);
+    f.qb = L::v4(qs + 16);
     if constexpr (kQ5) {
-      const int4 ea = L::v4(b + 16);
-      const int4 eb = L::v4(b + 32);
+      f.ea = L::v4(b + 16);
+      f.eb = L::v4(b + 32);
+    }
+    return f;
+  }
+  template <int T>
+  __device__ static void dot(const Frag& f, int c, const int8_t* xq, const float2* xds,
+                             int64_t xs, int64_t ds, int n, float* acc) {
+    const uint32_t hy = static_cast<uint32_t>(f.h.y), hz = static_cast<uint32_t>(f.h.z),
+                   hw = static_cast<uint32_t>(f.h.w);
+    const float d = k4_d(f.h), dmin = k4_dmin(f.h);
+    float sc0, m0, sc1, m1;
+    k4_scale_min(2 * c, hy, hz, hw, &sc0, &m0);
+    k4_scale_min(2 * c + 1, hy, hz, hw, &sc1, &m1);
+    int4 la = and4(f.qa, 0x0F0F0F0F), lb = and4(f.qb, 0x0F0F0F0F);
+    int4 ha = and4(shr4(f.qa, 4), 0x0F0F0F0F), hb = and4(shr4(f.qb, 4), 0x0F0F0F0F);
+    if constexpr (kQ5) {
       auto bit = [](int4 e, int j) { return and4(shr4(e, j), 0x01010101); };
-      const int4 la5 = bit(ea, 2 * c), lb5 = bit(eb, 2 * c);
-      const int4 ha5 = bit(ea, 2 * c + 1), hb5 = bit(eb, 2 * c + 1);
+      const int4 la5 = bit(f.ea, 2 * c), lb5 = bit(f.eb, 2 * c);
+      const int4 ha5 = bit(f.ea, 2 * c + 1), hb5 = bit(f.eb, 2 * c + 1);
       la = make_int4(la.x | la5.x << 4, la.y | la5.y << 4, la.z | la5.z << 4, la.w | la5.w << 4);
       lb = make_int4(lb.x | lb5.x << 4, lb.y | lb5.y << 4, lb.z | lb5.z << 4, lb.w | lb5.w << 4);
       ha = make_int4(ha.x | ha5.x << 4, ha.y | ha5.y << 4, ha.z | ha5.z << 4, ha.w | ha5.w << 4);
@@ -248,42 +284,126 @@ struct VK45 {
   }
 };
 
+// Q4_K, coalesced form: part c (0..3) of a block takes qs bytes [16c, 16c + 16) and
+// [64 + 16c, 64 + 16c + 16), so that each of a warp's two 16-byte loads covers 64 consecutive
+// bytes of every block it touches (VK45's part c reads 32 consecutive bytes in two loads: each
+// load fetches every second half-sector of the qs, and the other load the rest). Byte i of qs
+// pair j (qs[32j + i]) holds value i of sub-block 2j (low nibble) and of 2j + 1 (high): part c
+// has values 16(c & 1) .. + 16 of sub-blocks 2(c >> 1), +1 (first load) and 4 + 2(c >> 1), +1
+// (second). A 32-value group's min term needs its whole level sum, so the even part of each
+// pair of lanes adds it for both halves.
+__device__ __forceinline__ void k4_lo(int j, uint32_t s0, uint32_t s1, float* sc, float* m) {
+  const int sh = 8 * j;  // j < 4
+  *sc = static_cast<float>((s0 >> sh) & 63);
+  *m = static_cast<float>((s1 >> sh) & 63);
+}
+__device__ __forceinline__ void k4_hi(int j, uint32_t s0, uint32_t s1, uint32_t s2, float* sc,
+                                      float* m) {
+  const int sh = 8 * (j - 4);  // j >= 4
+  *sc = static_cast<float>(((s2 >> sh) & 0xf) | (((s0 >> sh) >> 6 & 3) << 4));
+  *m = static_cast<float>(((s2 >> sh) >> 4 & 0xf) | (((s1 >> sh) >> 6 & 3) << 4));
+}
+
+struct VQ4_Kc {
+  static constexpr int kElems = 256, kBytes = 144, kParts = 4;
+  struct Frag {
+    int4 h, qa, qb;
+  };
+  template <class L = LdGlobal>
+  __device__ static Frag load(const uint8_t* b, int c) {
+    return Frag{L::v4(b), L::v4(b + 16 + 16 * c), L::v4(b + 80 + 16 * c)};
+  }
+  template <int T>
+  __device__ static void dot(const Frag& f, int c, const int8_t* xq, const float2* xds,
+                             int64_t xs, int64_t ds, int n, float* acc) {
+    const uint32_t hy = static_cast<uint32_t>(f.h.y), hz = static_cast<uint32_t>(f.h.z),
+                   hw = static_cast<uint32_t>(f.h.w);
+    const float d = k4_d(f.h), dmin = k4_dmin(f.h);
+    const int jj = c >> 1, half = c & 1;
+    float sc[4], m[4];
+    k4_lo(2 * jj, hy, hz, &sc[0], &m[0]);
+    k4_lo(2 * jj + 1, hy, hz, &sc[1], &m[1]);
+    k4_hi(4 + 2 * jj, hy, hz, hw, &sc[2], &m[2]);
+    k4_hi(5 + 2 * jj, hy, hz, hw, &sc[3], &m[3]);
+    int4 v[4];
+    v[0] = and4(f.qa, 0x0F0F0F0F);
+    v[1] = and4(shr4(f.qa, 4), 0x0F0F0F0F);
+    v[2] = and4(f.qb, 0x0F0F0F0F);
+    v[3] = and4(shr4(f.qb, 4), 0x0F0F0F0F);
+    const float mmul = half == 0 ? dmin : 0.0f;
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      if (t < n) {
+        const int8_t* x = xq + t * xs + 64 * jj + 16 * half;
+        float r = 0.0f, rm = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int sub = 2 * jj + (k & 1) + 4 * (k >> 1);
+          const int s = dot4x4(v[k], ld_x16(x + 32 * (k & 1) + 128 * (k >> 1)), 0);
+          const float2 g = __ldg(&xds[t * ds + sub]);
+          r += sc[k] * g.x * static_cast<float>(s);
+          rm += m[k] * g.y;
+        }
+        acc[t] += d * r - mmul * rm;
+      }
+    }
+  }
+};
+
+// v[q][i]: four values of Q6_K quarter q as signed bytes (level - 32), from the words of its
+// low-bit bytes (a: quarters 0 and 2, c: 1 and 3) and high-bit bytes (e).
+__device__ __forceinline__ void q6_levels(uint32_t a, uint32_t c, uint32_t e, int* v0, int* v1,
+                                          int* v2, int* v3) {
+  *v0 = static_cast<int>(__vsub4((a & 0x0F0F0F0Fu) | ((e & 0x03030303u) << 4), 0x20202020u));
+  *v1 = static_cast<int>(
+      __vsub4((c & 0x0F0F0F0Fu) | (((e >> 2) & 0x03030303u) << 4), 0x20202020u));
+  *v2 = static_cast<int>(
+      __vsub4(((a >> 4) & 0x0F0F0F0Fu) | (((e >> 4) & 0x03030303u) << 4), 0x20202020u));
+  *v3 = static_cast<int>(
+      __vsub4(((c >> 4) & 0x0F0F0F0Fu) | (((e >> 6) & 0x03030303u) << 4), 0x20202020u));
+}
+
 // Q6_K: ql[128], qh[64], scales[16] (int8), d. Value 128h + 32q + l (half h, quarter q, l < 32):
 // low 4 bits from ql[64h + 32(q%2) + l] (low nibble for q < 2, high for q >= 2), high 2 bits
 // from qh[32h + l] >> 2q; minus 32; scale scales[8h + 2q + l/16]. Part p (0..7): half p/4,
 // l in [8(p%4), +8), all four quarters (32 values).
 struct VQ6_K {
   static constexpr int kElems = 256, kBytes = 210, kParts = 8;
-  template <int T, class L = LdGlobal>
-  __device__ static void dot(const uint8_t* b, int p, const int8_t* xq, const float2* xds,
-                             int64_t xs, int64_t ds, int n, float* acc) {
+  struct Frag {
+    int a[2], c[2], e[2];
+    int8_t sc[4];
+    float d;
+  };
+  template <class L = LdGlobal>
+  __device__ static Frag load(const uint8_t* b, int p) {
     const int h = p / 4, l0 = 8 * (p % 4);
-    const float d = ld_half<L>(b + 208);
+    Frag f;
+    f.d = ld_half<L>(b + 208);
     const uint8_t* ql = b + 64 * h + l0;
     const uint8_t* qh = b + 128 + 32 * h + l0;
-    const int a0 = ld_a2<L>(ql), a1 = ld_a2<L>(ql + 4), c0 = ld_a2<L>(ql + 32),
-              c1 = ld_a2<L>(ql + 36);
-    const int e0 = ld_a2<L>(qh), e1 = ld_a2<L>(qh + 4);
-    // v[q][i]: four values of quarter q as signed bytes (level - 32)
-    int v[4][2];
-    const int a[2] = {a0, a1}, cc[2] = {c0, c1}, e[2] = {e0, e1};
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const uint32_t ua = static_cast<uint32_t>(a[i]), uc = static_cast<uint32_t>(cc[i]);
-      const uint32_t ue = static_cast<uint32_t>(e[i]);
-      v[0][i] =
-          static_cast<int>(__vsub4((ua & 0x0F0F0F0Fu) | ((ue & 0x03030303u) << 4), 0x20202020u));
-      v[1][i] = static_cast<int>(
-          __vsub4((uc & 0x0F0F0F0Fu) | (((ue >> 2) & 0x03030303u) << 4), 0x20202020u));
-      v[2][i] = static_cast<int>(
-          __vsub4(((ua >> 4) & 0x0F0F0F0Fu) | (((ue >> 4) & 0x03030303u) << 4), 0x20202020u));
-      v[3][i] = static_cast<int>(
-          __vsub4(((uc >> 4) & 0x0F0F0F0Fu) | (((ue >> 6) & 0x03030303u) << 4), 0x20202020u));
-    }
+    f.a[0] = ld_a2<L>(ql);
+    f.a[1] = ld_a2<L>(ql + 4);
+    f.c[0] = ld_a2<L>(ql + 32);
+    f.c[1] = ld_a2<L>(ql + 36);
+    f.e[0] = ld_a2<L>(qh);
+    f.e[1] = ld_a2<L>(qh + 4);
     const uint8_t* sc = b + 192 + 8 * h + l0 / 16;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) f.sc[q] = L::s8(sc + 2 * q);
+    return f;
+  }
+  template <int T>
+  __device__ static void dot(const Frag& f, int p, const int8_t* xq, const float2* xds,
+                             int64_t xs, int64_t ds, int n, float* acc) {
+    const int h = p / 4, l0 = 8 * (p % 4);
+    int v[4][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      q6_levels(static_cast<uint32_t>(f.a[i]), static_cast<uint32_t>(f.c[i]),
+                static_cast<uint32_t>(f.e[i]), &v[0][i], &v[1][i], &v[2][i], &v[3][i]);
     float scale[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) scale[q] = static_cast<float>(L::s8(sc + 2 * q));
+    for (int q = 0; q < 4; ++q) scale[q] = static_cast<float>(f.sc[q]);
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       if (t < n) {
@@ -294,7 +414,7 @@ struct VQ6_K {
           const int s = __dp4a(v[q][1], x.y, __dp4a(v[q][0], x.x, 0));
           r += scale[q] * __ldg(&xds[t * ds + 4 * h + q].x) * static_cast<float>(s);
         }
-        acc[t] += d * r;
+        acc[t] += f.d * r;
       }
     }
   }
@@ -302,20 +422,46 @@ struct VQ6_K {
 
 // One warp's partial sums of a row (w: its first block) with n tokens of x: lane takes the
 // row's parts lane, lane + 32, ... in order (the same for every kernel here, so that their
-// results agree bit for bit).
-template <class V, int T, class L = LdGlobal>
+// results agree bit for bit). U > 1: the loads of U parts (lane, lane + 32, ...) are issued
+// before the first part's arithmetic, so a warp has U parts' bytes in flight at once (with
+// U = 1 the compiler issued each part's loads after the previous part's arithmetic: a row of
+// 4096 Q4_K values took two DRAM round trips one after the other). The order of the sums is
+// the same for every U.
+template <class V, int T, int U = 1, class L = LdGlobal>
 __device__ __forceinline__ void row_dot(const uint8_t* w, int64_t n_blocks, const int8_t* xq,
                                         const float2* xds, int64_t xs, int64_t ds, int n, int lane,
                                         float* acc) {
 #pragma unroll
   for (int t = 0; t < T; ++t) acc[t] = 0.0f;
   const int64_t n_items = n_blocks * V::kParts;
+  if constexpr (U == 1) {
 #pragma unroll 2
-  for (int64_t i = lane; i < n_items; i += 32) {
-    const int64_t blk = i / V::kParts;
-    const int part = static_cast<int>(i % V::kParts);
-    V::template dot<T, L>(w + blk * V::kBytes, part, xq + blk * V::kElems,
-                          xds + blk * (V::kElems / 32), xs, ds, n, acc);
+    for (int64_t i = lane; i < n_items; i += 32) {
+      const int64_t blk = i / V::kParts;
+      const int part = static_cast<int>(i % V::kParts);
+      const typename V::Frag f = V::template load<L>(w + blk * V::kBytes, part);
+      V::template dot<T>(f, part, xq + blk * V::kElems, xds + blk * (V::kElems / 32), xs, ds, n,
+                         acc);
+    }
+  } else {
+    for (int64_t i0 = lane; i0 < n_items; i0 += 32 * U) {
+      typename V::Frag f[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t i = i0 + 32 * u;
+        if (i < n_items) f[u] = V::template load<L>(w + (i / V::kParts) * V::kBytes,
+                                                    static_cast<int>(i % V::kParts));
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t i = i0 + 32 * u;
+        if (i < n_items) {
+          const int64_t blk = i / V::kParts;
+          V::template dot<T>(f[u], static_cast<int>(i % V::kParts), xq + blk * V::kElems,
+                             xds + blk * (V::kElems / 32), xs, ds, n, acc);
+        }
+      }
+    }
   }
 }
 
@@ -333,8 +479,8 @@ __device__ __forceinline__ void store_row(const float* acc, int lane, int n, flo
   }
 }
 
-template <class V, int T>
-__global__ void __launch_bounds__(kThreads) matvec_kernel(const MatvecArgs a) {
+template <class V, int T, int U, int kMinCtas>
+__global__ void __launch_bounds__(kThreads, kMinCtas) matvec_kernel(const MatvecArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t grow = int64_t{blockIdx.x} * kRowsPerCta + warp;
   if (grow >= a.seg[a.n_segs - 1].row_end) return;
@@ -348,7 +494,7 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const MatvecArgs a) {
               lane);
   pdl_start();
   float acc[T];
-  row_dot<V, T>(w, a.n_blocks, a.xq, a.xds, a.xq_stride, a.xds_stride, a.n_tokens, lane, acc);
+  row_dot<V, T, U>(w, a.n_blocks, a.xq, a.xds, a.xq_stride, a.xds_stride, a.n_tokens, lane, acc);
   store_row<T>(acc, lane, a.n_tokens, g.y, g.n_out, row);
 }
 
@@ -435,7 +581,7 @@ __global__ void __launch_bounds__(kStreamThreads) matvec_stream_kernel(const Str
     const int slot = static_cast<int>(k % a.n_slots);
     mbar_wait(&full[warp][slot], static_cast<uint32_t>((k / a.n_slots) & 1));
     float acc[T];
-    row_dot<V, T, LdShared>(ring + slot * a.slot_bytes, m.n_blocks, m.xq, m.xds, m.xq_stride,
+    row_dot<V, T, 1, LdShared>(ring + slot * a.slot_bytes, m.n_blocks, m.xq, m.xds, m.xq_stride,
                             m.xds_stride, m.n_tokens, lane, acc);
     __syncwarp();  // every lane is done with the slot
     if (lane == 0 && k + a.n_slots < n_mine)
@@ -604,10 +750,35 @@ __global__ void quantize_q8_32_kernel(const float* x, int64_t n_groups, int8_t* 
   if (lane == 0) xds[g] = make_float2(d, d * static_cast<float>(sum));
 }
 
-template <class V>
+// Two parts' loads in flight a lane (row_dot's U = 2) with registers capped for 8 CTAs (32
+// warps) an SM, or one part's with the registers the compiler picks (64-72 for the K-quants:
+// 7-8 CTAs). Two-and-capped is the default for Q4_K and Q6_K, where it was measured faster in
+// a decode step (docs/performance.md); two without the cap (80-121 registers, 4-6 CTAs) was
+// slower than one, as was one with the cap (spills). KILN_CUDA_MATVEC_UNROLL=1: one part for
+// every type (comparisons).
+bool unroll_allowed() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_CUDA_MATVEC_UNROLL");
+    return e == nullptr || std::string_view(e) != "1";
+  }();
+  return on;
+}
+
+template <class V, int U, int C>
+void launch_u(const MatvecArgs& a, cudaStream_t s) {
+  launch_t(a, matvec_kernel<V, 1, U, C>, matvec_kernel<V, 2, U, C>, matvec_kernel<V, 4, U, C>,
+           matvec_kernel<V, kMatvecMaxTokens, U, C>, s);
+}
+
+template <class V, int U = 1>
 void launch(const MatvecArgs& a, cudaStream_t s) {
-  launch_t(a, matvec_kernel<V, 1>, matvec_kernel<V, 2>, matvec_kernel<V, 4>,
-           matvec_kernel<V, kMatvecMaxTokens>, s);
+  if constexpr (U == 2) {
+    if (unroll_allowed()) {
+      launch_u<V, 2, 8>(a, s);
+      return;
+    }
+  }
+  launch_u<V, 1, 1>(a, s);
 }
 
 // Off by default until measured faster in a decode step; KILN_CUDA_MATVEC_STREAM=1 / 0 sets it.
@@ -621,6 +792,17 @@ std::atomic<bool>& stream_flag() {
   return on;
 }
 bool stream_enabled() { return stream_flag().load(std::memory_order_relaxed); }
+
+// Q4_K rows take the coalesced form (VQ4_Kc); KILN_CUDA_MATVEC_Q4K_FORM=0: VK45's (for
+// comparisons). matvec_id follows the same choice, so that a pair's result stays bit for bit
+// the dense matvec of its expert.
+bool q4k_coalesced() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_CUDA_MATVEC_Q4K_FORM");
+    return e == nullptr || std::string_view(e) != "0";
+  }();
+  return on;
+}
 
 // The streaming kernel for a group of weights (a.seg filled), when its rows can be bulk-copied
 // (16-byte aligned starts and lengths) and two slots a warp fit; false: use matvec_kernel.
@@ -782,7 +964,11 @@ void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t*
         break;
       case quant::Type::Q4_K:
         a.n_blocks = w.n_in / 256;
-        if (!launch_stream<VK45<false>>(a, s)) launch<VK45<false>>(a, s);
+        if (q4k_coalesced()) {
+          if (!launch_stream<VQ4_Kc>(a, s)) launch<VQ4_Kc, 2>(a, s);
+        } else if (!launch_stream<VK45<false>>(a, s)) {
+          launch<VK45<false>, 2>(a, s);
+        }
         break;
       case quant::Type::Q5_K:
         a.n_blocks = w.n_in / 256;
@@ -790,7 +976,7 @@ void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t*
         break;
       case quant::Type::Q6_K:
         a.n_blocks = w.n_in / 256;
-        if (!launch_stream<VQ6_K>(a, s)) launch<VQ6_K>(a, s);
+        if (!launch_stream<VQ6_K>(a, s)) launch<VQ6_K, 2>(a, s);
         break;
       default:
         break;
@@ -829,7 +1015,11 @@ bool matvec_id(const Weight& stacked, int64_t n_expert, const int8_t* xq, const 
       return true;
     case quant::Type::Q4_K:
       a.n_blocks = stacked.n_in / 256;
-      launch_pdl(matvec_id_kernel<VK45<false>>, grid, dim3(kThreads), 0, s, a);
+      if (q4k_coalesced()) {
+        launch_pdl(matvec_id_kernel<VQ4_Kc>, grid, dim3(kThreads), 0, s, a);
+      } else {
+        launch_pdl(matvec_id_kernel<VK45<false>>, grid, dim3(kThreads), 0, s, a);
+      }
       return true;
     case quant::Type::Q5_K:
       a.n_blocks = stacked.n_in / 256;
