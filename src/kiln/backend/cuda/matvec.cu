@@ -427,7 +427,7 @@ struct VQ6_K {
 // U = 1 the compiler issued each part's loads after the previous part's arithmetic: a row of
 // 4096 Q4_K values took two DRAM round trips one after the other). The order of the sums is
 // the same for every U.
-template <class V, int T, int U = 1, class L = LdGlobal>
+template <class V, int T, int U = 1, class L = LdGlobal, int kLanes = 32>
 __device__ __forceinline__ void row_dot(const uint8_t* w, int64_t n_blocks, const int8_t* xq,
                                         const float2* xds, int64_t xs, int64_t ds, int n, int lane,
                                         float* acc) {
@@ -436,7 +436,7 @@ __device__ __forceinline__ void row_dot(const uint8_t* w, int64_t n_blocks, cons
   const int64_t n_items = n_blocks * V::kParts;
   if constexpr (U == 1) {
 #pragma unroll 2
-    for (int64_t i = lane; i < n_items; i += 32) {
+    for (int64_t i = lane; i < n_items; i += kLanes) {
       const int64_t blk = i / V::kParts;
       const int part = static_cast<int>(i % V::kParts);
       const typename V::Frag f = V::template load<L>(w + blk * V::kBytes, part);
@@ -444,17 +444,17 @@ __device__ __forceinline__ void row_dot(const uint8_t* w, int64_t n_blocks, cons
                          acc);
     }
   } else {
-    for (int64_t i0 = lane; i0 < n_items; i0 += 32 * U) {
+    for (int64_t i0 = lane; i0 < n_items; i0 += kLanes * U) {
       typename V::Frag f[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int64_t i = i0 + 32 * u;
+        const int64_t i = i0 + kLanes * u;
         if (i < n_items) f[u] = V::template load<L>(w + (i / V::kParts) * V::kBytes,
                                                     static_cast<int>(i % V::kParts));
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int64_t i = i0 + 32 * u;
+        const int64_t i = i0 + kLanes * u;
         if (i < n_items) {
           const int64_t blk = i / V::kParts;
           V::template dot<T>(f[u], static_cast<int>(i % V::kParts), xq + blk * V::kElems,
@@ -467,15 +467,15 @@ __device__ __forceinline__ void row_dot(const uint8_t* w, int64_t n_blocks, cons
 
 // The warp's sums of row_dot's partial sums (a fixed butterfly order): y[t * n_out + row] for
 // t < n, written by lane 0.
-template <int T>
+template <int T, int kLanes = 32>
 __device__ __forceinline__ void store_row(const float* acc, int lane, int n, float* y,
-                                          int64_t n_out, int64_t row) {
+                                          int64_t n_out, int64_t row, bool valid = true) {
 #pragma unroll
   for (int t = 0; t < T; ++t) {
     float v = acc[t];
 #pragma unroll
-    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0 && t < n) y[t * n_out + row] = v;
+    for (int o = kLanes / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (valid && lane == 0 && t < n) y[t * n_out + row] = v;
   }
 }
 
@@ -609,23 +609,30 @@ struct MatvecIdArgs {
   float* y;
 };
 
-template <class V>
+template <class V, int kLanes>
 __global__ void __launch_bounds__(kThreads) matvec_id_kernel(const MatvecIdArgs a) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = int64_t{blockIdx.x} * kRowsPerCta + warp;
+  // kLanes = 16: two rows a warp, one a half (rows of at most 16 parts: a Qwen3-30B-A3B
+  // expert's 768-wide down projection has 12). The half's butterfly skips the full warp's
+  // first step, which adds lanes that hold no part (+0): the same sums.
+  constexpr int kRows = 32 / kLanes;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % kLanes;
+  const int64_t row =
+      (int64_t{blockIdx.x} * kRowsPerCta + warp) * kRows + (threadIdx.x % 32) / kLanes;
   const int64_t p = blockIdx.y;
   pdl_start();  // ids and x come from the kernels before
-  if (row >= a.n_out) return;
   const int32_t e = a.ids[p];
   if (e < 0 || e >= a.n_expert) return;
+  if (kRows == 1 && row >= a.n_out) return;
+  const bool valid = row < a.n_out;  // both halves reach the shuffles
   const int64_t xr = a.x_rows[p];
   const uint8_t* w =
       a.w + static_cast<uint64_t>(e) * a.expert_bytes + static_cast<uint64_t>(row) * a.row_bytes;
   const int8_t* xq = a.xq + xr * a.xq_stride;
   const float2* xds = a.xds + xr * a.xds_stride;
   float acc[1];
-  row_dot<V, 1>(w, a.n_blocks, xq, xds, a.xq_stride, a.xds_stride, 1, lane, acc);
-  store_row<1>(acc, lane, 1, a.y + p * a.n_out, a.n_out, row);
+  row_dot<V, 1, 1, LdGlobal, kLanes>(w, valid ? a.n_blocks : 0, xq, xds, a.xq_stride,
+                                     a.xds_stride, 1, lane, acc);
+  store_row<1, kLanes>(acc, lane, 1, a.y + p * a.n_out, a.n_out, row, valid);
 }
 
 // F16 / BF16 rows with fp32 activations: the same warp-per-row layout, 8 weights (16 bytes)
@@ -755,11 +762,20 @@ __global__ void quantize_q8_32_kernel(const float* x, int64_t n_groups, int8_t* 
 // 7-8 CTAs). Two-and-capped is the default for Q4_K and Q6_K, where it was measured faster in
 // a decode step (docs/performance.md); two without the cap (80-121 registers, 4-6 CTAs) was
 // slower than one, as was one with the cap (spills). KILN_CUDA_MATVEC_UNROLL=1: one part for
-// every type (comparisons).
+// every type (comparisons). Two for Q8_0 too measured slower (8B Q8_0: 313.4 / 315.8 tok/s against
+// 337.6 / 336.6).
 bool unroll_allowed() {
   static const bool on = [] {
     const char* e = std::getenv("KILN_CUDA_MATVEC_UNROLL");
     return e == nullptr || std::string_view(e) != "1";
+  }();
+  return on;
+}
+
+bool half_rows_allowed() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_CUDA_MATVEC_ID_HALF");
+    return e == nullptr || std::string_view(e) != "0";
   }();
   return on;
 }
@@ -1002,32 +1018,54 @@ bool matvec_id(const Weight& stacked, int64_t n_expert, const int8_t* xq, const 
   a.ids = ids;
   a.x_rows = x_rows;
   a.y = y;
-  const dim3 grid(static_cast<unsigned>((stacked.n_out + kRowsPerCta - 1) / kRowsPerCta),
+  // Rows of at most 16 parts take half a warp each (KILN_CUDA_MATVEC_ID_HALF=0: a warp each).
+  const int64_t n_parts = [&] {
+    switch (stacked.type) {
+      case quant::Type::Q8_0:
+        return stacked.n_in / 32 * VQ8_0::kParts;
+      case quant::Type::Q4_0:
+        return stacked.n_in / 32 * VQ4_0::kParts;
+      case quant::Type::Q6_K:
+        return stacked.n_in / 256 * VQ6_K::kParts;
+      default:
+        return stacked.n_in / 256 * 4;
+    }
+  }();
+  const bool half = n_parts <= 16 && half_rows_allowed();
+  const int64_t rows_per_cta = kRowsPerCta * (half ? 2 : 1);
+  const dim3 grid(static_cast<unsigned>((stacked.n_out + rows_per_cta - 1) / rows_per_cta),
                   static_cast<unsigned>(n_pairs));
+  auto go = [&](auto k16, auto k32) {
+    if (half) {
+      launch_pdl(k16, grid, dim3(kThreads), 0, s, a);
+    } else {
+      launch_pdl(k32, grid, dim3(kThreads), 0, s, a);
+    }
+  };
   switch (stacked.type) {
     case quant::Type::Q8_0:
       a.n_blocks = stacked.n_in / 32;
-      launch_pdl(matvec_id_kernel<VQ8_0>, grid, dim3(kThreads), 0, s, a);
+      go(matvec_id_kernel<VQ8_0, 16>, matvec_id_kernel<VQ8_0, 32>);
       return true;
     case quant::Type::Q4_0:
       a.n_blocks = stacked.n_in / 32;
-      launch_pdl(matvec_id_kernel<VQ4_0>, grid, dim3(kThreads), 0, s, a);
+      go(matvec_id_kernel<VQ4_0, 16>, matvec_id_kernel<VQ4_0, 32>);
       return true;
     case quant::Type::Q4_K:
       a.n_blocks = stacked.n_in / 256;
       if (q4k_coalesced()) {
-        launch_pdl(matvec_id_kernel<VQ4_Kc>, grid, dim3(kThreads), 0, s, a);
+        go(matvec_id_kernel<VQ4_Kc, 16>, matvec_id_kernel<VQ4_Kc, 32>);
       } else {
-        launch_pdl(matvec_id_kernel<VK45<false>>, grid, dim3(kThreads), 0, s, a);
+        go(matvec_id_kernel<VK45<false>, 16>, matvec_id_kernel<VK45<false>, 32>);
       }
       return true;
     case quant::Type::Q5_K:
       a.n_blocks = stacked.n_in / 256;
-      launch_pdl(matvec_id_kernel<VK45<true>>, grid, dim3(kThreads), 0, s, a);
+      go(matvec_id_kernel<VK45<true>, 16>, matvec_id_kernel<VK45<true>, 32>);
       return true;
     case quant::Type::Q6_K:
       a.n_blocks = stacked.n_in / 256;
-      launch_pdl(matvec_id_kernel<VQ6_K>, grid, dim3(kThreads), 0, s, a);
+      go(matvec_id_kernel<VQ6_K, 16>, matvec_id_kernel<VQ6_K, 32>);
       return true;
     default:
       return false;
