@@ -20,12 +20,12 @@
 // Layout: one warp per output row, four rows per CTA. A lane takes one "part" of a weight
 // block per step (Q8_0: half a block; Q4_0: a block; Q4_K/Q5_K: a quarter, 64 values; Q6_K:
 // an eighth, 32 values), so a warp step covers 512-2048 consecutive values of the row in
-// coalesced loads (Q4_K's parts take 16-byte pieces of each block such that every load of the
-// warp reads whole 64-byte runs: VQ4_Kc); the x levels are read through L1 (the row is small
-// and shared by all warps). For Q4_K and Q6_K a lane issues two parts' loads before the first
-// part's arithmetic, registers capped for 8 CTAs an SM. Per-lane partial sums are reduced
-// across the warp in a fixed order: a token's result does not depend on n_tokens or the other
-// tokens.
+// coalesced loads (Q4_K's and Q5_K's parts take 16-byte pieces of each block such that every
+// load of the warp reads whole 64-byte runs: VK45c); the x levels are read through L1 (the row
+// is small and shared by all warps). For Q4_K, Q5_K and Q6_K a lane issues two parts' loads
+// before the first part's arithmetic, registers capped for 8 CTAs an SM. Per-lane partial sums
+// are reduced across the warp in a fixed order: a token's result does not depend on n_tokens or
+// the other tokens. MoE expert rows of at most 16 parts take half a warp each.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -284,14 +284,15 @@ struct VK45 {
   }
 };
 
-// Q4_K, coalesced form: part c (0..3) of a block takes qs bytes [16c, 16c + 16) and
+// Q4_K / Q5_K, coalesced form: part c (0..3) of a block takes qs bytes [16c, 16c + 16) and
 // [64 + 16c, 64 + 16c + 16), so that each of a warp's two 16-byte loads covers 64 consecutive
 // bytes of every block it touches (VK45's part c reads 32 consecutive bytes in two loads: each
 // load fetches every second half-sector of the qs, and the other load the rest). Byte i of qs
 // pair j (qs[32j + i]) holds value i of sub-block 2j (low nibble) and of 2j + 1 (high): part c
 // has values 16(c & 1) .. + 16 of sub-blocks 2(c >> 1), +1 (first load) and 4 + 2(c >> 1), +1
 // (second). A 32-value group's min term needs its whole level sum, so the even part of each
-// pair of lanes adds it for both halves.
+// pair of lanes adds it for both halves. Q5_K: the part's fifth bits are in qh bytes
+// 16(c & 1) .. + 16 (bit j of qh[l]: value l of sub-block j), one more 16-byte load.
 __device__ __forceinline__ void k4_lo(int j, uint32_t s0, uint32_t s1, float* sc, float* m) {
   const int sh = 8 * j;  // j < 4
   *sc = static_cast<float>((s0 >> sh) & 63);
@@ -304,14 +305,21 @@ __device__ __forceinline__ void k4_hi(int j, uint32_t s0, uint32_t s1, uint32_t 
   *m = static_cast<float>(((s2 >> sh) >> 4 & 0xf) | (((s1 >> sh) >> 6 & 3) << 4));
 }
 
-struct VQ4_Kc {
-  static constexpr int kElems = 256, kBytes = 144, kParts = 4;
+template <bool kQ5>
+struct VK45c {
+  static constexpr int kElems = 256, kBytes = kQ5 ? 176 : 144, kParts = 4;
+  static constexpr int kQs = kQ5 ? 48 : 16;  // offset of qs
   struct Frag {
-    int4 h, qa, qb;
+    int4 h, qa, qb, e;  // e: Q5_K's qh bytes 16(c & 1) .. + 16 (the part's values' fifth bits)
   };
   template <class L = LdGlobal>
   __device__ static Frag load(const uint8_t* b, int c) {
-    return Frag{L::v4(b), L::v4(b + 16 + 16 * c), L::v4(b + 80 + 16 * c)};
+    Frag f;
+    f.h = L::v4(b);
+    f.qa = L::v4(b + kQs + 16 * c);
+    f.qb = L::v4(b + kQs + 64 + 16 * c);
+    if constexpr (kQ5) f.e = L::v4(b + 16 + 16 * (c & 1));
+    return f;
   }
   template <int T>
   __device__ static void dot(const Frag& f, int c, const int8_t* xq, const float2* xds,
@@ -330,6 +338,14 @@ struct VQ4_Kc {
     v[1] = and4(shr4(f.qa, 4), 0x0F0F0F0F);
     v[2] = and4(f.qb, 0x0F0F0F0F);
     v[3] = and4(shr4(f.qb, 4), 0x0F0F0F0F);
+    if constexpr (kQ5) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {  // sub-block 2jj + (k & 1) + 4(k >> 1)
+        const int4 hb = and4(shr4(f.e, 2 * jj + (k & 1) + 4 * (k >> 1)), 0x01010101);
+        v[k] = make_int4(v[k].x | hb.x << 4, v[k].y | hb.y << 4, v[k].z | hb.z << 4,
+                         v[k].w | hb.w << 4);
+      }
+    }
     const float mmul = half == 0 ? dmin : 0.0f;
 #pragma unroll
     for (int t = 0; t < T; ++t) {
@@ -349,6 +365,8 @@ struct VQ4_Kc {
     }
   }
 };
+using VQ4_Kc = VK45c<false>;
+using VQ5_Kc = VK45c<true>;
 
 // v[q][i]: four values of Q6_K quarter q as signed bytes (level - 32), from the words of its
 // low-bit bytes (a: quarters 0 and 2, c: 1 and 3) and high-bit bytes (e).
@@ -759,7 +777,7 @@ __global__ void quantize_q8_32_kernel(const float* x, int64_t n_groups, int8_t* 
 
 // Two parts' loads in flight a lane (row_dot's U = 2) with registers capped for 8 CTAs (32
 // warps) an SM, or one part's with the registers the compiler picks (64-72 for the K-quants:
-// 7-8 CTAs). Two-and-capped is the default for Q4_K and Q6_K, where it was measured faster in
+// 7-8 CTAs). Two-and-capped is the default for Q4_K, Q5_K and Q6_K, where it was measured faster in
 // a decode step (docs/performance.md); two without the cap (80-121 registers, 4-6 CTAs) was
 // slower than one, as was one with the cap (spills). KILN_CUDA_MATVEC_UNROLL=1: one part for
 // every type (comparisons). Two for Q8_0 too measured slower (8B Q8_0: 313.4 / 315.8 tok/s against
@@ -809,12 +827,12 @@ std::atomic<bool>& stream_flag() {
 }
 bool stream_enabled() { return stream_flag().load(std::memory_order_relaxed); }
 
-// Q4_K rows take the coalesced form (VQ4_Kc); KILN_CUDA_MATVEC_Q4K_FORM=0: VK45's (for
+// Q4_K and Q5_K rows take the coalesced form (VK45c); KILN_CUDA_MATVEC_K_FORM=0: VK45's (for
 // comparisons). matvec_id follows the same choice, so that a pair's result stays bit for bit
 // the dense matvec of its expert.
-bool q4k_coalesced() {
+bool k_coalesced() {
   static const bool on = [] {
-    const char* e = std::getenv("KILN_CUDA_MATVEC_Q4K_FORM");
+    const char* e = std::getenv("KILN_CUDA_MATVEC_K_FORM");
     return e == nullptr || std::string_view(e) != "0";
   }();
   return on;
@@ -980,7 +998,7 @@ void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t*
         break;
       case quant::Type::Q4_K:
         a.n_blocks = w.n_in / 256;
-        if (q4k_coalesced()) {
+        if (k_coalesced()) {
           if (!launch_stream<VQ4_Kc>(a, s)) launch<VQ4_Kc, 2>(a, s);
         } else if (!launch_stream<VK45<false>>(a, s)) {
           launch<VK45<false>, 2>(a, s);
@@ -988,7 +1006,11 @@ void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t*
         break;
       case quant::Type::Q5_K:
         a.n_blocks = w.n_in / 256;
-        if (!launch_stream<VK45<true>>(a, s)) launch<VK45<true>>(a, s);
+        if (k_coalesced()) {
+          if (!launch_stream<VQ5_Kc>(a, s)) launch<VQ5_Kc, 2>(a, s);
+        } else if (!launch_stream<VK45<true>>(a, s)) {
+          launch<VK45<true>>(a, s);
+        }
         break;
       case quant::Type::Q6_K:
         a.n_blocks = w.n_in / 256;
@@ -1053,7 +1075,7 @@ bool matvec_id(const Weight& stacked, int64_t n_expert, const int8_t* xq, const 
       return true;
     case quant::Type::Q4_K:
       a.n_blocks = stacked.n_in / 256;
-      if (q4k_coalesced()) {
+      if (k_coalesced()) {
         go(matvec_id_kernel<VQ4_Kc, 16>, matvec_id_kernel<VQ4_Kc, 32>);
       } else {
         go(matvec_id_kernel<VK45<false>, 16>, matvec_id_kernel<VK45<false>, 32>);
@@ -1061,7 +1083,11 @@ bool matvec_id(const Weight& stacked, int64_t n_expert, const int8_t* xq, const 
       return true;
     case quant::Type::Q5_K:
       a.n_blocks = stacked.n_in / 256;
-      go(matvec_id_kernel<VK45<true>, 16>, matvec_id_kernel<VK45<true>, 32>);
+      if (k_coalesced()) {
+        go(matvec_id_kernel<VQ5_Kc, 16>, matvec_id_kernel<VQ5_Kc, 32>);
+      } else {
+        go(matvec_id_kernel<VK45<true>, 16>, matvec_id_kernel<VK45<true>, 32>);
+      }
       return true;
     case quant::Type::Q6_K:
       a.n_blocks = stacked.n_in / 256;
