@@ -45,6 +45,7 @@
 #include "kiln/backend/cuda/device.h"
 #include "kiln/backend/cuda/mmq.h"
 #include "kiln/backend/cuda/pdl.cuh"
+#include "kiln/backend/cuda/tile_common.cuh"
 
 namespace kiln::backend::cuda {
 
@@ -57,33 +58,23 @@ constexpr int kThreads = 32 * kWarpsM * kWarpsN;
 constexpr int kKStep = 256;  // values of K per pipeline stage
 constexpr int kMaxSplits = 8;
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-}
-__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using tile::cp_async16;
+using tile::cp_async8;
+using tile::cp_async_commit;
+using tile::cp_async_wait;
 
 extern __shared__ __align__(16) uint8_t mmq_smem[];
 
-// Shared-memory reads at a byte offset into mmq_smem.
+// Shared-memory reads at a byte offset into mmq_smem (tile_common.cuh's).
 __device__ __forceinline__ uint32_t lds_u32(int off) {  // 4-byte aligned
-  return *reinterpret_cast<const uint32_t*>(mmq_smem + off);
+  return tile::lds_u32(mmq_smem, off);
 }
 __device__ __forceinline__ uint32_t lds_u16(int off) {
-  return *reinterpret_cast<const uint16_t*>(mmq_smem + off);
+  return tile::lds_u16(mmq_smem, off);
 }
 // 4 / 8 bytes at a 2-byte aligned offset: aligned words shifted into place.
 __device__ __forceinline__ uint32_t lds4_a2(int off) {
-  const int a = off & ~3;
-  return __funnelshift_r(lds_u32(a), lds_u32(a + 4), (off & 3) * 8);
+  return tile::lds4_a2(mmq_smem, off);
 }
 __device__ __forceinline__ uint2 lds8_a2(int off) {
   const int a = off & ~3;
@@ -480,30 +471,9 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_kernel(const MmqArgs a) {
   if (kId || a.splits == 1) return;
 
   // Split-K: the tile's last CTA to finish adds the partials in split order.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  int* counter = a.counters + blockIdx.y * gridDim.x + blockIdx.x;
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == a.splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int i = threadIdx.x; i < kBM * kBN; i += kThreads) {
-    const int64_t row = row0 + i % kBM;
-    const int tok = tok0 + i / kBM;
-    if (row >= a.n_out || tok >= a.n_tokens) continue;
-    const float* p = a.partials + tok * a.n_out + row;
-    float part[kMaxSplits];  // every load in flight at once, then the sum in split order
-#pragma unroll
-    for (int k = 0; k < kMaxSplits; ++k)
-      part[k] = k < a.splits ? __ldcg(p + int64_t{k} * a.n_tokens * a.n_out) : 0.0f;
-    float v = part[0];
-#pragma unroll
-    for (int k = 1; k < kMaxSplits; ++k)
-      if (k < a.splits) v += part[k];
-    a.y[tok * a.n_out + row] = v;
-  }
-  if (threadIdx.x == 0) *counter = 0;
+  tile::splitk_finish<kBM, kBN, kThreads, kMaxSplits>(
+      a.y, a.partials, a.counters + blockIdx.y * gridDim.x + blockIdx.x, a.splits, a.n_out,
+      a.n_tokens, row0, tok0);
 }
 
 int num_sms() {
