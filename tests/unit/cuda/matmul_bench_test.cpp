@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/mmh.h"
 #include "kiln/backend/cuda/mmq.h"
 #include "kiln/quant/types.h"
 #include "test_util.h"
@@ -469,6 +470,89 @@ TEST(CudaMatmulBench, Mmq) {
 }
 
 // mmq's tilings (tokens per CTA x K splits) for Q4_K on two shapes: the kernel alone, us.
+// mmh (fp16 MMA, weights dequantized in registers) against mmq (int8 MMA) and dequantize +
+// cuBLAS, per shape and token count: the mmh and mmq kernels alone (x already in their formats),
+// matmul() with mmh and mmq off (cuBLAS); us, TFLOP/s and weight GB/s of mmh.
+TEST(CudaMatmulBench, Mmh) {
+  KILN_BENCH_REQUIRE();
+  const double ceiling = copy_ceiling_gbs();
+  std::printf("copy ceiling: %.0f GB/s (read + write, 1 GiB D2D)\n", ceiling);
+  const int64_t max_tok = 256, max_in = 14336, max_out = 128256;
+  auto* ctx = backend::cuda::create_matmul_context(max_tok, max_in, max_out);
+  ASSERT_NE(ctx, nullptr);
+  float *x, *y;
+  __half* xh;
+  KILN_CUDA_OK(cudaMalloc(&x, max_tok * max_in * sizeof(float)));
+  KILN_CUDA_OK(cudaMalloc(&y, max_tok * max_out * sizeof(float)));
+  KILN_CUDA_OK(cudaMalloc(&xh, max_tok * max_in * sizeof(__half)));
+  {
+    std::vector<float> hx(max_tok * max_in);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0, 1);
+    for (auto& f : hx) f = nd(rng);
+    cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice);
+  }
+  MmqBuffers buf(x, max_tok, max_in);
+  std::printf("%-5s %6s %6s %4s | %8s %6s %6s | %8s %8s | %6s %6s\n", "type", "n_out", "n_in",
+              "tok", "mmh us", "TFLOPS", "GB/s", "mmq us", "cuBLAS", "/mmq", "/cuBLAS");
+  const MmqShape shapes[] = {
+      {4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  for (Type t : {Type::Q4_K, Type::Q6_K}) {
+    for (const MmqShape& sh : shapes) {
+      const uint64_t rb = *quant::row_bytes(t, sh.n_in);
+      const uint64_t wbytes = rb * sh.n_out;
+      const int copies =
+          static_cast<int>(std::clamp<uint64_t>((uint64_t{400} << 20) / wbytes + 1, 1, 8));
+      uint8_t* w = random_weight_bytes(t, wbytes * copies);
+      ASSERT_NE(w, nullptr);
+      auto weight = [&](int i) {
+        Weight wt;
+        wt.type = t;
+        wt.n_in = sh.n_in;
+        wt.n_out = sh.n_out;
+        wt.row_bytes = rb;
+        wt.data = w + (i % copies) * wbytes;
+        return wt;
+      };
+      for (int64_t tok : {16, 32, 64, 128, 256}) {
+        // KILN_MMH_SHAPES="14336x4096x64,...": only those (for a profiler).
+        if (const char* only = std::getenv("KILN_MMH_SHAPES")) {
+          const std::string key =
+              std::to_string(sh.n_out) + "x" + std::to_string(sh.n_in) + "x" + std::to_string(tok);
+          if (("," + std::string(only) + ",").find("," + key + ",") == std::string::npos) continue;
+        }
+        backend::cuda::mmh_prepare(x, tok, sh.n_in, xh, nullptr);
+        const double us_h = time_graph_us(
+            [&](int i, cudaStream_t s) {
+              backend::cuda::mmh(weight(i), y, xh, tok, buf.scratch, s);
+            },
+            4 * copies);
+        const double us_q = time_graph_us(
+            [&](int i, cudaStream_t s) {
+              backend::cuda::mmq(weight(i), y, buf.xq, buf.xds, tok, buf.scratch, s);
+            },
+            4 * copies);
+        backend::cuda::matmul_set_mmh(ctx, 0);
+        backend::cuda::matmul_set_mmq(ctx, 0);
+        const double us_c = time_graph_us(
+            [&](int i, cudaStream_t s) { backend::cuda::matmul(ctx, weight(i), x, y, tok, s); },
+            2 * copies);
+        std::printf("%-5s %6ld %6ld %4ld | %8.1f %6.0f %6.0f | %8.1f %8.1f | %5.2fx %5.2fx\n",
+                    std::string(quant::type_name(t)).c_str(), sh.n_out, sh.n_in, tok, us_h,
+                    2.0 * sh.n_out * sh.n_in * tok / us_h / 1e6, wbytes / us_h / 1e3, us_q, us_c,
+                    us_q / us_h, us_c / us_h);
+        std::fflush(stdout);
+      }
+      cudaFree(w);
+    }
+  }
+  ASSERT_EQ(cudaSuccess, cudaGetLastError());
+  cudaFree(x);
+  cudaFree(y);
+  cudaFree(xh);
+  backend::cuda::destroy_matmul_context(ctx);
+}
+
 TEST(CudaMatmulBench, MmqTilings) {
   KILN_BENCH_REQUIRE();
   const int64_t max_tok = 256;

@@ -7,6 +7,10 @@
 //   direct kernels (other types at n_tokens <= 8, n_in % 8 == 0; matmul_id on other types):
 //   fp32 arithmetic, 1e-5; matmul_id up to 64 pairs on the int8 matvec's types (matvec_id):
 //   the matvec's bounds;
+//   fp16 MMA on weights dequantized in registers (mmh: Q4_K, Q6_K at 9..16 tokens, 9..128 on
+//   weights of 4096 x 4096 values or more): the
+//   weights rounded to fp16 (the scale and the weight: two roundings) and the activations,
+//   fp32 sums: kFp16GemmBound, as cuBLAS;
 //   grouped int8 MMA (matmul_id above 64 pairs on mmq's types; mmq_id): mmq's rounding, so
 //   mmq's bounds (1.5e-2, and 1e-5 on activations that int8 holds exactly);
 //   cuBLAS path with F32 weights: plain fp32 GEMM, 1e-5;
@@ -23,6 +27,7 @@
 
 #include "kiln/backend/cpu/matmul.h"
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/mmh.h"
 #include "kiln/backend/cuda/mmq.h"
 #include "kiln/quant/convert.h"
 #include "test_util.h"
@@ -51,8 +56,10 @@ bool matvec_type(Type t) {
 }
 
 // The bound of the path the default dispatch takes for a weight under 4096 x 4096 values: the
-// int8 matvec up to 8 tokens, mmq up to 16, cuBLAS above.
+// int8 matvec up to 8 tokens, mmh up to 16 (Q4_K, Q6_K; fp16), mmq up to 16, cuBLAS above.
 double error_bound(Type t, int64_t n_tokens, int64_t n_in) {
+  if (n_tokens <= 8 && matvec_type(t)) return kMatvecBound;
+  if (t == Type::Q4_K || t == Type::Q6_K) return kFp16GemmBound;
   if (n_tokens <= 16 && matvec_type(t)) return kMatvecBound;
   if (n_tokens <= 8 && n_in % 8 == 0) return kDirectBound;
   return t == Type::F32 ? kFp32GemmBound : kFp16GemmBound;
@@ -210,6 +217,7 @@ TEST(CudaMatmul, WeightLargerThanScratchIsChunked) {
   Ctx ctx(n_tokens, n_in, n_out);
   ASSERT_NE(ctx.p, nullptr);
   backend::cuda::matmul_set_mmq(ctx.p, 0);  // the cuBLAS path at 12 tokens
+  backend::cuda::matmul_set_mmh(ctx.p, 0);
   const std::vector<uint8_t> wb = quantized_rows(Type::Q4_K, n_out, n_in, rng);
   test::DeviceVec<uint8_t> dw(wb);
   const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
@@ -465,6 +473,17 @@ TEST(CudaMatmul, GraphReplayEqualsEager) {
     const std::vector<float> eager = dy.to_host();
     EXPECT_EQ(replay(run, dy, n), eager) << "n_tokens=" << n_tokens << " seed=" << seed;
   }
+  {  // mmh at 64 tokens with split-K (its activations' fragment-order pass in the graph too)
+    backend::cuda::matmul_set_mmh(ctx.p, 64, 0, 2);
+    const size_t n = static_cast<size_t>(64 * n_out);
+    test::DeviceVec<float> dy(n);
+    auto run = [&](cudaStream_t s) { backend::cuda::matmul(ctx.p, w, dx.get(), dy.get(), 64, s); };
+    run(nullptr);
+    KILN_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> eager = dy.to_host();
+    EXPECT_EQ(replay(run, dy, n), eager) << "mmh seed=" << seed;
+    backend::cuda::matmul_set_mmh(ctx.p, 0);
+  }
   std::vector<int32_t> ids(64), x_rows(64);
   for (int p = 0; p < 64; ++p) ids[p] = static_cast<int32_t>(rng() % n_expert), x_rows[p] = p / 2;
   test::DeviceVec<int32_t> did(ids), dxr(x_rows);
@@ -648,6 +667,7 @@ TEST(CudaMatmul, MmqMatchesReference) {
   std::mt19937_64 rng(seed);
   Ctx ctx(256, 2336, 200);
   ASSERT_NE(ctx.p, nullptr);
+  backend::cuda::matmul_set_mmh(ctx.p, 0);  // Q4_K and Q6_K to mmq too
   struct Tiling {
     int tile_tokens, splits;
   };
@@ -679,6 +699,75 @@ TEST(CudaMatmul, MmqMatchesReference) {
             KILN_CUDA_OK(cudaDeviceSynchronize());
             EXPECT_LE(rel_error(dy.to_host(), ref), exact ? kDirectBound : kMatvecBound)
                 << (exact ? "representable" : "gaussian");
+          }
+        }
+      }
+    }
+  }
+}
+
+// mmh (fp16 MMA on weights dequantized in registers) against the reference on Q4_K and Q6_K,
+// every tiling (16, 32 or 64 tokens a CTA; one K split or several), ragged heights (67 rows: a
+// part-filled 128-row tile; 300: three tiles) and K of 3 or 9 blocks, 9..256 tokens: within
+// the fp16 bound. A wrong nibble, scale, min or fragment position costs far more. The matmul's
+// dispatch to mmh gives the direct call's bits.
+TEST(CudaMatmul, MmhMatchesReference) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  Ctx ctx(256, 2304, 300);
+  ASSERT_NE(ctx.p, nullptr);
+  constexpr int64_t kPartials = 8 * 256 * 300;
+  test::DeviceVec<float> partials(static_cast<size_t>(kPartials));
+  test::DeviceVec<int32_t> counters(1024);
+  KILN_CUDA_OK(cudaMemset(counters.get(), 0, 1024 * sizeof(int32_t)));
+  test::DeviceVec<__half> xh(static_cast<size_t>(256 * 2304));
+  struct Tiling {
+    int tile_tokens, splits;
+  };
+  const Tiling tilings[] = {{0, 0}, {16, 1}, {32, 3}, {64, 2}, {64, 8}};
+  for (Type t : {Type::Q4_K, Type::Q6_K}) {
+    for (int64_t n_in : {int64_t{768}, int64_t{2304}}) {
+      for (int64_t n_out : {int64_t{67}, int64_t{300}}) {
+        const std::vector<uint8_t> wb = quantized_rows(t, n_out, n_in, rng);
+        test::DeviceVec<uint8_t> dw(wb);
+        const Weight hw = weight_view(t, n_in, n_out, wb.data());
+        const Weight w = weight_view(t, n_in, n_out, dw.get());
+        ASSERT_TRUE(backend::cuda::mmh_supports(w));
+        for (int64_t n_tokens : {9, 16, 17, 31, 64, 100, 256}) {
+          const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
+          std::vector<float> ref(static_cast<size_t>(n_tokens * n_out));
+          backend::cpu::matmul_reference(hw, x.data(), ref.data(), n_tokens, nullptr);
+          test::DeviceVec<float> dx(x);
+          test::DeviceVec<float> dy(ref.size());
+          backend::cuda::mmh_prepare(dx.get(), n_tokens, n_in, xh.get(), nullptr);
+          std::vector<float> first;
+          for (const Tiling& tl : tilings) {
+            SCOPED_TRACE(testing::Message()
+                         << quant::type_name(t) << " n_in=" << n_in << " n_out=" << n_out
+                         << " n_tokens=" << n_tokens << " tile=" << tl.tile_tokens
+                         << " splits=" << tl.splits << " seed=" << seed);
+            backend::cuda::MmqScratch sc;
+            sc.partials = partials.get();
+            sc.partial_floats = kPartials;
+            sc.counters = counters.get();
+            sc.n_counters = 1024;
+            sc.tile_tokens = tl.tile_tokens;
+            sc.splits = tl.splits;
+            KILN_CUDA_OK(cudaMemset(dy.get(), 0xff, ref.size() * sizeof(float)));
+            backend::cuda::mmh(w, dy.get(), xh.get(), n_tokens, sc, nullptr);
+            KILN_CUDA_OK(cudaDeviceSynchronize());
+            const std::vector<float> y = dy.to_host();
+            EXPECT_LE(rel_error(y, ref), kFp16GemmBound);
+            if (tl.tile_tokens == 0) first = y;
+          }
+          {  // the matmul's dispatch (mmh forced for every size) with mmh's own tiling
+            backend::cuda::matmul_set_mmh(ctx.p, 256);
+            KILN_CUDA_OK(cudaMemset(dy.get(), 0xff, ref.size() * sizeof(float)));
+            backend::cuda::matmul(ctx.p, w, dx.get(), dy.get(), n_tokens, nullptr);
+            KILN_CUDA_OK(cudaDeviceSynchronize());
+            EXPECT_EQ(dy.to_host(), first)
+                << quant::type_name(t) << " n_tokens=" << n_tokens << " seed=" << seed;
           }
         }
       }

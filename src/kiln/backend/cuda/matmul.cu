@@ -16,10 +16,14 @@
 // memory bandwidth for the 4-bit types. F16, BF16, F32, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K have
 // kernels for 4 and 8 tokens; the other types one for 8 (fewer tokens are masked).
 //
-// mmq (Q4_0/Q8_0/Q4_K/Q5_K/Q6_K from 9 tokens up to a crossover by weight size: 64 or 16,
-// below): activations quantized to int8 per 32 values (or as their producer wrote them), int8
-// tensor-core MMA on the weights as stored (mmq.cu). KILN_CUDA_MMQ=0 sends these to cuBLAS (for
-// comparisons). matmul_id of more than 64 pairs on these types runs mmq's grouped variant
+// mmh (Q4_K/Q6_K from 9 tokens up to a crossover by weight size: 128 or 16, below):
+// activations rounded to fp16 once per call into the context's x16 in mmh's fragment order, the
+// weights as stored dequantized to fp16 in registers, fp16 tensor-core MMA (mmh.cu).
+// KILN_CUDA_MMH=0 sends these to mmq.
+// mmq (Q4_0/Q8_0/Q5_K, and Q4_K/Q6_K without mmh, from 9 tokens up to a crossover by weight
+// size: 64 or 16, below): activations quantized to int8 per 32 values (or as their producer
+// wrote them), int8 tensor-core MMA on the weights as stored (mmq.cu). KILN_CUDA_MMQ=0 sends
+// these to cuBLAS (for comparisons). matmul_id of more than 64 pairs on these types runs mmq's grouped variant
 // (mmq_id): the pairs grouped by expert into tiles of 16-64 pairs of one expert, the activation
 // rows quantized once into the context's own int8 buffer (KILN_CUDA_MMQ=0: the direct kernel).
 //
@@ -38,6 +42,7 @@
 #include <string_view>
 
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/mmh.h"
 #include "kiln/backend/cuda/mmq.h"
 #include "kiln/backend/cuda/quant_blocks.cuh"
 
@@ -58,6 +63,9 @@ struct MatmulContext {
   int64_t mmq_max_tokens = 0;  // the largest token count mmq takes (0: none)
   bool mmq_forced = false;     // matmul_set_mmq: mmq_max_tokens for every weight size
   MmqScratch mmq;
+  int64_t mmh_max_tokens = 0;  // the largest token count mmh takes (0: none)
+  bool mmh_forced = false;     // matmul_set_mmh: mmh_max_tokens for every weight size
+  MmqScratch mmh;              // mmq's split-K scratch, mmh's own forced tiling
   // matmul_id's grouped mmq: int8 activations [id_rows, max_n_in rounded up to 256] and their
   // (d, sum) pairs, holding either the token rows of a gate/up call or the pair rows of a down
   // call (never live together: the down input is produced after the up call has read its
@@ -89,6 +97,10 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS' advice for Hopp
 constexpr int64_t kMmqDefaultTokens = 64;
 constexpr int64_t kMmqSmallTokens = 16;
 constexpr int64_t kMmqLargeWeight = int64_t{4096} * 4096;
+// mmh's range (Q4_K, Q6_K), from CudaMatmulBench.Mmh on the H200 (docs/performance.md): 9..128
+// tokens for weights of 4096 x 4096 values or more (ahead of mmq and cuBLAS there), 9..16 for
+// smaller ones (a 1024 x 4096 projection has 8 row tiles of 128: mmq or cuBLAS win above 16).
+constexpr int64_t kMmhDefaultTokens = 128;
 constexpr int64_t kMmqPartialFloats = int64_t{4} << 20;  // split-K partial sums, at most
 constexpr int64_t kMmqCounters = 16384;
 
@@ -131,6 +143,14 @@ constexpr bool has_token_variants() {
 bool mmq_enabled() {
   static const bool enabled = [] {
     const char* e = std::getenv("KILN_CUDA_MMQ");
+    return e == nullptr || std::string_view(e) != "0";
+  }();
+  return enabled;
+}
+// KILN_CUDA_MMH=0: the weights mmh takes go to mmq instead (for comparisons).
+bool mmh_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("KILN_CUDA_MMH");
     return e == nullptr || std::string_view(e) != "0";
   }();
   return enabled;
@@ -477,15 +497,18 @@ MatmulContext* create_matmul_context(int64_t max_tokens, int64_t max_n_in, int64
   alloc(reinterpret_cast<void**>(&ctx->xq), static_cast<size_t>(ctx->q8_tokens * q_in));
   alloc(reinterpret_cast<void**>(&ctx->xds),
         static_cast<size_t>(ctx->q8_tokens * q_in / 32) * sizeof(float2));
-  if (ctx->q8_tokens > kMatvecMaxTokens) {
+  ctx->mmh_max_tokens = mmh_enabled() ? std::min(kMmhDefaultTokens, max_tokens) : 0;
+  if (ctx->q8_tokens > kMatvecMaxTokens || ctx->mmh_max_tokens > kMatvecMaxTokens) {
+    const int64_t split_tokens = std::max(ctx->q8_tokens, ctx->mmh_max_tokens);
     ctx->mmq.partial_floats =
-        std::min(kMmqPartialFloats, 4 * ctx->q8_tokens * std::max<int64_t>(1, max_n_out));
+        std::min(kMmqPartialFloats, 4 * split_tokens * std::max<int64_t>(1, max_n_out));
     alloc(reinterpret_cast<void**>(&ctx->mmq.partials),
           static_cast<size_t>(ctx->mmq.partial_floats) * sizeof(float));
     ctx->mmq.n_counters = kMmqCounters;
     alloc(reinterpret_cast<void**>(&ctx->mmq.counters),
           static_cast<size_t>(kMmqCounters) * sizeof(int32_t));
     if (ok) ok = cudaMemset(ctx->mmq.counters, 0, kMmqCounters * sizeof(int32_t)) == cudaSuccess;
+    ctx->mmh = ctx->mmq;
   }
   if (max_pairs > 0) {
     ctx->max_pairs = max_pairs;
@@ -562,6 +585,13 @@ int64_t moe_tile_slots(int64_t n_pairs, int64_t n_expert, int tile_pairs) {
   return (n_pairs + tile_pairs - 1) / tile_pairs + std::min(n_pairs, n_expert);
 }
 
+bool use_mmh(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
+  if (n_tokens <= kMatvecMaxTokens || n_tokens > ctx->mmh_max_tokens ||
+      n_tokens * w.n_in > ctx->x16_elems || w.n_in > ctx->max_n_in || !mmh_supports(w))
+    return false;
+  return ctx->mmh_forced || n_tokens <= kMmqSmallTokens || w.n_in * w.n_out >= kMmqLargeWeight;
+}
+
 bool use_mmq(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
   if (n_tokens <= kMatvecMaxTokens || n_tokens > ctx->mmq_max_tokens || n_tokens > ctx->q8_tokens ||
       w.n_in > ctx->max_n_in || !mmq_supports(w))
@@ -588,6 +618,7 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
   const Weight* mh[8];
   float* yh[8];
   int n_q = 0, n_h = 0;
+  bool halved = false;  // x16 holds x in mmh's fragment order
   for (int i = 0; i < n_w; ++i) {
     const Weight& w = *ws[i];
     float* y = ys[i];
@@ -600,6 +631,12 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
     if (n_tokens <= kMatvecMaxTokens && matvec_enabled() && matvec_half_supports(w, x) && n_h < 8) {
       mh[n_h] = &w;
       yh[n_h++] = y;
+      continue;
+    }
+    if (use_mmh(ctx, w, n_tokens)) {
+      if (!halved) mmh_prepare(x, n_tokens, w.n_in, ctx->x16, s);
+      halved = true;
+      mmh(w, y, ctx->x16, n_tokens, ctx->mmh, s);
       continue;
     }
     if (use_mmq(ctx, w, n_tokens)) {
@@ -618,6 +655,7 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
     }
     if (w.n_in > ctx->max_n_in) continue;  // outside the context's bounds: scratch too small
     matmul_cublas(ctx, w, x, y, n_tokens, s);
+    halved = false;  // cuBLAS' fp16 activations took x16
   }
   if (n_q > 0) {
     if (!quantized) quantize_q8_32(x, n_tokens, mq[0]->n_in, ctx->xq, ctx->xds, s);
@@ -633,6 +671,13 @@ void matmul_set_mmq(MatmulContext* ctx, int64_t max_tokens, int tile_tokens, int
   ctx->mmq_forced = true;
   ctx->mmq.tile_tokens = tile_tokens;
   ctx->mmq.splits = splits;
+}
+
+void matmul_set_mmh(MatmulContext* ctx, int64_t max_tokens, int tile_tokens, int splits) {
+  ctx->mmh_max_tokens = max_tokens;
+  ctx->mmh_forced = true;
+  ctx->mmh.tile_tokens = tile_tokens;
+  ctx->mmh.splits = splits;
 }
 
 MatmulQ8 matmul_id_q8(MatmulContext* ctx, int64_t n_rows, int64_t n_in) {

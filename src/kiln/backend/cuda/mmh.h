@@ -1,0 +1,33 @@
+// The batched quantized matmul on fp16 tensor cores with the weights dequantized in registers
+// (mmh.cu): beside mmq.h, which matmul.cu, mmh.cu and their tests include.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/mmq.h"
+
+namespace kiln::backend::cuda {
+
+// Whether mmh takes w: Q4_K with 16-byte aligned rows (data and row_bytes), or Q6_K (any
+// 2-byte aligned rows); n_in % 256 == 0 either way.
+bool mmh_supports(const Weight& w);
+// x [n_tokens, n_in] (fp32, n_in % 256 == 0, 16-byte aligned) rounded to fp16 into xh [n_tokens,
+// n_in] in mmh's fragment order (mmh.cu says which): one pass shared by every mmh call on x.
+void mmh_prepare(const float* x, int64_t n_tokens, int64_t n_in, __half* xh, cudaStream_t s);
+// y [n_tokens, w.n_out] = w x for x as mmh_prepare wrote it: each weight dequantized to fp16
+// (one rounding), products summed in fp32 on the tensor cores, as dequantize + cuBLAS computes
+// it up to the order of the sums. The split-K scratch and forced tiling are mmq's
+// (MmqScratch; tile_tokens 16, 32 or 64). Meant for 9..~128 tokens; any count works.
+void mmh(const Weight& w, float* y, const __half* xh, int64_t n_tokens, const MmqScratch& scratch,
+         cudaStream_t s);
+
+// For benchmarks and tests: the context's matmul sends 9..max_tokens tokens to mmh for the
+// weights it takes (0: none), with the tiling forced when tile_tokens / splits are nonzero.
+// By default 9..kMmhDefaultTokens (matmul.cu); KILN_CUDA_MMH=0 turns it off.
+void matmul_set_mmh(MatmulContext* ctx, int64_t max_tokens, int tile_tokens = 0, int splits = 0);
+
+}  // namespace kiln::backend::cuda
