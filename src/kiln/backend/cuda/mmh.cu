@@ -9,12 +9,13 @@
 // dequantized, and the fp16 weight then serves every token of the tile: the per-token cost is
 // the MMA alone.
 //
-// Tiling. A CTA of 4 warps owns 128 weight rows x kBN tokens (16, 32 or 64) over a range of K
+// Tiling. A CTA of 8 warps owns 128 weight rows x kBN tokens (16, 32 or 64) over a range of K
 // (split-K, as mmq, when the tiles alone would leave SMs idle). K advances 256 values per
 // stage (one super-block): each row's block (the 16-byte aligned span that covers it) and the
-// kBN tokens' 256 fp16 activations land in shared memory by cp.async, double-buffered. Warp w
-// owns rows 32w..32w+32 (two m16 tiles) and every token of the tile, so each B fragment it
-// loads feeds two MMAs.
+// kBN tokens' 256 fp16 activations land in shared memory by cp.async, 2 or 3 stages deep. Warp
+// w owns rows 16w..16w+16 (one m16 tile) and every token of the tile. (4 warps of 32 rows, each
+// B fragment feeding two MMAs, measured slower on the H200: 8B decode at 64 sequences 4,372
+// against 5,050 tok/s, half the warps to hide the latencies. Layout keeps both shapes.)
 //
 // Fragment order. mmh_prepare writes the activations so that lane (g, c)'s B fragment of k16
 // step s is 8 consecutive bytes: within every 256 values, position 16 s + 4 c + e holds value
@@ -30,8 +31,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include "kiln/backend/cuda/device.h"
 #include "kiln/backend/cuda/mmh.h"
@@ -50,7 +49,6 @@ using tile::lds_u32;
 
 constexpr int kBM = 128;  // weight rows per CTA
 constexpr int kKStep = 256;  // values of K per stage
-constexpr int kStages = 2;
 constexpr int kMaxSplits = 8;
 // Bytes of one token's 256 activations in a stage, padded so that a half warp's 8-byte B
 // loads (4 tokens x 4 lane quads) hit distinct banks: 544 / 4 = 136 words, 8 mod 32.
@@ -80,9 +78,9 @@ template <class Q, int kBN>
 constexpr int stage_bytes() {
   return kBM * Q::kWS + kBN * kXS;
 }
-template <class Q, int kBN>
-constexpr int smem_bytes() {
-  return kStages * stage_bytes<Q, kBN>();
+template <class Q, int kBN, int kS>
+constexpr int smem_bytes() {  // kS stages
+  return kS * stage_bytes<Q, kBN>();
 }
 
 struct MmhArgs {
@@ -197,9 +195,13 @@ __device__ __forceinline__ __half2 as_h2(uint32_t v) {
 __device__ __forceinline__ uint32_t as_u32(__half2 v) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
-// Bytes 0 and 2 of v (each < 64 after the mask) as fp16 1024 + level.
-__device__ __forceinline__ __half2 levels_1024(uint32_t v, uint32_t mask) {
-  return as_h2((v & mask) | 0x64006400u);
+// Bytes 0 and 2 of v (each < 64 after the mask) as fp16 1024 + level: (v & mask) | magic in
+// one LOP3 (written out: with both constants as immediates nvcc emitted two).
+template <uint32_t kMask>
+__device__ __forceinline__ __half2 levels_1024(uint32_t v) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "n"(kMask), "r"(0x64006400u));
+  return as_h2(r);
 }
 
 // The lane's rows' byte offsets (in mmh_smem) of this stage's block: rows kWR warp + g + 8 i.
@@ -260,8 +262,8 @@ __device__ __forceinline__ void compute_q4k(const MmhArgs& a, int64_t step, int 
         for (int i = 0; i < kRL; ++i) {
           const uint32_t wd = uu == 0 ? q[i].x : uu == 1 ? q[i].y : uu == 2 ? q[i].z : q[i].w;
           const uint32_t v = wd >> (4 * h);
-          const __half2 lo = __hsub2(levels_1024(v, 0x000F000Fu), k1024);
-          const __half2 hi = __hsub2(levels_1024(v >> 8, 0x000F000Fu), k1024);
+          const __half2 lo = __hsub2(levels_1024<0x000F000Fu>(v), k1024);
+          const __half2 hi = __hsub2(levels_1024<0x000F000Fu>(v >> 8), k1024);
           af[i / 2][i % 2] = as_u32(__hfma2(lo, sc[i][h], mn[i][h]));
           af[i / 2][2 + i % 2] = as_u32(__hfma2(hi, sc[i][h], mn[i][h]));
         }
@@ -315,8 +317,8 @@ __device__ __forceinline__ void compute_q6k(const MmhArgs& a, int64_t step, int 
           const uint32_t ql = lds4_a2(mmh_smem, woff[i] + ql0 + 32 * h + 4 * u);
           const uint32_t v =
               ((ql >> nib) & 0x0F0F0F0Fu) | (((qh[i] >> (nib + 2 * h)) & 0x03030303u) << 4);
-          const __half2 lo = __hsub2(levels_1024(v, 0x00FF00FFu), k1056);
-          const __half2 hi = __hsub2(levels_1024(v >> 8, 0x00FF00FFu), k1056);
+          const __half2 lo = __hsub2(levels_1024<0x00FF00FFu>(v), k1056);
+          const __half2 hi = __hsub2(levels_1024<0x00FF00FFu>(v >> 8), k1056);
           af[i / 2][i % 2] = as_u32(__hmul2(lo, sc[i][h]));
           af[i / 2][2 + i % 2] = as_u32(__hmul2(hi, sc[i][h]));
         }
@@ -327,7 +329,7 @@ __device__ __forceinline__ void compute_q6k(const MmhArgs& a, int64_t step, int 
 }
 
 // grid: (token tiles, row tiles, splits).
-template <class Q, int kBN, int kWarps>
+template <class Q, int kBN, int kWarps, int kS>
 __global__ void __launch_bounds__(Layout<kWarps>::kThreads, kWarps == 8 ? 2 : 1)
     mmh_kernel(const MmhArgs a) {
   using L = Layout<kWarps>;
@@ -338,11 +340,16 @@ __global__ void __launch_bounds__(Layout<kWarps>::kThreads, kWarps == 8 ? 2 : 1)
   const int64_t k0 = split * a.n_steps / a.splits, k1 = (split + 1) * a.n_steps / a.splits;
   const int64_t nk = k1 - k0;
   const CopyPlan plan = copy_plan<Q, kBN, kWarps>(a, row0, tok0);
-  // The first stage's weights depend on no earlier kernel: their copy starts before the wait.
-  if (nk > 0) issue_step<Q, kBN, kWarps>(a, plan, k0, 0, true, false);
+  // The first stages' weights depend on no earlier kernel: their copies start before the wait.
+#pragma unroll
+  for (int st = 0; st < kS - 1; ++st)
+    if (st < nk) issue_step<Q, kBN, kWarps>(a, plan, k0 + st, st, true, false);
   pdl_start();
-  if (nk > 0) issue_step<Q, kBN, kWarps>(a, plan, k0, 0, false, true);
-  tile::cp_async_commit();
+#pragma unroll
+  for (int st = 0; st < kS - 1; ++st) {
+    if (st < nk) issue_step<Q, kBN, kWarps>(a, plan, k0 + st, st, false, true);
+    tile::cp_async_commit();
+  }
 
   float acc[L::kMT][kNT][4];
 #pragma unroll
@@ -354,10 +361,12 @@ __global__ void __launch_bounds__(Layout<kWarps>::kThreads, kWarps == 8 ? 2 : 1)
 
 #pragma unroll 1
   for (int64_t i = 0; i < nk; ++i) {
-    const int buf = static_cast<int>(i % kStages);
-    if (i + 1 < nk) issue_step<Q, kBN, kWarps>(a, plan, k0 + i + 1, buf ^ 1, true, true);
+    const int buf = static_cast<int>(i % kS);
+    if (i + kS - 1 < nk)
+      issue_step<Q, kBN, kWarps>(a, plan, k0 + i + kS - 1, static_cast<int>((i + kS - 1) % kS),
+                                 true, true);
     tile::cp_async_commit();
-    tile::cp_async_wait<1>();
+    tile::cp_async_wait<kS - 1>();
     __syncthreads();
     if constexpr (is_q6k<Q>()) {
       compute_q6k<kBN, kWarps>(a, k0 + i, buf, row0, acc);
@@ -409,26 +418,21 @@ int num_sms() {
   return n > 0 ? n : 132;
 }
 
-// KILN_CUDA_MMH_WARPS=4: CTAs of 4 warps of 32 rows (for comparisons); default 8 warps of 16.
-int mmh_warps() {
-  static const int w = [] {
-    const char* e = std::getenv("KILN_CUDA_MMH_WARPS");
-    return e != nullptr && std::string_view(e) == "4" ? 4 : 8;
-  }();
-  return w;
-}
+constexpr int kWarps = 8;   // 8 warps of 16 rows (Tiling, above)
+constexpr int kStages = 2;  // 3 at 16-token tiles measured slower (docs/performance.md)
 
-template <class Q, int kBN, int kWarps>
+template <class Q, int kBN, int kWarps, int kS>
 void launch_bn(MmhArgs a, const MmqScratch& scratch, cudaStream_t s) {
-  static const bool attr_ok = cudaFuncSetAttribute(mmh_kernel<Q, kBN, kWarps>,
+  static const bool attr_ok = cudaFuncSetAttribute(mmh_kernel<Q, kBN, kWarps, kS>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   smem_bytes<Q, kBN>()) == cudaSuccess;
+                                                   smem_bytes<Q, kBN, kS>()) == cudaSuccess;
   if (!attr_ok) return;
   const int64_t tok_tiles = (a.n_tokens + kBN - 1) / kBN;
   const int64_t row_tiles = (a.n_out + kBM - 1) / kBM;
   const int64_t tiles = tok_tiles * row_tiles;
   // CTAs resident per SM: shared-memory bound (1 to 3; 1 KiB of each CTA's is the system's).
-  const int per_sm = std::max(1, std::min(3, (228 << 10) / (smem_bytes<Q, kBN>() + 1024)));
+  const int per_sm =
+      std::max(1, std::min(3, (228 << 10) / (smem_bytes<Q, kBN, kS>() + 1024)));
   int splits = 1;
   if (scratch.splits > 0) {
     splits = scratch.splits;
@@ -447,17 +451,8 @@ void launch_bn(MmhArgs a, const MmqScratch& scratch, cudaStream_t s) {
   a.counters = scratch.counters;
   const dim3 grid(static_cast<unsigned>(tok_tiles), static_cast<unsigned>(row_tiles),
                   static_cast<unsigned>(splits));
-  launch_pdl(mmh_kernel<Q, kBN, kWarps>, grid, dim3(Layout<kWarps>::kThreads),
-             static_cast<size_t>(smem_bytes<Q, kBN>()), s, a);
-}
-
-template <class Q, int kBN>
-void launch_warps(const MmhArgs& a, const MmqScratch& scratch, cudaStream_t s) {
-  if (mmh_warps() == 4) {
-    launch_bn<Q, kBN, 4>(a, scratch, s);
-  } else {
-    launch_bn<Q, kBN, 8>(a, scratch, s);
-  }
+  launch_pdl(mmh_kernel<Q, kBN, kWarps, kS>, grid, dim3(Layout<kWarps>::kThreads),
+             static_cast<size_t>(smem_bytes<Q, kBN, kS>()), s, a);
 }
 
 template <class Q>
@@ -467,11 +462,11 @@ void launch_type(const MmhArgs& a, const MmqScratch& scratch, cudaStream_t s) {
                  : a.n_tokens <= 32      ? 32
                                          : 64;
   if (bn <= 16) {
-    launch_warps<Q, 16>(a, scratch, s);
+    launch_bn<Q, 16, kWarps, kStages>(a, scratch, s);
   } else if (bn <= 32) {
-    launch_warps<Q, 32>(a, scratch, s);
+    launch_bn<Q, 32, kWarps, kStages>(a, scratch, s);
   } else {
-    launch_warps<Q, 64>(a, scratch, s);
+    launch_bn<Q, 64, kWarps, kStages>(a, scratch, s);
   }
 }
 
