@@ -108,6 +108,37 @@ uint8_t* random_weight_bytes(Type t, uint64_t bytes) {
   return p;
 }
 
+// Copies of one random weight (enough to pass ~400 MB, at most 8): timed runs rotate through
+// them (weight(i) is copy i % copies), so that they read DRAM, not L2.
+struct RotatingWeight {
+  Type type;
+  int64_t n_out, n_in;
+  uint64_t row_bytes, bytes;  // one copy's
+  int copies;
+  uint8_t* w;
+  RotatingWeight(Type t, int64_t out, int64_t in)
+      : type(t),
+        n_out(out),
+        n_in(in),
+        row_bytes(*quant::row_bytes(t, static_cast<uint64_t>(in))),
+        bytes(row_bytes * static_cast<uint64_t>(out)),
+        copies(static_cast<int>(std::clamp<uint64_t>((uint64_t{400} << 20) / bytes + 1, 1, 8))),
+        w(random_weight_bytes(t, bytes * copies)) {}
+  ~RotatingWeight() { cudaFree(w); }
+  RotatingWeight(const RotatingWeight&) = delete;
+  RotatingWeight& operator=(const RotatingWeight&) = delete;
+  bool ok() const { return w != nullptr; }
+  Weight operator()(int i) const {
+    Weight wt;
+    wt.type = type;
+    wt.n_in = n_in;
+    wt.n_out = n_out;
+    wt.row_bytes = row_bytes;
+    wt.data = w + static_cast<uint64_t>(i % copies) * bytes;
+    return wt;
+  }
+};
+
 template <typename F>
 double time_graph_us(F launch, int per_graph) {
   cudaStream_t s;
@@ -182,23 +213,13 @@ TEST(CudaMatmulBench, DecodeAndPrefill) {
   for (Type t : types) {
     if (!type_selected(t)) continue;
     for (const Shape& sh : shapes) {
-      const uint64_t rb = *quant::row_bytes(t, sh.n_in);
-      const uint64_t wbytes = rb * sh.n_out;
-      const int copies =
-          static_cast<int>(std::clamp<uint64_t>((uint64_t{400} << 20) / wbytes + 1, 1, 8));
-      uint8_t* w = random_weight_bytes(t, wbytes * copies);
-      ASSERT_NE(w, nullptr);
+      const RotatingWeight weight(t, sh.n_out, sh.n_in);
+      ASSERT_TRUE(weight.ok());
+      const int copies = weight.copies;
+      const uint64_t wbytes = weight.bytes;
       for (int64_t tok : {1, 4, 8}) {
         const double us = time_graph_us(
-            [&](int i, cudaStream_t s) {
-              Weight wt;
-              wt.type = t;
-              wt.n_in = sh.n_in;
-              wt.n_out = sh.n_out;
-              wt.row_bytes = rb;
-              wt.data = w + (i % copies) * wbytes;
-              backend::cuda::matmul(ctx, wt, x, y, tok, s);
-            },
+            [&](int i, cudaStream_t s) { backend::cuda::matmul(ctx, weight(i), x, y, tok, s); },
             4 * copies);
         const double bytes = wbytes + 4.0 * tok * (sh.n_in + sh.n_out);
         std::printf("%-7s %7ld %6ld %4ld %9.1f %9.0f %5.0f%%\n",
@@ -208,22 +229,12 @@ TEST(CudaMatmulBench, DecodeAndPrefill) {
       if (sh.n_out != 128256 && (t == Type::F16 || t == Type::Q8_0 || t == Type::Q4_K)) {
         const int64_t tok = 512;
         const double us = time_graph_us(
-            [&](int, cudaStream_t s) {
-              Weight wt;
-              wt.type = t;
-              wt.n_in = sh.n_in;
-              wt.n_out = sh.n_out;
-              wt.row_bytes = rb;
-              wt.data = w;
-              backend::cuda::matmul(ctx, wt, x, y, tok, s);
-            },
-            3);
+            [&](int, cudaStream_t s) { backend::cuda::matmul(ctx, weight(0), x, y, tok, s); }, 3);
         std::printf("%-7s %7ld %6ld %4ld %9.1f  prefill %.0f TFLOP/s\n",
                     std::string(quant::type_name(t)).c_str(), sh.n_out, sh.n_in, tok, us,
                     2.0 * sh.n_out * sh.n_in * tok / us / 1e6);
       }
       std::fflush(stdout);
-      cudaFree(w);
     }
   }
   ASSERT_EQ(cudaSuccess, cudaGetLastError());
@@ -424,21 +435,10 @@ TEST(CudaMatmulBench, Mmq) {
               "mmq us", "TOPS", "GB/s", "+quant", "cuBLAS", "x");
   for (Type t : {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::Q5_K, Type::Q4_0}) {
     for (const MmqShape& sh : kMmqShapes) {
-      const uint64_t rb = *quant::row_bytes(t, sh.n_in);
-      const uint64_t wbytes = rb * sh.n_out;
-      const int copies =
-          static_cast<int>(std::clamp<uint64_t>((uint64_t{400} << 20) / wbytes + 1, 1, 8));
-      uint8_t* w = random_weight_bytes(t, wbytes * copies);
-      ASSERT_NE(w, nullptr);
-      auto weight = [&](int i) {
-        Weight wt;
-        wt.type = t;
-        wt.n_in = sh.n_in;
-        wt.n_out = sh.n_out;
-        wt.row_bytes = rb;
-        wt.data = w + (i % copies) * wbytes;
-        return wt;
-      };
+      const RotatingWeight weight(t, sh.n_out, sh.n_in);
+      ASSERT_TRUE(weight.ok());
+      const int copies = weight.copies;
+      const uint64_t wbytes = weight.bytes;
       for (int64_t tok : {16, 32, 64, 128, 256}) {
         if (t != Type::Q4_K && t != Type::Q6_K && (tok == 32 || tok == 128)) continue;
         const double us_k = time_graph_us(
@@ -460,7 +460,6 @@ TEST(CudaMatmulBench, Mmq) {
                     us_c / us_m);
         std::fflush(stdout);
       }
-      cudaFree(w);
     }
   }
   ASSERT_EQ(cudaSuccess, cudaGetLastError());
@@ -499,21 +498,10 @@ TEST(CudaMatmulBench, Mmh) {
       {4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
   for (Type t : {Type::Q4_K, Type::Q6_K}) {
     for (const MmqShape& sh : shapes) {
-      const uint64_t rb = *quant::row_bytes(t, sh.n_in);
-      const uint64_t wbytes = rb * sh.n_out;
-      const int copies =
-          static_cast<int>(std::clamp<uint64_t>((uint64_t{400} << 20) / wbytes + 1, 1, 8));
-      uint8_t* w = random_weight_bytes(t, wbytes * copies);
-      ASSERT_NE(w, nullptr);
-      auto weight = [&](int i) {
-        Weight wt;
-        wt.type = t;
-        wt.n_in = sh.n_in;
-        wt.n_out = sh.n_out;
-        wt.row_bytes = rb;
-        wt.data = w + (i % copies) * wbytes;
-        return wt;
-      };
+      const RotatingWeight weight(t, sh.n_out, sh.n_in);
+      ASSERT_TRUE(weight.ok());
+      const int copies = weight.copies;
+      const uint64_t wbytes = weight.bytes;
       for (int64_t tok : {16, 32, 64, 128, 256}) {
         // KILN_MMH_SHAPES="14336x4096x64,...": only those (for a profiler).
         if (const char* only = std::getenv("KILN_MMH_SHAPES")) {
@@ -543,7 +531,6 @@ TEST(CudaMatmulBench, Mmh) {
                     us_q / us_h, us_c / us_h);
         std::fflush(stdout);
       }
-      cudaFree(w);
     }
   }
   ASSERT_EQ(cudaSuccess, cudaGetLastError());
@@ -563,12 +550,9 @@ TEST(CudaMatmulBench, MmqTilings) {
   MmqBuffers buf(x, max_tok, 14336);
   for (Type t : {Type::Q4_K, Type::Q6_K}) {
     for (const MmqShape& sh : {kMmqShapes[0], kMmqShapes[1], kMmqShapes[3]}) {
-      const uint64_t rb = *quant::row_bytes(t, sh.n_in);
-      const uint64_t wbytes = rb * sh.n_out;
-      const int copies =
-          static_cast<int>(std::clamp<uint64_t>((uint64_t{400} << 20) / wbytes + 1, 1, 8));
-      uint8_t* w = random_weight_bytes(t, wbytes * copies);
-      ASSERT_NE(w, nullptr);
+      const RotatingWeight weight(t, sh.n_out, sh.n_in);
+      ASSERT_TRUE(weight.ok());
+      const int copies = weight.copies;
       for (int64_t tok : {16, 64, 256}) {
         std::printf("%-5s %6ld x %6ld, %3ld tokens:", std::string(quant::type_name(t)).c_str(),
                     sh.n_out, sh.n_in, tok);
@@ -579,13 +563,7 @@ TEST(CudaMatmulBench, MmqTilings) {
             sc.splits = splits;
             const double us = time_graph_us(
                 [&](int i, cudaStream_t s) {
-                  Weight wt;
-                  wt.type = t;
-                  wt.n_in = sh.n_in;
-                  wt.n_out = sh.n_out;
-                  wt.row_bytes = rb;
-                  wt.data = w + (i % copies) * wbytes;
-                  backend::cuda::mmq(wt, y, buf.xq, buf.xds, tok, sc, s);
+                  backend::cuda::mmq(weight(i), y, buf.xq, buf.xds, tok, sc, s);
                 },
                 4 * copies);
             std::printf(" %d/%d %.1f", tile, splits, us);
@@ -594,7 +572,6 @@ TEST(CudaMatmulBench, MmqTilings) {
         std::printf("\n");
         std::fflush(stdout);
       }
-      cudaFree(w);
     }
   }
   ASSERT_EQ(cudaSuccess, cudaGetLastError());

@@ -45,6 +45,7 @@
 #include "kiln/backend/cuda/mmh.h"
 #include "kiln/backend/cuda/mmq.h"
 #include "kiln/backend/cuda/quant_blocks.cuh"
+#include "kiln/backend/cuda/tile_common.cuh"
 
 namespace kiln::backend::cuda {
 
@@ -177,25 +178,21 @@ struct DirectArgs {
   const int32_t* x_rows;
 };
 
+// cp.async into shared memory at a generic pointer (tile_common.cuh's, which take the address).
+__device__ __forceinline__ uint32_t smem_addr(const uint8_t* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
 __device__ __forceinline__ void cp_async16(uint8_t* dst, const uint8_t* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+  tile::cp_async16(smem_addr(dst), src);
 }
 __device__ __forceinline__ void cp_async8(uint8_t* dst, const uint8_t* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(src));
+  tile::cp_async8(smem_addr(dst), src);
 }
 __device__ __forceinline__ void cp_async4(uint8_t* dst, const uint8_t* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+  tile::cp_async4(smem_addr(dst), src);
 }
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using tile::cp_async_commit;
+using tile::cp_async_wait;
 
 // The warp copies `bytes` (even) from src (2-byte aligned) to dst (16-byte aligned shared).
 __device__ __forceinline__ void warp_copy(uint8_t* dst, const uint8_t* src, int bytes, int lane) {

@@ -1,4 +1,4 @@
-// Pieces the tiled tensor-core matmuls (mmq.cu, mmh.cu) share: cp.async into shared memory,
+// Pieces the tiled matmuls (mmq.cu, mmh.cu, matmul.cu's direct kernels) share: cp.async into shared memory,
 // shared-memory reads at byte offsets, and the split-K finish.
 #pragma once
 
@@ -6,12 +6,15 @@
 
 namespace kiln::backend::cuda::tile {
 
-// 16 / 8 bytes global -> shared (dst: a shared-memory address), asynchronously.
+// 16 / 8 / 4 bytes global -> shared (dst: a shared-memory address), asynchronously.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
 __device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
