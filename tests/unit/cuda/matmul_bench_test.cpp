@@ -496,7 +496,7 @@ TEST(CudaMatmulBench, Mmh) {
               "tok", "mmh us", "TFLOPS", "GB/s", "mmq us", "cuBLAS", "/mmq", "/cuBLAS");
   const MmqShape shapes[] = {
       {4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
-  for (Type t : {Type::Q4_K, Type::Q6_K}) {
+  for (Type t : {Type::Q4_K, Type::Q6_K, Type::Q5_K, Type::Q8_0}) {
     for (const MmqShape& sh : shapes) {
       const RotatingWeight weight(t, sh.n_out, sh.n_in);
       ASSERT_TRUE(weight.ok());

@@ -7,10 +7,9 @@
 //   direct kernels (other types at n_tokens <= 8, n_in % 8 == 0; matmul_id on other types):
 //   fp32 arithmetic, 1e-5; matmul_id up to 64 pairs on the int8 matvec's types (matvec_id):
 //   the matvec's bounds;
-//   fp16 MMA on weights dequantized in registers (mmh: Q4_K, Q6_K at 9..16 tokens, 9..128 on
-//   weights of 4096 x 4096 values or more): the
-//   weights rounded to fp16 (the scale and the weight: two roundings) and the activations,
-//   fp32 sums: kFp16GemmBound, as cuBLAS;
+//   fp16 MMA on weights dequantized in registers (mmh: Q4_K, Q5_K, Q6_K, Q8_0 at 9..16
+//   tokens, 9..128 on weights of 4096 x 4096 values or more): the weights rounded to fp16 (the
+//   scale and the weight: two roundings) and the activations, fp32 sums: kFp16GemmBound, as cuBLAS;
 //   grouped int8 MMA (matmul_id above 64 pairs on mmq's types; mmq_id): mmq's rounding, so
 //   mmq's bounds (1.5e-2, and 1e-5 on activations that int8 holds exactly);
 //   cuBLAS path with F32 weights: plain fp32 GEMM, 1e-5;
@@ -56,10 +55,12 @@ bool matvec_type(Type t) {
 }
 
 // The bound of the path the default dispatch takes for a weight under 4096 x 4096 values: the
-// int8 matvec up to 8 tokens, mmh up to 16 (Q4_K, Q6_K; fp16), mmq up to 16, cuBLAS above.
+// int8 matvec up to 8 tokens, mmh up to 16 (Q4_K, Q5_K, Q6_K, Q8_0 with n_in % 256 == 0; fp16),
+// mmq up to 16 (Q4_0, and Q8_0 rows of other lengths), cuBLAS above.
 double error_bound(Type t, int64_t n_tokens, int64_t n_in) {
   if (n_tokens <= 8 && matvec_type(t)) return kMatvecBound;
-  if (t == Type::Q4_K || t == Type::Q6_K) return kFp16GemmBound;
+  if ((t == Type::Q4_K || t == Type::Q5_K || t == Type::Q6_K || t == Type::Q8_0) && n_in % 256 == 0)
+    return kFp16GemmBound;  // mmh up to 16 tokens, cuBLAS above
   if (n_tokens <= 16 && matvec_type(t)) return kMatvecBound;
   if (n_tokens <= 8 && n_in % 8 == 0) return kDirectBound;
   return t == Type::F32 ? kFp32GemmBound : kFp16GemmBound;
@@ -706,7 +707,8 @@ TEST(CudaMatmul, MmqMatchesReference) {
   }
 }
 
-// mmh (fp16 MMA on weights dequantized in registers) against the reference on Q4_K and Q6_K,
+// mmh (fp16 MMA on weights dequantized in registers) against the reference on Q4_K, Q5_K, Q6_K
+// and Q8_0,
 // every tiling (16, 32 or 64 tokens a CTA; one K split or several), ragged heights (67 rows: a
 // part-filled 128-row tile; 300: three tiles) and K of 3 or 9 blocks, 9..256 tokens: within
 // the fp16 bound. A wrong nibble, scale, min or fragment position costs far more. The matmul's
@@ -726,7 +728,7 @@ TEST(CudaMatmul, MmhMatchesReference) {
     int tile_tokens, splits;
   };
   const Tiling tilings[] = {{0, 0}, {16, 1}, {32, 3}, {64, 2}, {64, 8}};
-  for (Type t : {Type::Q4_K, Type::Q6_K}) {
+  for (Type t : {Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::Q8_0}) {
     for (int64_t n_in : {int64_t{768}, int64_t{2304}}) {
       for (int64_t n_out : {int64_t{67}, int64_t{300}}) {
         const std::vector<uint8_t> wb = quantized_rows(t, n_out, n_in, rng);

@@ -177,9 +177,9 @@ uint64_t matmul_context_bytes(const MatmulContext* ctx);
 // y[t][o] = sum_i W[o][i] * x[t][i]; x [n_tokens, w.n_in] fp32, y [n_tokens, w.n_out] fp32,
 // w.data device memory holding the GGUF rows. Small n_tokens: kernels that read the quantized
 // rows directly (for Q4_0/Q8_0/Q4_K/Q5_K/Q6_K the int8 matvec up to 8 tokens: activations
-// rounded to int8 per 32 values, ~5e-3; then for Q4_K and Q6_K the fp16 MMA of mmh.h up to 128
-// tokens, the weights dequantized in registers (fp16 operands, as cuBLAS), for the other three
-// the int8 MMA of mmq.h up to 64; each up to 16 only for weights under 4096 x 4096 values);
+// rounded to int8 per 32 values, ~5e-3; then for Q4_K, Q5_K, Q6_K and Q8_0 the fp16 MMA of
+// mmh.h up to 128 tokens, the weights dequantized in registers (fp16 operands, as cuBLAS), for
+// Q4_0 the int8 MMA of mmq.h up to 64; each up to 16 only for weights under 4096 x 4096 values);
 // larger: dequantized tiles through cuBLAS on the tensor cores.
 // (matmul.cu) Precision: n_tokens <= 8 with n_in % 8 == 0 is fp32 arithmetic on the exact
 // weights (within ~1e-5 of the reference, relative to the output norm), and y[t] does not

@@ -16,11 +16,11 @@
 // memory bandwidth for the 4-bit types. F16, BF16, F32, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K have
 // kernels for 4 and 8 tokens; the other types one for 8 (fewer tokens are masked).
 //
-// mmh (Q4_K/Q6_K from 9 tokens up to a crossover by weight size: 128 or 16, below):
+// mmh (Q4_K/Q5_K/Q6_K/Q8_0 from 9 tokens up to a crossover by weight size: 128 or 16, below):
 // activations rounded to fp16 once per call into the context's x16 in mmh's fragment order, the
 // weights as stored dequantized to fp16 in registers, fp16 tensor-core MMA (mmh.cu).
 // KILN_CUDA_MMH=0 sends these to mmq.
-// mmq (Q4_0/Q8_0/Q5_K, and Q4_K/Q6_K without mmh, from 9 tokens up to a crossover by weight
+// mmq (Q4_0, and the mmh types without mmh, from 9 tokens up to a crossover by weight
 // size: 64 or 16, below): activations quantized to int8 per 32 values (or as their producer
 // wrote them), int8 tensor-core MMA on the weights as stored (mmq.cu). KILN_CUDA_MMQ=0 sends
 // these to cuBLAS (for comparisons). matmul_id of more than 64 pairs on these types runs mmq's grouped variant
@@ -98,7 +98,7 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS' advice for Hopp
 constexpr int64_t kMmqDefaultTokens = 64;
 constexpr int64_t kMmqSmallTokens = 16;
 constexpr int64_t kMmqLargeWeight = int64_t{4096} * 4096;
-// mmh's range (Q4_K, Q6_K), from CudaMatmulBench.Mmh on the H200 (docs/performance.md): 9..128
+// mmh's range (Q4_K, Q5_K, Q6_K, Q8_0), from CudaMatmulBench.Mmh on the H200 (docs/performance.md): 9..128
 // tokens for weights of 4096 x 4096 values or more (ahead of mmq and cuBLAS there), 9..16 for
 // smaller ones (a 1024 x 4096 projection has 8 row tiles of 128: mmq or cuBLAS win above 16).
 constexpr int64_t kMmhDefaultTokens = 128;

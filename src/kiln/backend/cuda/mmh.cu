@@ -1,7 +1,7 @@
 // Batched quantized matmul on the fp16 tensor cores, weights dequantized in registers (mmh).
 //
-// y[t][o] = sum_i W[o][i] x[t][i] for Q4_K and Q6_K weights read as stored and x rounded to
-// fp16: each weight is dequantized to fp16 in registers (the dequantize + cuBLAS path's
+// y[t][o] = sum_i W[o][i] x[t][i] for Q4_K, Q5_K, Q6_K and Q8_0 weights read as stored and x
+// rounded to fp16: each weight is dequantized to fp16 in registers (the dequantize + cuBLAS path's
 // rounding), the products summed in fp32 by mma.sync m16n8k16. mmq (mmq.cu: int8 MMA) applies
 // a weight scale and an activation scale to every output after every 32 values, ~5
 // instructions per output per 32 values, so its cost grows with the tokens and it is bound by
@@ -27,7 +27,8 @@
 //
 // Dequantization: a level goes into the mantissa of fp16 1024 (lop3 with 0x6400), 1024 comes
 // off (exact), then Q4_K's scale and min in one HFMA2 (d * sc and dmin * m each rounded to
-// fp16: one more rounding of the weight), Q6_K's 32 off (exact) and d * scale in an HMUL2.
+// fp16: one more rounding of the weight; Q5_K's fifth bits or'ed in first), Q6_K's 32 off
+// (exact) and d * scale in an HMUL2, Q8_0's 128 + level, 1152 off and d in an HMUL2.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -59,16 +60,24 @@ extern __shared__ __align__(16) uint8_t mmh_smem[];
 // Weight types. kBlock: bytes of one 256-value block; kWS: a row's slot in a stage, the
 // 16-byte span covering the block at any even offset plus padding that spreads the slots over
 // the banks (kWS = 16 mod 32).
+// (Q8_0's "block" is a stage's 8 blocks of 34 bytes.)
+enum class Kind { kQ4K, kQ5K, kQ6K, kQ8_0 };
 struct HQ4_K {
+  static constexpr Kind kKind = Kind::kQ4K;
   static constexpr int kBlock = 144, kWS = 176;
 };
+struct HQ5_K {
+  static constexpr Kind kKind = Kind::kQ5K;
+  static constexpr int kBlock = 176, kWS = 208;
+};
 struct HQ6_K {
+  static constexpr Kind kKind = Kind::kQ6K;
   static constexpr int kBlock = 210, kWS = 240;
 };
-template <class Q>
-constexpr bool is_q6k() {
-  return Q::kBlock == HQ6_K::kBlock;
-}
+struct HQ8_0 {
+  static constexpr Kind kKind = Kind::kQ8_0;
+  static constexpr int kBlock = 8 * 34, kWS = 304;
+};
 template <class Q>
 constexpr int w_chunks() {  // 16-byte chunks covering a block at any even offset
   return (Q::kBlock + 14 + 15) / 16;
@@ -221,17 +230,20 @@ __device__ __forceinline__ void row_offsets(const MmhArgs& a, int64_t step, int 
   }
 }
 
-// Q4_K: d, dmin, scales[12], qs[128]; rows 16-byte aligned (mmh_supports), so the block sits at
-// the start of its slot and qs at +16.
-template <int kBN, int kWarps>
-__device__ __forceinline__ void compute_q4k(const MmhArgs& a, int64_t step, int buf, int64_t row0,
-                                            float (&acc)[Layout<kWarps>::kMT][kBN / 8][4]) {
+// Q4_K: d, dmin, scales[12], qs[128]; Q5_K: the same with qh[32] before qs (bit j of qh[l]: bit
+// 4 of level l of sub-block j). Rows 16-byte aligned (mmh_supports), so the block sits at the
+// start of its slot.
+template <class Q, int kBN, int kWarps>
+__device__ __forceinline__ void compute_q45k(const MmhArgs& a, int64_t step, int buf, int64_t row0,
+                                             float (&acc)[Layout<kWarps>::kMT][kBN / 8][4]) {
   using L = Layout<kWarps>;
   constexpr int kNT = kBN / 8, kRL = L::kRL;
+  constexpr bool kQ5 = Q::kKind == Kind::kQ5K;
+  constexpr int kQs = kQ5 ? 48 : 16;
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   int woff[kRL];
-  row_offsets<HQ4_K, kBN, kWarps>(a, step, buf, row0, woff);
-  const int xoff = buf * stage_bytes<HQ4_K, kBN>() + kBM * HQ4_K::kWS + g * kXS + 8 * c;
+  row_offsets<Q, kBN, kWarps>(a, step, buf, row0, woff);
+  const int xoff = buf * stage_bytes<Q, kBN>() + kBM * Q::kWS + g * kXS + 8 * c;
   // Scale and min of sub-blocks 2c (h = 0) and 2c + 1 (h = 1) of the lane's rows.
   __half2 sc[kRL][2], mn[kRL][2];
 #pragma unroll
@@ -252,18 +264,31 @@ __device__ __forceinline__ void compute_q4k(const MmhArgs& a, int64_t step, int 
     uint4 q[kRL];
 #pragma unroll
     for (int i = 0; i < kRL; ++i)
-      q[i] = *reinterpret_cast<const uint4*>(mmh_smem + woff[i] + 16 + 32 * c + 16 * u4);
+      q[i] = *reinterpret_cast<const uint4*>(mmh_smem + woff[i] + kQs + 32 * c + 16 * u4);
 #pragma unroll
     for (int uu = 0; uu < 4; ++uu) {
+      uint32_t qh[kRL];  // Q5_K: the fifth bits of levels 4u..4u+3, bit j for sub-block j
+      if constexpr (kQ5) {
+#pragma unroll
+        for (int i = 0; i < kRL; ++i) qh[i] = lds_u32(mmh_smem, woff[i] + 16 + 4 * (4 * u4 + uu));
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         uint32_t af[L::kMT][4];
 #pragma unroll
         for (int i = 0; i < kRL; ++i) {
           const uint32_t wd = uu == 0 ? q[i].x : uu == 1 ? q[i].y : uu == 2 ? q[i].z : q[i].w;
-          const uint32_t v = wd >> (4 * h);
-          const __half2 lo = __hsub2(levels_1024<0x000F000Fu>(v), k1024);
-          const __half2 hi = __hsub2(levels_1024<0x000F000Fu>(v >> 8), k1024);
+          __half2 lo, hi;
+          if constexpr (kQ5) {
+            const uint32_t v = ((wd >> (4 * h)) & 0x0F0F0F0Fu) |
+                               (((qh[i] >> (2 * c + h)) & 0x01010101u) << 4);
+            lo = __hsub2(levels_1024<0x00FF00FFu>(v), k1024);
+            hi = __hsub2(levels_1024<0x00FF00FFu>(v >> 8), k1024);
+          } else {
+            const uint32_t v = wd >> (4 * h);
+            lo = __hsub2(levels_1024<0x000F000Fu>(v), k1024);
+            hi = __hsub2(levels_1024<0x000F000Fu>(v >> 8), k1024);
+          }
           af[i / 2][i % 2] = as_u32(__hfma2(lo, sc[i][h], mn[i][h]));
           af[i / 2][2 + i % 2] = as_u32(__hfma2(hi, sc[i][h], mn[i][h]));
         }
@@ -328,6 +353,44 @@ __device__ __forceinline__ void compute_q6k(const MmhArgs& a, int64_t step, int 
   }
 }
 
+// Q8_0: a stage is 8 blocks of d (f16) and 32 int8 levels, 34 bytes each at any even offset;
+// sub-block 2c + h is block 2c + h. A level goes in as (q + 128) by flipping its sign bit, 1152
+// comes off (exact), times d (exact in fp16): one rounding of the weight.
+template <int kBN, int kWarps>
+__device__ __forceinline__ void compute_q8_0(const MmhArgs& a, int64_t step, int buf, int64_t row0,
+                                             float (&acc)[Layout<kWarps>::kMT][kBN / 8][4]) {
+  using L = Layout<kWarps>;
+  constexpr int kNT = kBN / 8, kRL = L::kRL;
+  const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  int woff[kRL];
+  row_offsets<HQ8_0, kBN, kWarps>(a, step, buf, row0, woff);
+  const int xoff = buf * stage_bytes<HQ8_0, kBN>() + kBM * HQ8_0::kWS + g * kXS + 8 * c;
+  __half2 d[kRL][2];
+#pragma unroll
+  for (int i = 0; i < kRL; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      d[i][h] = __half2half2(__ushort_as_half(
+          static_cast<unsigned short>(lds_u16(mmh_smem, woff[i] + 34 * (2 * c + h)))));
+  const __half2 k1152 = __float2half2_rn(1152.0f);
+#pragma unroll
+  for (int u = 0; u < 8; ++u) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t af[L::kMT][4];
+#pragma unroll
+      for (int i = 0; i < kRL; ++i) {
+        const uint32_t v = lds4_a2(mmh_smem, woff[i] + 34 * (2 * c + h) + 2 + 4 * u) ^ 0x80808080u;
+        const __half2 lo = __hsub2(levels_1024<0x00FF00FFu>(v), k1152);
+        const __half2 hi = __hsub2(levels_1024<0x00FF00FFu>(v >> 8), k1152);
+        af[i / 2][i % 2] = as_u32(__hmul2(lo, d[i][h]));
+        af[i / 2][2 + i % 2] = as_u32(__hmul2(hi, d[i][h]));
+      }
+      mma_step<L::kMT, kNT>(acc, af, xoff + 32 * (8 * h + u));
+    }
+  }
+}
+
 // grid: (token tiles, row tiles, splits).
 template <class Q, int kBN, int kWarps, int kS>
 __global__ void __launch_bounds__(Layout<kWarps>::kThreads, kWarps == 8 ? 2 : 1)
@@ -368,10 +431,12 @@ __global__ void __launch_bounds__(Layout<kWarps>::kThreads, kWarps == 8 ? 2 : 1)
     tile::cp_async_commit();
     tile::cp_async_wait<kS - 1>();
     __syncthreads();
-    if constexpr (is_q6k<Q>()) {
+    if constexpr (Q::kKind == Kind::kQ6K) {
       compute_q6k<kBN, kWarps>(a, k0 + i, buf, row0, acc);
+    } else if constexpr (Q::kKind == Kind::kQ8_0) {
+      compute_q8_0<kBN, kWarps>(a, k0 + i, buf, row0, acc);
     } else {
-      compute_q4k<kBN, kWarps>(a, k0 + i, buf, row0, acc);
+      compute_q45k<Q, kBN, kWarps>(a, k0 + i, buf, row0, acc);
     }
     __syncthreads();
   }
@@ -476,8 +541,10 @@ bool mmh_supports(const Weight& w) {
   if (w.n_in % kKStep != 0) return false;
   switch (w.type) {
     case quant::Type::Q4_K:
+    case quant::Type::Q5_K:
       return (reinterpret_cast<uintptr_t>(w.data) & 15) == 0 && w.row_bytes % 16 == 0;
     case quant::Type::Q6_K:
+    case quant::Type::Q8_0:
       return (reinterpret_cast<uintptr_t>(w.data) & 1) == 0;
     default:
       return false;
@@ -503,10 +570,19 @@ void mmh(const Weight& w, float* y, const __half* xh, int64_t n_tokens, const Mm
   a.y = y;
   a.xh = xh;
   a.n_tokens = static_cast<int>(n_tokens);
-  if (w.type == quant::Type::Q4_K) {
-    launch_type<HQ4_K>(a, scratch, s);
-  } else {
-    launch_type<HQ6_K>(a, scratch, s);
+  switch (w.type) {
+    case quant::Type::Q4_K:
+      launch_type<HQ4_K>(a, scratch, s);
+      break;
+    case quant::Type::Q5_K:
+      launch_type<HQ5_K>(a, scratch, s);
+      break;
+    case quant::Type::Q6_K:
+      launch_type<HQ6_K>(a, scratch, s);
+      break;
+    default:
+      launch_type<HQ8_0>(a, scratch, s);
+      break;
   }
 }
 

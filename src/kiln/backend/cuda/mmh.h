@@ -12,8 +12,8 @@
 
 namespace kiln::backend::cuda {
 
-// Whether mmh takes w: Q4_K with 16-byte aligned rows (data and row_bytes), or Q6_K (any
-// 2-byte aligned rows); n_in % 256 == 0 either way.
+// Whether mmh takes w: Q4_K or Q5_K with 16-byte aligned rows (data and row_bytes), Q6_K or Q8_0
+// (any 2-byte aligned rows); n_in % 256 == 0 either way.
 bool mmh_supports(const Weight& w);
 // x [n_tokens, n_in] (fp32, n_in % 256 == 0, 16-byte aligned) rounded to fp16 into xh [n_tokens,
 // n_in] in mmh's fragment order (mmh.cu says which): one pass shared by every mmh call on x.
