@@ -20,10 +20,10 @@
 // activations rounded to fp16 once per call into the context's x16 in mmh's fragment order, the
 // weights as stored dequantized to fp16 in registers, fp16 tensor-core MMA (mmh.cu).
 // KILN_CUDA_MMH=0 sends these to mmq.
-// mmq (Q4_0, and the mmh types without mmh, from 9 tokens up to a crossover by weight
-// size: 64 or 16, below): activations quantized to int8 per 32 values (or as their producer
-// wrote them), int8 tensor-core MMA on the weights as stored (mmq.cu). KILN_CUDA_MMQ=0 sends
-// these to cuBLAS (for comparisons). matmul_id of more than 64 pairs on these types runs mmq's grouped variant
+// mmq (Q4_0, and the mmh types without mmh, from 9 tokens up to a crossover by weight size: 64
+// or 16, below): activations quantized to int8 per 32 values (or as their producer wrote them),
+// int8 tensor-core MMA on the weights as stored (mmq.cu). KILN_CUDA_MMQ=0 sends these to cuBLAS
+// (for comparisons). matmul_id of more than 64 pairs on these types runs mmq's grouped variant
 // (mmq_id): the pairs grouped by expert into tiles of 16-64 pairs of one expert, the activation
 // rows quantized once into the context's own int8 buffer (KILN_CUDA_MMQ=0: the direct kernel).
 //
@@ -98,9 +98,9 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS' advice for Hopp
 constexpr int64_t kMmqDefaultTokens = 64;
 constexpr int64_t kMmqSmallTokens = 16;
 constexpr int64_t kMmqLargeWeight = int64_t{4096} * 4096;
-// mmh's range (Q4_K, Q5_K, Q6_K, Q8_0), from CudaMatmulBench.Mmh on the H200 (docs/performance.md): 9..128
-// tokens for weights of 4096 x 4096 values or more (ahead of mmq and cuBLAS there), 9..16 for
-// smaller ones (a 1024 x 4096 projection has 8 row tiles of 128: mmq or cuBLAS win above 16).
+// mmh's range (Q4_K, Q5_K, Q6_K, Q8_0), from CudaMatmulBench.Mmh on the H200
+// (docs/performance.md): 9..128 tokens for weights of 4096 x 4096 values or more (ahead of mmq
+// and cuBLAS there), 9..16 for smaller ones (a 1024 x 4096 projection has 8 row tiles of 128: mmq or cuBLAS win above 16).
 constexpr int64_t kMmhDefaultTokens = 128;
 constexpr int64_t kMmqPartialFloats = int64_t{4} << 20;  // split-K partial sums, at most
 constexpr int64_t kMmqCounters = 16384;

@@ -123,7 +123,7 @@ struct Layout {
 // n_tokens are not copied (their columns of the tile are never stored).
 struct CopyPlan {
   uintptr_t wrow;   // the row's first block
-  uint32_t wdst;    // its slot in stage 0 (shared-memory address), at the thread's first chunk
+  uint32_t wdst;    // the row's slot in stage 0 (shared-memory address)
   int wch;          // the thread's first chunk
   const __half* x;  // first token's chunk
   uint32_t xdst;    // its place in stage 0
@@ -478,11 +478,6 @@ __global__ void prepare_kernel(const float* x, __half* xh, int64_t n_quads, int6
   }
 }
 
-int num_sms() {
-  const int n = current_sm_count();
-  return n > 0 ? n : 132;
-}
-
 constexpr int kWarps = 8;   // 8 warps of 16 rows (Tiling, above)
 constexpr int kStages = 2;  // 3 at 16-token tiles measured slower (docs/performance.md)
 
@@ -498,19 +493,9 @@ void launch_bn(MmhArgs a, const MmqScratch& scratch, cudaStream_t s) {
   // CTAs resident per SM: shared-memory bound (1 to 3; 1 KiB of each CTA's is the system's).
   const int per_sm =
       std::max(1, std::min(3, (228 << 10) / (smem_bytes<Q, kBN, kS>() + 1024)));
-  int splits = 1;
-  if (scratch.splits > 0) {
-    splits = scratch.splits;
-  } else {
-    while (splits < kMaxSplits && tiles * splits * 2 <= int64_t{per_sm} * num_sms() &&
-           a.n_steps >= 4 * splits * 2)
-      splits *= 2;
-  }
-  splits = static_cast<int>(
-      std::clamp<int64_t>(splits, 1, std::min<int64_t>(kMaxSplits, a.n_steps)));
-  while (splits > 1 && int64_t{splits} * a.n_tokens * a.n_out > scratch.partial_floats)
-    splits /= 2;
-  if (tiles > scratch.n_counters || scratch.partials == nullptr) splits = 1;
+  const int splits = tile::splitk_count(tiles, per_sm, a.n_steps, int64_t{a.n_tokens} * a.n_out,
+                                        scratch.splits, kMaxSplits, scratch.partials,
+                                        scratch.partial_floats, scratch.n_counters);
   a.splits = splits;
   a.partials = scratch.partials;
   a.counters = scratch.counters;
@@ -554,7 +539,7 @@ bool mmh_supports(const Weight& w) {
 void mmh_prepare(const float* x, int64_t n_tokens, int64_t n_in, __half* xh, cudaStream_t s) {
   const int64_t n_quads = n_tokens * n_in / 4;
   if (n_quads <= 0) return;
-  const int blocks = static_cast<int>(std::min<int64_t>((n_quads + 255) / 256, 4 * num_sms()));
+  const int blocks = static_cast<int>(std::min<int64_t>((n_quads + 255) / 256, 4 * tile::sm_count()));
   launch_pdl(prepare_kernel, dim3(blocks), dim3(256), 0, s, x, xh, n_quads, n_in);
 }
 

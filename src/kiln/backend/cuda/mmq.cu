@@ -476,11 +476,6 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_kernel(const MmqArgs a) {
       a.n_tokens, row0, tok0);
 }
 
-int num_sms() {
-  const int n = current_sm_count();
-  return n > 0 ? n : 132;
-}
-
 template <class Q, int kBN>
 void launch_bn(MmqArgs a, int64_t partial_floats, int64_t n_counters, int force_splits,
                cudaStream_t s) {
@@ -493,18 +488,9 @@ void launch_bn(MmqArgs a, int64_t partial_floats, int64_t n_counters, int force_
   const int64_t tiles = tok_tiles * row_tiles;
   // CTAs resident per SM: smem-bound (2 or 3 at most here).
   const int per_sm = std::max(1, std::min(2, (227 << 10) / smem_bytes<Q, kBN>()));
-  int splits = 1;
-  if (force_splits > 0) {
-    splits = force_splits;
-  } else {
-    while (splits < kMaxSplits && tiles * splits * 2 <= int64_t{per_sm} * num_sms() &&
-           a.n_steps >= 4 * splits * 2)
-      splits *= 2;
-  }
-  splits = static_cast<int>(std::min<int64_t>(splits, a.n_steps));
-  while (splits > 1 && int64_t{splits} * a.n_tokens * a.n_out > partial_floats) splits /= 2;
-  if (tiles > n_counters || a.partials == nullptr) splits = 1;
-  a.splits = splits;
+  a.splits = tile::splitk_count(tiles, per_sm, a.n_steps, int64_t{a.n_tokens} * a.n_out,
+                                force_splits, kMaxSplits, a.partials, partial_floats, n_counters);
+  const int splits = a.splits;
   const dim3 grid(static_cast<unsigned>(tok_tiles), static_cast<unsigned>(row_tiles),
                   static_cast<unsigned>(splits));
   launch_pdl(mmq_kernel<Q, kBN, false>, grid, dim3(kThreads),

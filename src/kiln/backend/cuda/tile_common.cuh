@@ -1,8 +1,12 @@
-// Pieces the tiled matmuls (mmq.cu, mmh.cu, matmul.cu's direct kernels) share: cp.async into shared memory,
-// shared-memory reads at byte offsets, and the split-K finish.
+// Pieces the tiled matmuls (mmq.cu, mmh.cu, matmul.cu's direct kernels) share: cp.async into
+// shared memory, shared-memory reads at byte offsets, and split-K (the count a launch takes, the
+// finish).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+
+#include "kiln/backend/cuda/device.h"
 
 namespace kiln::backend::cuda::tile {
 
@@ -35,6 +39,34 @@ __device__ __forceinline__ uint32_t lds_u16(const uint8_t* base, int off) {
 __device__ __forceinline__ uint32_t lds4_a2(const uint8_t* base, int off) {
   const int a = off & ~3;
   return __funnelshift_r(lds_u32(base, a), lds_u32(base, a + 4), (off & 3) * 8);
+}
+
+// The current device's SMs (132, an H100/H200's, when it cannot say).
+inline int sm_count() {
+  const int n = current_sm_count();
+  return n > 0 ? n : 132;
+}
+
+// Split-K's count for a launch of `tiles` output tiles of `per_sm` resident CTAs an SM over
+// n_steps K steps (forced > 0: that many): doubled while the CTAs fit the GPU twice over and each
+// split keeps 4+ steps, at most max_splits and n_steps; halved until the partial sums of
+// `outputs` values per split fit partial_floats; 1 without partials or a counter per tile.
+inline int splitk_count(int64_t tiles, int per_sm, int64_t n_steps, int64_t outputs, int forced,
+                        int max_splits, float* partials, int64_t partial_floats,
+                        int64_t n_counters) {
+  int splits = 1;
+  if (forced > 0) {
+    splits = forced;
+  } else {
+    while (splits < max_splits && tiles * splits * 2 <= int64_t{per_sm} * sm_count() &&
+           n_steps >= 4 * splits * 2)
+      splits *= 2;
+  }
+  splits = static_cast<int>(
+      std::clamp<int64_t>(splits, 1, std::min<int64_t>(max_splits, n_steps)));
+  while (splits > 1 && splits * outputs > partial_floats) splits /= 2;
+  if (tiles > n_counters || partials == nullptr) splits = 1;
+  return splits;
 }
 
 // Split-K: each of `splits` CTAs of an output tile (kRows rows from row0 x kTokens tokens from
