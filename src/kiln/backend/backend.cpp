@@ -11,6 +11,21 @@
 
 namespace kiln::backend {
 
+// A backend without collective ops (no mesh support yet) fails every one: the forward over a
+// mesh then returns the error instead of a wrong result.
+void Backend::all_reduce_sum(Mat) {
+  mesh_failed(err("{}: no collective ops on this backend (all_reduce_sum)", name()));
+}
+void Backend::all_gather_cols(Mat, Mat) {
+  mesh_failed(err("{}: no collective ops on this backend (all_gather)", name()));
+}
+void Backend::send(Mat, int) {
+  mesh_failed(err("{}: no collective ops on this backend (send)", name()));
+}
+void Backend::recv(Mat, int) {
+  mesh_failed(err("{}: no collective ops on this backend (recv)", name()));
+}
+
 Status check_kv_spec(const KvSpec& s) {
   if (s.n_layer <= 0 || s.n_kv_heads <= 0 || s.head_dim_k <= 0 || s.head_dim_v <= 0 ||
       s.block_tokens <= 0)

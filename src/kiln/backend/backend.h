@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/backend/collective.h"
 #include "kiln/backend/profile.h"
 #include "kiln/backend/weight.h"
 #include "kiln/quant/types.h"
@@ -197,6 +198,9 @@ struct MoeWeights {
   int32_t n_expert = 0;
   int32_t n_expert_used = 0;
   int64_t n_ff = 0;  // expert FFN width
+  // The experts the stacked weights hold: first_expert .. first_expert + n_mats - 1 of the
+  // n_expert the router chooses from (all of them but on an expert-parallel mesh).
+  int32_t first_expert = 0;
 };
 
 // Scratch of the MoE op, carved from the activation arena (sized for max_tokens rows).
@@ -427,7 +431,46 @@ class Backend {
 
   // out[t] = sum over the k chosen experts of weight * expert(xn[t]) (SwiGLU experts),
   // routing by softmax + top-k (ties to the lower index) with the weights renormalised.
+  // With w.first_expert or stacked weights of fewer than n_expert matrices (a rank of an
+  // expert-parallel mesh), only the chosen experts held (first_expert .. + n_mats) add theirs.
   virtual void moe(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) = 0;
+
+  // ---- device mesh (the multi-GPU issue; model/shard.h says what goes where) ----
+  // This rank's communicators: tp joins the tensor-parallel ranks of its pipeline stage, pp
+  // the stages of its tensor-parallel rank (null: a mesh of one that way). Set before the
+  // forward is created; they outlive its use of them.
+  // Whether this backend has the mesh ops below (the CPU's over threads; NCCL's not built yet).
+  virtual bool supports_mesh() const { return false; }
+  void set_mesh(Collective* tp, Collective* pp) {
+    tp_ = tp;
+    pp_ = pp;
+  }
+  int tp_size() const { return tp_ != nullptr ? tp_->size() : 1; }
+  // x = the sum over the tensor-parallel ranks of their x, in place; every rank gets the same
+  // bits.
+  virtual void all_reduce_sum(Mat x);
+  // out [x.rows, tp_size() * x.cols]: tensor-parallel rank r's x in columns [r * x.cols,
+  // (r + 1) * x.cols).
+  virtual void all_gather_cols(Mat x, Mat out);
+  // Pipeline: x to, or from, stage `stage` of this rank's pipeline.
+  virtual void send(Mat x, int stage);
+  virtual void recv(Mat x, int stage);
+  // The first failure of a mesh op since the last take (a peer failed, timed out or aborted,
+  // or the backend has no such ops), else OK.
+  Status take_mesh_error() {
+    Status s = std::move(mesh_error_);
+    mesh_error_ = {};
+    return s;
+  }
+
+ protected:
+  // Records a mesh op's failure (the first one stays).
+  void mesh_failed(const Status& s) {
+    if (!s.ok() && mesh_error_.ok()) mesh_error_ = s;
+  }
+  Collective* tp_ = nullptr;
+  Collective* pp_ = nullptr;
+  Status mesh_error_;
 };
 
 // Which device a command runs on: "cpu", "cuda", "cuda:N", or "auto" (cuda when a usable GPU

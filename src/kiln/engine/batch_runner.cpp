@@ -56,7 +56,7 @@ void BatchRunner::save_context() {
   backend::StateCache* state = exec_->state();
   for (int32_t s = 0; s < num_seqs(); ++s) {
     seqs_[s].context_len = seq_len(s);
-    if (state != nullptr) exec_->backend().state_copy(*state, s, num_seqs() + s);
+    if (state != nullptr) exec_->state_copy(s, num_seqs() + s);
   }
 }
 
@@ -64,7 +64,7 @@ void BatchRunner::restore_context() {
   backend::StateCache* state = exec_->state();
   for (int32_t s = 0; s < num_seqs(); ++s) {
     truncate(s, seqs_[s].context_len);
-    if (state != nullptr) exec_->backend().state_copy(*state, num_seqs() + s, s);
+    if (state != nullptr) exec_->state_copy(num_seqs() + s, s);
   }
 }
 

@@ -336,12 +336,10 @@ struct Engine::Impl {
       const bool argmax = all_plain_greedy(plan);
       if (argmax) ++num_argmax_steps;
       // Snapshots (StepPlan): restores before the forward, saves after it, on the stream.
-      for (const StateCopy& c : plan.state_restores)
-        be->state_copy(*in.state, c.src_slot, c.dst_slot);
+      for (const StateCopy& c : plan.state_restores) exec->state_copy(c.src_slot, c.dst_slot);
       const Status st = exec->launch(in, argmax);
       if (st.ok()) {
-        for (const StateCopy& c : plan.state_saves)
-          be->state_copy(*in.state, c.src_slot, c.dst_slot);
+        for (const StateCopy& c : plan.state_saves) exec->state_copy(c.src_slot, c.dst_slot);
         // While the device runs the step: the grammar masks its sampling will apply.
         prefetch_masks(plan);
         exec->wait();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -38,6 +39,14 @@ std::string MemoryPlan::to_string() const {
   if (state_snapshots > 0)
     s += fmt::format(" + {} prefix snapshots ({:.1f} MiB)", state_snapshots,
                      mib(state_bytes_per_seq * static_cast<uint64_t>(state_snapshots)));
+  if (!mesh.empty()) {
+    s += fmt::format("; mesh {}, {} ranks:", mesh, ranks.size());
+    for (size_t r = 0; r < ranks.size(); ++r)
+      s += fmt::format(" [{}] weights {:.1f} MiB, KV {:.1f} KiB per token, activations {:.1f} MiB",
+                       r, mib(ranks[r].weight_bytes),
+                       static_cast<double>(ranks[r].kv_bytes_per_token) / 1024,
+                       mib(ranks[r].activation_bytes));
+  }
   return s;
 }
 
@@ -52,82 +61,130 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
   if (!(opts.gpu_memory_fraction > 0 && opts.gpu_memory_fraction <= 1))
     return err("gpu memory fraction {} is outside (0, 1]", opts.gpu_memory_fraction);
   std::unique_ptr<Executor> ex(new Executor(model, be, opts));
+  const model::MeshShape& mesh = opts.mesh;
+  if (mesh.ranks() > 1 || mesh.ep) {
+    KILN_TRY_STATUS(model::check_mesh(model.hparams(), mesh));
+    KILN_TRY(ex->mesh_,
+             backend::Mesh::create(be, mesh.tp, mesh.pp, {be.name(), opts.mesh_threads}));
+    const auto stages = model::pipeline_stages(model.hparams(), mesh.pp);
+    for (int r = 0; r < mesh.ranks(); ++r) {
+      model::MeshPlace place;
+      place.mesh = mesh;
+      place.tp_rank = r % mesh.tp;
+      place.stage = r / mesh.tp;
+      place.first_layer = stages[static_cast<size_t>(place.stage)].first;
+      place.last_layer = stages[static_cast<size_t>(place.stage)].second;
+      Rank& rank = ex->ranks_.emplace_back();
+      KILN_TRY(rank.shard, model::Model::shard(model, place));
+      rank.model = rank.shard.get();
+      rank.be = &ex->mesh_->rank(r);
+    }
+    ex->out_rank_ = static_cast<size_t>((mesh.pp - 1) * mesh.tp);
+    ex->plan_.mesh = fmt::format("--tp {} --pp {}{}", mesh.tp, mesh.pp, mesh.ep ? " --ep" : "");
+  } else {
+    Rank& rank = ex->ranks_.emplace_back();
+    rank.model = &model;
+    rank.be = &be;
+  }
+  KILN_TRY_STATUS(ex->create_ranks());
+  return ex;
+}
+
+Status Executor::create_ranks() {
+  const ExecutorOptions& opts = opts_;
   model::ForwardOptions fo;
   fo.max_tokens = opts.max_tokens;
   fo.max_seqs = std::min(opts.max_seqs, opts.max_tokens);
   fo.max_context = opts.max_context;
   fo.max_logit_rows = opts.max_logit_rows > 0 ? opts.max_logit_rows : fo.max_seqs;
   fo.max_hidden_rows = std::min(opts.max_hidden_rows, opts.max_tokens);
-  KILN_TRY(ex->forward_, model::Forward::create(model, be, fo));
-
-  const backend::KvSpec spec = model::kv_spec(model.hparams(), opts.kv_type);
-  const uint64_t per_block = be.kv_bytes_per_block(spec);
-  if (per_block == 0)
-    return err("kv: the {} KV cache cannot hold this model's heads (head dims {}/{})",
-               quant::type_name(opts.kv_type), spec.head_dim_k, spec.head_dim_v);
   const uint64_t blocks_per_seq =
       (static_cast<uint64_t>(opts.max_context) + kv::kBlockTokens - 1) / kv::kBlockTokens;
-  // The recurrent state before the KV pool: on a GPU the pool takes what the memory fraction
-  // leaves, and the snapshots' slots can weigh as much as the sequences' own.
-  if (model.hparams().n_linear_layers() > 0) {  // a recurrent-state slot per sequence
-    const backend::StateSpec sspec = model::state_spec(model.hparams());
-    // Slots: the sequences', the snapshots', and one no sequence uses, which the rows that pad
-    // a graph-replayed decode step write.
-    KILN_TRY(ex->state_, be.create_state(sspec, opts.max_seqs + opts.state_snapshots + 1));
-    ex->plan_.state_bytes_per_seq = be.state_bytes_per_slot(sspec);
-    ex->plan_.state_slots = opts.max_seqs;
-    ex->plan_.state_snapshots = opts.state_snapshots;
-  }
-  uint64_t budget = opts.kv_memory_bytes;
-  const backend::DeviceMemory mem = be.memory();
-  const bool device = be.name() != "cpu";
-  if (budget == 0 && device) {
-    // What the fraction allows, minus what is already taken (weights, arena, libraries).
-    const double allowed = opts.gpu_memory_fraction * static_cast<double>(mem.total_bytes);
-    const double used = static_cast<double>(mem.total_bytes - mem.free_bytes);
-    if (allowed <= used)
+  // Every rank holds the same KV blocks (a sequence's block ids are the mesh's): as many as
+  // the rank with the least room can.
+  uint64_t blocks = uint64_t{1} << 30;
+  for (Rank& rank : ranks_) {
+    backend::Backend& be = *rank.be;
+    const model::Model& model = *rank.model;
+    KILN_TRY(rank.forward, model::Forward::create(model, be, fo));
+    const backend::KvSpec spec = model::kv_spec(model, opts.kv_type);
+    const uint64_t per_block = be.kv_bytes_per_block(spec);
+    if (per_block == 0)
+      return err("kv: the {} KV cache cannot hold this model's heads (head dims {}/{})",
+                 quant::type_name(opts.kv_type), spec.head_dim_k, spec.head_dim_v);
+    // The recurrent state before the KV pool: on a GPU the pool takes what the memory fraction
+    // leaves, and the snapshots' slots can weigh as much as the sequences' own.
+    if (model.hparams().n_linear_layers() > 0) {  // a recurrent-state slot per sequence
+      const backend::StateSpec sspec = model::state_spec(model);
+      // Slots: the sequences', the snapshots', and one no sequence uses, which the rows that
+      // pad a graph-replayed decode step write.
+      if (sspec.n_layer > 0) {  // (a pipeline stage of attention layers only has none)
+        KILN_TRY(rank.state, be.create_state(sspec, opts.max_seqs + opts.state_snapshots + 1));
+        plan_.state_bytes_per_seq += be.state_bytes_per_slot(sspec);
+      }
+      plan_.state_slots = opts.max_seqs;
+      plan_.state_snapshots = opts.state_snapshots;
+    }
+    uint64_t budget = opts.kv_memory_bytes;
+    const backend::DeviceMemory mem = be.memory();
+    const bool device = be.name() != "cpu";
+    if (budget == 0 && device) {
+      // What the fraction allows, minus what is already taken (weights, arena, libraries).
+      const double allowed = opts.gpu_memory_fraction * static_cast<double>(mem.total_bytes);
+      const double used = static_cast<double>(mem.total_bytes - mem.free_bytes);
+      if (allowed <= used)
+        return err(
+            "out of memory on {}: weights, activations and recurrent state take {:.0f} MiB of "
+            "{:.0f} MiB, more than --gpu-memory-fraction {} allows; nothing is left for the KV "
+            "cache",
+            be.name(), used / (1 << 20), mib(mem.total_bytes), opts.gpu_memory_fraction);
+      budget = static_cast<uint64_t>(allowed - used);
+    } else if (budget == 0) {
+      budget = std::min<uint64_t>(uint64_t{2} << 30, per_block * blocks_per_seq * opts.max_seqs);
+    }
+    blocks = std::min<uint64_t>(blocks, budget / per_block);
+    if (blocks < static_cast<uint64_t>(std::max(1, opts.min_kv_blocks)))
       return err(
-          "out of memory on {}: weights, activations and recurrent state take {:.0f} MiB of "
-          "{:.0f} MiB, more than --gpu-memory-fraction {} allows; nothing is left for the KV "
-          "cache",
-          be.name(), used / (1 << 20), mib(mem.total_bytes), opts.gpu_memory_fraction);
-    budget = static_cast<uint64_t>(allowed - used);
-  } else if (budget == 0) {
-    budget = std::min<uint64_t>(uint64_t{2} << 30, per_block * blocks_per_seq * opts.max_seqs);
+          "out of memory for the KV cache on {}: {} bytes hold {} blocks of {} bytes; {} are "
+          "needed",
+          be.name(), budget, budget / per_block, per_block, std::max(1, opts.min_kv_blocks));
+    plan_.kv_bytes_per_token += per_block / kv::kBlockTokens;
+    if (mesh_ != nullptr)
+      plan_.ranks.push_back(
+          {be.prepared_bytes(), per_block / kv::kBlockTokens, rank.forward->arena_bytes()});
   }
-  // The cache holds one block more than the budget gives the sequences: the null block that
+  // The caches hold one block more than the budget gives the sequences: the null block that
   // pads graph-replayed steps.
-  const uint64_t blocks = std::min<uint64_t>(budget / per_block, 1u << 30);
-  if (blocks < static_cast<uint64_t>(std::max(1, opts.min_kv_blocks)))
-    return err(
-        "out of memory for the KV cache on {}: {} bytes hold {} blocks of {} bytes; {} are "
-        "needed",
-        be.name(), budget, blocks, per_block, std::max(1, opts.min_kv_blocks));
-  KILN_TRY(ex->kv_, be.create_kv(spec, static_cast<int32_t>(blocks) + 1));
-  ex->num_blocks_ = static_cast<int32_t>(blocks);
-  if (opts.graphs)
-    ex->forward_->enable_graphs(static_cast<int32_t>(blocks),
-                                ex->state_ != nullptr ? ex->state_->num_slots() - 1 : -1);
+  for (Rank& rank : ranks_) {
+    KILN_TRY(rank.kv, rank.be->create_kv(model::kv_spec(*rank.model, opts.kv_type),
+                                         static_cast<int32_t>(blocks) + 1));
+    if (opts.graphs)
+      rank.forward->enable_graphs(static_cast<int32_t>(blocks),
+                                  rank.state != nullptr ? rank.state->num_slots() - 1 : -1);
+  }
+  num_blocks_ = static_cast<int32_t>(blocks);
 
-  MemoryPlan& p = ex->plan_;
-  p.device = be.name();
-  p.device_total_bytes = mem.total_bytes;
-  p.weight_bytes = be.prepared_bytes();
-  p.file_bytes = model.file().size_bytes();
-  p.activation_bytes = ex->forward_->arena_bytes();
-  p.kv_bytes_per_token = per_block / kv::kBlockTokens;
+  MemoryPlan& p = plan_;
+  backend::Backend& out = *ranks_[out_rank_].be;
+  p.device = be_.name();
+  p.device_total_bytes = be_.memory().total_bytes;
+  for (const Rank& rank : ranks_) {
+    p.weight_bytes += rank.be->prepared_bytes();
+    p.activation_bytes += rank.forward->arena_bytes();
+  }
+  p.file_bytes = model_.file().size_bytes();
   p.kv_blocks = static_cast<int32_t>(blocks);
   p.kv_tokens = static_cast<int64_t>(blocks) * kv::kBlockTokens;
   p.max_context = opts.max_context;
   p.max_seqs_at_context = static_cast<int32_t>(blocks / blocks_per_seq);
-  ex->logits_capacity_ = static_cast<size_t>(fo.max_logit_rows) * model.hparams().n_vocab;
-  KILN_TRY(ex->logits_, be.alloc_host(ex->logits_capacity_ * sizeof(float)));
-  KILN_TRY(ex->ids_, be.alloc_host(static_cast<uint64_t>(fo.max_logit_rows) * sizeof(int32_t)));
+  logits_capacity_ = static_cast<size_t>(fo.max_logit_rows) * model_.hparams().n_vocab;
+  KILN_TRY(logits_, out.alloc_host(logits_capacity_ * sizeof(float)));
+  KILN_TRY(ids_, out.alloc_host(static_cast<uint64_t>(fo.max_logit_rows) * sizeof(int32_t)));
   if (fo.max_hidden_rows > 0) {
-    KILN_TRY(ex->hidden_buf_, be.alloc_host(static_cast<uint64_t>(fo.max_hidden_rows) *
-                                            model.hparams().n_embd * sizeof(float)));
+    KILN_TRY(hidden_buf_, out.alloc_host(static_cast<uint64_t>(fo.max_hidden_rows) *
+                                         model_.hparams().n_embd * sizeof(float)));
   }
-  return ex;
+  return {};
 }
 
 Status Executor::launch(const model::StepInput& in, bool argmax) {
@@ -140,7 +197,9 @@ Status Executor::launch(const model::StepInput& in, bool argmax) {
   logits_out_ = {};
   ids_out_ = {};
   hidden_ = {};
-  const Status st = forward_->launch(in, *kv_, logits, hidden, argmax ? ids : nullptr);
+  const Status st = mesh_ != nullptr ? launch_mesh(in, logits, hidden, argmax ? ids : nullptr)
+                                     : ranks_[0].forward->launch(in, *ranks_[0].kv, logits, hidden,
+                                                                 argmax ? ids : nullptr);
   if (!st.ok()) {
     be_.sync();  // whatever was queued before the error
     return st;
@@ -153,6 +212,46 @@ Status Executor::launch(const model::StepInput& in, bool argmax) {
   if (!in.hidden_rows.empty())
     hidden_ = std::span<const float>(hidden, in.hidden_rows.size() * model_.hparams().n_embd);
   return {};
+}
+
+Status Executor::launch_mesh(const model::StepInput& in, float* logits, float* hidden,
+                             int32_t* ids) {
+  if (failed_) return err("the device mesh failed earlier: {}", failure_);
+  // The step's checks once, before any rank runs it: an error here is the input's.
+  KILN_TRY_STATUS(ranks_[0].forward->check(in));
+  std::vector<Status> st(ranks_.size());
+  auto run = [&](size_t r) {
+    Rank& rank = ranks_[r];
+    model::StepInput mine = in;
+    if (in.state != nullptr) mine.state = rank.state.get();
+    const bool out = r == out_rank_;
+    st[r] = rank.forward->run(mine, *rank.kv, out ? logits : nullptr, out ? hidden : nullptr,
+                              out ? ids : nullptr);
+    // The others may be waiting for this rank in a collective: they give up now.
+    if (!st[r].ok()) mesh_->abort(fmt::format("rank {}: {}", r, st[r].error().message));
+  };
+  std::vector<std::thread> threads;
+  for (size_t r = 1; r < ranks_.size(); ++r) threads.emplace_back(run, r);
+  run(0);
+  for (std::thread& t : threads) t.join();
+  for (const Status& s : st) {
+    if (s.ok()) continue;
+    failed_ = true;
+    failure_ = s.error().message;
+    return err("the device mesh failed: {}", failure_);
+  }
+  return {};
+}
+
+backend::StateCache* Executor::state() {
+  for (Rank& rank : ranks_)  // a pipeline stage of attention layers only has none
+    if (rank.state != nullptr) return rank.state.get();
+  return nullptr;
+}
+
+void Executor::state_copy(int32_t src_slot, int32_t dst_slot) {
+  for (Rank& rank : ranks_)
+    if (rank.state != nullptr) rank.be->state_copy(*rank.state, src_slot, dst_slot);
 }
 
 void Executor::wait() {

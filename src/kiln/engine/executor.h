@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "kiln/backend/backend.h"
+#include "kiln/backend/mesh.h"
 #include "kiln/model/forward.h"
+#include "kiln/model/mesh.h"
 #include "kiln/model/model.h"
 #include "kiln/util/status.h"
 
@@ -36,6 +38,11 @@ struct ExecutorOptions {
   // environment turns them off (every step eager, for comparisons and debugging).
   bool graphs = graphs_default();
   static bool graphs_default();
+  // A device mesh (--tp, --pp, --ep; the multi-GPU issue): the model cut into tp x pp ranks
+  // (Model::shard), each on a backend of its own made like the executor's (rank 0 is it) with
+  // mesh_threads threads (0: the cores shared out), run together for every step.
+  model::MeshShape mesh;
+  int mesh_threads = 0;
 };
 
 // What the model takes on its device, printed at start by kiln serve and kiln run.
@@ -54,6 +61,12 @@ struct MemoryPlan {
   uint64_t state_bytes_per_seq = 0;  // hybrid models: one recurrent-state slot
   int32_t state_slots = 0;           // the sequences' slots
   int32_t state_snapshots = 0;       // and the snapshots' after them
+  // A mesh: each rank's prepared weights, KV bytes per token and activations (rank order).
+  struct Rank {
+    uint64_t weight_bytes = 0, kv_bytes_per_token = 0, activation_bytes = 0;
+  };
+  std::string mesh;  // "--tp 2 --pp 1", empty for one device
+  std::vector<Rank> ranks;
   std::string to_string() const;
 };
 
@@ -62,10 +75,12 @@ class Executor {
   static Expected<std::unique_ptr<Executor>> create(const model::Model& model, backend::Backend& be,
                                                     const ExecutorOptions& opts);
 
-  // Runs one step: launch, then wait. Its outputs, valid until the next step, in host memory:
-  // logits() [in.logit_rows.size(), n_vocab], or with argmax (for rows all sampled greedily
-  // with nothing else read from their logits) argmax_ids() [in.logit_rows.size()], each row's
-  // first largest logit, the logits left on the device; hidden() for in.hidden_rows.
+  // Runs one step: launch, then wait. On a mesh every rank runs it; a rank that fails after the
+  // step's checks fails the mesh (failed()): this and every later step return an error. Its
+  // outputs, valid until the next step, in host memory: logits() [in.logit_rows.size(), n_vocab],
+  // or with argmax (for rows all sampled greedily with nothing else read from their logits)
+  // argmax_ids() [in.logit_rows.size()], each row's first largest logit, the logits left on the
+  // device; hidden() for in.hidden_rows.
   Status run(const model::StepInput& in, bool argmax);
   // run in two halves: launch queues the step and returns; the host may work meanwhile (the
   // engine computes grammar masks); wait() waits for it.
@@ -80,13 +95,20 @@ class Executor {
   // KV blocks the sequences may use: 0 .. num_blocks() - 1 (the cache has one more, the
   // null block that pads graph-replayed steps).
   int32_t num_blocks() const { return num_blocks_; }
-  backend::KvCache& kv() { return *kv_; }
-  const backend::KvCache& kv() const { return *kv_; }
+  backend::KvCache& kv() { return *ranks_[0].kv; }
+  const backend::KvCache& kv() const { return *ranks_[0].kv; }
   // The recurrent state of hybrid models, else null: slots [0, max_seqs) one per running
   // sequence, then state_snapshots snapshot slots.
-  backend::StateCache* state() { return state_.get(); }
-  model::Forward& forward() { return *forward_; }
-  const model::Forward& forward() const { return *forward_; }
+  backend::StateCache* state();
+  // Copies every layer's recurrent state of slot src to slot dst (prefix-cache snapshots), on
+  // every rank, ordered with the steps.
+  void state_copy(int32_t src_slot, int32_t dst_slot);
+  // Rank 0's forward (a whole model's only one).
+  model::Forward& forward() { return *ranks_[0].forward; }
+  const model::Forward& forward() const { return *ranks_[0].forward; }
+  // Whether a rank of the mesh failed (an error in a step after its checks, a peer that timed
+  // out): the mesh is gone, every step fails. Never for one device.
+  bool failed() const { return failed_; }
   backend::Backend& backend() { return be_; }
   const MemoryPlan& plan() const { return plan_; }
   const ExecutorOptions& options() const { return opts_; }
@@ -97,12 +119,30 @@ class Executor {
   std::span<const float> logits_out_;
   std::span<const int32_t> ids_out_;
 
+  // Creates each rank's forward, KV cache and recurrent state, sized by the memory plan.
+  Status create_ranks();
+  // The step on every rank of a mesh, each on a thread of its own (rank 0 on the caller's).
+  Status launch_mesh(const model::StepInput& in, float* logits, float* hidden, int32_t* ids);
+
   const model::Model& model_;
   backend::Backend& be_;
   ExecutorOptions opts_;
-  std::unique_ptr<model::Forward> forward_;
-  std::unique_ptr<backend::KvCache> kv_;
-  std::unique_ptr<backend::StateCache> state_;
+  // The ranks: one for a whole model (be_, the model itself); on a mesh, rank stage * tp +
+  // tp_rank with its shard of the model. The outputs come back from out_rank_ (the last
+  // stage's tensor-parallel rank 0).
+  struct Rank {
+    std::unique_ptr<model::Model> shard;
+    const model::Model* model = nullptr;
+    backend::Backend* be = nullptr;
+    std::unique_ptr<model::Forward> forward;
+    std::unique_ptr<backend::KvCache> kv;
+    std::unique_ptr<backend::StateCache> state;
+  };
+  std::unique_ptr<backend::Mesh> mesh_;
+  std::vector<Rank> ranks_;
+  size_t out_rank_ = 0;
+  bool failed_ = false;
+  std::string failure_;
   std::unique_ptr<backend::Buffer> logits_;      // host memory, [max_logit_rows, n_vocab]
   size_t logits_capacity_ = 0;                   // floats
   std::unique_ptr<backend::Buffer> ids_;         // host memory, [max_logit_rows] int32

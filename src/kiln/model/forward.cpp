@@ -11,7 +11,12 @@ namespace kiln::model {
 using backend::Mat;
 
 Forward::Forward(const Model& model, backend::Backend& be, const ForwardOptions& opts)
-    : model_(model), be_(be), opts_(opts) {}
+    : model_(model), be_(be), opts_(opts), place_(model.place()) {
+  for (uint32_t il = 0; il < place_.first_layer; ++il)
+    ++(model.hparams().linear_layer(il) ? linear_base_ : kv_base_);
+  for (uint32_t il = place_.first_layer; il < place_.last_layer; ++il)
+    linear_layers_ = linear_layers_ || model.hparams().linear_layer(il);
+}
 
 Expected<std::unique_ptr<Forward>> Forward::create(const Model& model, backend::Backend& be,
                                                    const ForwardOptions& opts) {
@@ -44,6 +49,10 @@ Status Forward::prepare() {
   const HParams& hp = model_.hparams();
   weights_ = model_.weights();
   layers_ = model_.layers();
+  vocab_split_ = weights_.output.n_out < hp.n_vocab;
+  if ((place_.mesh.tp > 1 || place_.mesh.pp > 1) && !be_.supports_mesh())
+    return err("{}: no collective ops for a mesh of --tp {} --pp {} yet", be_.name(),
+               place_.mesh.tp, place_.mesh.pp);
   auto weight = [&](backend::Weight& w, Use use) -> Status {
     if (w.empty()) return {};
     KILN_TRY(w, be_.prepare_weight(w, use));
@@ -120,6 +129,7 @@ Status Forward::carve_arena() {
        hp.n_embd},
       {&logits_, opts_.max_logit_rows, hp.n_vocab},
       {&ids_, opts_.max_logit_rows, 1},
+      {&logits_part_, vocab_split_ ? opts_.max_logit_rows : 0, weights_.output.n_out},
       {&row_scale_, hp.attn_temp_scale != 0 ? t : 0, 1},
       {&q_gate_, f.attn_output_gate ? t : 0, 2 * q_width},
       {&attn_gate_, f.attn_output_gate ? t : 0, q_width},
@@ -191,6 +201,10 @@ void Forward::enable_graphs(int32_t null_kv_block, int32_t null_state_slot) {
   }
 }
 
+void Forward::reduce(Mat y) {
+  if (place_.mesh.tp > 1) be_.all_reduce_sum(y);
+}
+
 void Forward::dump(std::string_view name, int layer, Mat m) {
   if (!dump_) return;
   dump_host_.resize(static_cast<size_t>(m.size()));
@@ -216,24 +230,28 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache,
   const HParams& hp = model_.hparams();
   const Mat x = x_.first_rows(n);
   const bool encoder = model_.arch().features.encoder;
-  if (encoder) {
+  if (!place_.first_stage()) {
+    be_.recv(x, place_.stage - 1);  // the previous stage's x, whole
+  } else if (encoder) {
     encoder_embeddings(step, n);
   } else {
     be_.embed(weights_.tok_embd, step.tokens, x);
     if (model_.arch().features.embed_scale) be_.scale(x, std::sqrt(static_cast<float>(hp.n_embd)));
     dump("embed", -1, x);
-    // The step's cos/sin tables, once for all layers (and the sliding layers' own when they
-    // differ).
-    for (int i = 0; i < (rope_swa_differs_ ? 2 : 1); ++i)
-      be_.rope_angles(rope_table_[i], step.attn.positions, rope_cos_[i].first_rows(n),
-                      rope_sin_[i].first_rows(n));
   }
+  // The step's cos/sin tables, once for all layers (and the sliding layers' own when they
+  // differ); an encoder with a position table has none.
+  const int tables = encoder ? (weights_.position_embd.empty() ? 1 : 0) : rope_swa_differs_ ? 2 : 1;
+  for (int i = 0; i < tables; ++i)
+    be_.rope_angles(rope_table_[i], step.attn.positions, rope_cos_[i].first_rows(n),
+                    rope_sin_[i].first_rows(n));
   // Each layer: its mixer, then its FFN, by the architecture's description of the layer. A
   // block leaves its output in tmp_ for the next block to add to x_ (fused with its norm).
   const std::vector<LayerDesc>& descs = model_.layer_descs();
-  // The multi-token-prediction blocks after the main layers are not run here.
-  const int n_layers = static_cast<int>(hp.n_main_layers());
-  for (int il = 0; il < n_layers; ++il) {
+  // The stage's layers (all the main ones but on a pipeline; the multi-token-prediction blocks
+  // after them are not run here).
+  const int n_layers = static_cast<int>(place_.last_layer);
+  for (int il = static_cast<int>(place_.first_layer); il < n_layers; ++il) {
     const LayerDesc& d = descs[static_cast<size_t>(il)];
     switch (d.mixer) {
       case Mixer::kAttention:
@@ -260,6 +278,11 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache,
         break;
     }
   }
+  if (!place_.last_stage()) {  // x, whole, to the next stage
+    if (!encoder) be_.add(x, tmp_.first_rows(n));
+    be_.send(x, place_.stage + 1);
+    return;
+  }
   if (encoder) {  // post-norm layers leave x whole; no final norm, no logits (launch checks)
     if (n_hidden > 0) be_.gather_rows(x, step.logit_rows, xn_.as(n_out + n_hidden, hp.n_embd));
     return;
@@ -275,12 +298,19 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache,
   dump("output_norm", -1, xn);
   if (n_out == 0) return;
   const Mat lg = logits_.first_rows(n_out);
-  be_.matmul(weights_.output, xn.first_rows(n_out), lg);
+  if (vocab_split_) {  // this rank's columns, then every rank's
+    const Mat part = logits_part_.first_rows(n_out);
+    be_.matmul(weights_.output, xn.first_rows(n_out), part);
+    be_.all_gather_cols(part, lg);
+  } else {
+    be_.matmul(weights_.output, xn.first_rows(n_out), lg);
+  }
   if (hp.final_softcap > 0) be_.softcap(lg, hp.final_softcap);
 }
 
 void Forward::download_logits(int64_t n_out, float* logits, int32_t* ids) {
-  if (n_out <= 0) return;
+  // Ranks of a mesh other than the one that returns the logits pass no outputs.
+  if (n_out <= 0 || (logits == nullptr && ids == nullptr)) return;
   const Mat lg = logits_.first_rows(n_out);
   if (ids != nullptr) {
     int32_t* dev = reinterpret_cast<int32_t*>(ids_.data);
@@ -298,8 +328,7 @@ Status Forward::run(const StepInput& in, backend::KvCache& cache, float* logits,
   return st;
 }
 
-Status Forward::launch(const StepInput& in, backend::KvCache& cache, float* logits, float* hidden,
-                       int32_t* ids) {
+Status Forward::check(const StepInput& in) const {
   const HParams& hp = model_.hparams();
   const int64_t n = static_cast<int64_t>(in.tokens.size());
   if (n == 0) return {};
@@ -321,7 +350,6 @@ Status Forward::launch(const StepInput& in, backend::KvCache& cache, float* logi
   if (n_hidden > opts_.max_hidden_rows || n_out + n_hidden > out_rows_.rows)
     return err("forward: {} hidden rows exceed the step capacity {}", n_hidden,
                std::min<int64_t>(opts_.max_hidden_rows, out_rows_.rows - n_out));
-  if (n_hidden > 0 && hidden == nullptr) return err("forward: hidden rows without an output");
   if (model_.arch().features.encoder) {
     // Every token sees every other token of its sequence: the whole input is in this step.
     if (n_out > 0) return err("forward: an encoder ({}) has no logits", hp.arch);
@@ -338,7 +366,7 @@ Status Forward::launch(const StepInput& in, backend::KvCache& cache, float* logi
   }
   for (int32_t r : in.hidden_rows)
     if (r < 0 || r >= n) return err("forward: hidden row {} is outside the step (0..{})", r, n - 1);
-  if (hp.n_linear_layers() > 0) {
+  if (linear_layers_) {
     if (in.state == nullptr || in.state_slots.size() != static_cast<size_t>(in.attn.num_seqs))
       return err("forward: a {} step needs a recurrent state slot for each of its {} sequences",
                  hp.arch, in.attn.num_seqs);
@@ -347,6 +375,20 @@ Status Forward::launch(const StepInput& in, backend::KvCache& cache, float* logi
         return err("forward: state slot {} is outside the state (0..{})", slot,
                    in.state->num_slots() - 1);
   }
+  return {};
+}
+
+Status Forward::launch(const StepInput& in, backend::KvCache& cache, float* logits, float* hidden,
+                       int32_t* ids) {
+  KILN_TRY_STATUS(check(in));
+  const HParams& hp = model_.hparams();
+  const int64_t n = static_cast<int64_t>(in.tokens.size());
+  if (n == 0) return {};
+  const int64_t n_out = static_cast<int64_t>(in.logit_rows.size());
+  const int64_t n_hidden = static_cast<int64_t>(in.hidden_rows.size());
+  // The rank of a mesh that returns the outputs must have somewhere to put the hidden rows.
+  if (n_hidden > 0 && hidden == nullptr && place_.tp_rank == 0 && place_.last_stage())
+    return err("forward: hidden rows without an output");
   // Decode steps whose logit rows are 0..n_out-1 run from a graph.
   bool decode = !buckets_.empty() && !eager_ && !dump_ && n_hidden == 0 && in.attn.num_seqs == n &&
                 n <= buckets_.back();
@@ -366,8 +408,11 @@ Status Forward::launch(const StepInput& in, backend::KvCache& cache, float* logi
   hs.state_slots = in.state_slots;
   KILN_TRY(const backend::StepArgs step, be_.upload_step(hs));
   body(step, cache, in.state, n, n_out, n_hidden);
+  KILN_TRY_STATUS(be_.take_mesh_error());
+  if (!place_.last_stage()) return {};
   download_logits(n_out, logits, ids);
-  if (n_hidden > 0) {  // rows [n_out, n_out + n_hidden) of the final norm's output
+  if (n_hidden > 0 &&
+      hidden != nullptr) {  // rows [n_out, n_out + n_hidden) of the final norm's output
     const int64_t width = hp.n_embd;
     be_.download_async(hidden, xn_.data + n_out * width,
                        static_cast<uint64_t>(n_hidden * width) * sizeof(float));

@@ -62,6 +62,10 @@ class Forward {
   // sequences, blocks or rows for the step buffers, bad token ids or rows.
   Status run(const StepInput& in, backend::KvCache& cache, float* logits, float* hidden = nullptr,
              int32_t* ids = nullptr);
+  // The checks run and launch make of a step before any op: its sizes against the capacity,
+  // token ids, rows, recurrent state slots. (A mesh checks a step once, before its ranks run
+  // it: a rank that fails after this has failed, not the input.)
+  Status check(const StepInput& in) const;
   // run without the wait: the step and its copies to logits / hidden / ids (host memory from
   // Backend::alloc_host, for the copies to overlap) are queued; they are there after the
   // backend's sync(). The host may meanwhile prepare what sampling the step will need.
@@ -100,6 +104,7 @@ class Forward {
   void ffn_input(int layer, int64_t n);
   void dense_ffn_block(int layer, int64_t n);
   void moe_ffn_block(int layer, int64_t n);
+  void shared_expert(int layer, int64_t n);
   // Encoders (blocks/encoder.cpp): the embeddings, and post-norm blocks that leave x_ whole.
   void encoder_embeddings(const backend::StepArgs& step, int64_t n);
   void encoder_attention_block(int layer, const backend::StepArgs& step, backend::KvCache& cache,
@@ -115,10 +120,23 @@ class Forward {
   // The step's first n_out logit rows to the host: the logits, or with ids their argmax.
   void download_logits(int64_t n_out, float* logits, int32_t* ids);
   void dump(std::string_view name, int layer, backend::Mat m);
+  // A row-parallel matmul's output (a partial sum on each tensor-parallel rank) summed over
+  // the ranks; nothing on a mesh of one.
+  void reduce(backend::Mat y);
+  // Whether layer il first adds the previous layer's output to x (not on the first layer of
+  // the model or of a pipeline stage, whose x comes whole).
+  bool residual_pending(int il) const { return il > static_cast<int>(place_.first_layer); }
 
   const Model& model_;
   backend::Backend& be_;
   ForwardOptions opts_;
+  // The model's place on a device mesh (a mesh of one for a whole model): the index of its
+  // stage's first layer in this rank's KV cache and recurrent state, and whether the output
+  // projection is split by vocabulary over the tensor-parallel ranks (the logits gathered).
+  MeshPlace place_;
+  uint32_t kv_base_ = 0, linear_base_ = 0;
+  bool linear_layers_ = false;  // the stage has Gated DeltaNet layers (needs a state)
+  bool vocab_split_ = false;
   ActivationDump dump_;
   std::vector<float> dump_host_;
 
@@ -133,6 +151,7 @@ class Forward {
   std::unique_ptr<backend::Buffer> arena_;
   backend::Mat x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, tmp2_, out_rows_, logits_, row_scale_;
   backend::Mat ids_;  // [max_logit_rows] int32 (the size of a float): the logit rows' argmax
+  backend::Mat logits_part_;  // vocab_split_: this rank's columns of the logits
   // The shared expert's output and gate logit (qwen35moe, qwen3next).
   backend::Mat shexp_out_, shexp_gate_;
   // qwen35 attention: the projection of [q_h | gate_h] per head, and the gates.

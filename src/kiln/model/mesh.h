@@ -17,6 +17,21 @@ struct MeshShape {
   int tp = 1;       // tensor-parallel ranks
   int pp = 1;       // pipeline stages
   bool ep = false;  // MoE experts distributed over the tp ranks (else each expert split)
+
+  int ranks() const { return tp * pp; }
+};
+
+// Where one rank of a mesh sits: its tensor-parallel rank within its pipeline stage, and the
+// stage's layers. Rank number stage * tp + tp_rank.
+struct MeshPlace {
+  MeshShape mesh;
+  int tp_rank = 0;
+  int stage = 0;
+  uint32_t first_layer = 0;  // the stage's main layers [first_layer, last_layer)
+  uint32_t last_layer = 0;
+
+  bool first_stage() const { return stage == 0; }
+  bool last_stage() const { return stage == mesh.pp - 1; }
 };
 
 // Whether the mesh divides the model: query heads by tp; KV heads by tp, or tp by the KV

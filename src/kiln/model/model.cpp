@@ -29,6 +29,24 @@ backend::StateSpec state_spec(const HParams& hp) {
   return s;
 }
 
+backend::KvSpec kv_spec(const Model& m, quant::Type type) {
+  backend::KvSpec s = kv_spec(m.hparams(), type);
+  int32_t kv = 0;
+  for (uint32_t il = m.place().first_layer; il < m.place().last_layer; ++il)
+    kv += m.hparams().linear_layer(il) ? 0 : 1;
+  s.n_layer = kv;
+  return s;
+}
+
+backend::StateSpec state_spec(const Model& m) {
+  backend::StateSpec s = state_spec(m.hparams());
+  int32_t linear = 0;
+  for (uint32_t il = m.place().first_layer; il < m.place().last_layer; ++il)
+    linear += m.hparams().linear_layer(il) ? 1 : 0;
+  s.n_layer = linear;
+  return s;
+}
+
 Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
   KILN_TRY(std::unique_ptr<gguf::File> file, gguf::File::open(path));
   return from_file(std::move(file));
@@ -82,12 +100,13 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<gguf::File> fi
       KILN_TRY_STATUS(m->bind(spec, *t));
   }
   if (m->weights_.output.empty()) m->weights_.output = m->weights_.tok_embd;  // tied
+  m->place_.last_layer = m->hp_.n_main_layers();
   return m;
 }
 
 uint64_t Model::weight_bytes_per_token() const {
   uint64_t total = 0;
-  for (const gguf::TensorInfo& t : file_->tensors()) {
+  for (const gguf::TensorInfo& t : file().tensors()) {
     if (t.name == "token_embd.weight" && !hp_.tied_embeddings) continue;
     // A token reads only the experts it is routed to.
     if (t.name.find("_exps.") != std::string::npos && hp_.n_expert > 0) {

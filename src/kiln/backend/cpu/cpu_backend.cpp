@@ -148,11 +148,12 @@ void CpuBackend::copy(void* dst, const void* src, uint64_t bytes) {
 
 Expected<Weight> CpuBackend::prepare_weight(const Weight& file_weight, WeightUse use) {
   if (use == WeightUse::kRows || file_weight.empty()) return file_weight;
-  auto it = weights_.find(file_weight.data);
+  const auto key = std::make_pair(file_weight.data, file_weight.n_out * file_weight.n_mats);
+  auto it = weights_.find(key);
   if (it != weights_.end()) return it->second;
   Weight w = file_weight;
   if (packing_enabled()) packed_.pack(&w);
-  weights_.emplace(file_weight.data, w);
+  weights_.emplace(key, w);
   return w;
 }
 
@@ -355,6 +356,36 @@ void CpuBackend::deinterleave(Mat src, int64_t width, Mat a, Mat b) {
   cpu::deinterleave(src.data, src.rows, src.cols / (2 * width), width, a.data, b.data);
 }
 
+void CpuBackend::all_reduce_sum(Mat x) {
+  if (tp_ == nullptr) return;
+  mesh_failed(tp_->all_reduce_sum(x.data, x.size()));
+}
+
+void CpuBackend::all_gather_cols(Mat x, Mat out) {
+  const int n = tp_size();
+  KILN_ASSERT(out.rows == x.rows && out.cols == n * x.cols);
+  if (tp_ == nullptr)
+    return copy(out.data, x.data, static_cast<uint64_t>(x.size()) * sizeof(float));
+  gather_.resize(static_cast<size_t>(n * x.size()));
+  const Status st = tp_->all_gather(x.data, x.size(), gather_.data());
+  mesh_failed(st);
+  if (!st.ok()) return;
+  for (int r = 0; r < n; ++r)
+    for (int64_t i = 0; i < x.rows; ++i)
+      std::copy_n(gather_.data() + r * x.size() + i * x.cols, x.cols,
+                  out.data + i * out.cols + r * x.cols);
+}
+
+void CpuBackend::send(Mat x, int stage) {
+  if (pp_ == nullptr) return mesh_failed(err("cpu: send without a pipeline"));
+  mesh_failed(pp_->send(x.data, static_cast<uint64_t>(x.size()) * sizeof(float), stage));
+}
+
+void CpuBackend::recv(Mat x, int stage) {
+  if (pp_ == nullptr) return mesh_failed(err("cpu: recv without a pipeline"));
+  mesh_failed(pp_->recv(x.data, static_cast<uint64_t>(x.size()) * sizeof(float), stage));
+}
+
 void CpuBackend::moe(const MoeWeights& w, Mat xn, Mat out, const MoeScratch& s) {
   timed([&] { return moe_label(w); }, moe_bytes(w, xn.rows), [&] { moe_rows(w, xn, out, s); });
 }
@@ -387,10 +418,13 @@ void CpuBackend::moe_rows(const MoeWeights& w, Mat xn, Mat out, const MoeScratch
     }
   }
   int32_t* rows = s.x_rows;  // (token, slot) pairs routed to the expert, as t * k + j
-  for (int64_t e = 0; e < n_exp; ++e) {
+  // The experts held here (an expert-parallel rank holds some): the other pairs add nothing.
+  const int64_t held = w.gate_exps->n_mats;
+  if (held < n_exp) std::fill(s.slots.data, s.slots.data + n * k * d, 0.0f);
+  for (int64_t e = 0; e < held; ++e) {
     int64_t m = 0;
     for (int64_t i = 0; i < n * k; ++i)
-      if (s.chosen[i] == e) rows[m++] = static_cast<int32_t>(i);
+      if (s.chosen[i] == w.first_expert + e) rows[m++] = static_cast<int32_t>(i);
     if (m == 0) continue;
     for (int64_t i = 0; i < m; ++i) std::copy_n(xn.data + (rows[i] / k) * d, d, s.in.data + i * d);
     cpu::matmul(expert(*w.gate_exps, e), s.in.data, s.gate.data, m, pool_);

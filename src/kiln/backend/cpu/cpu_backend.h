@@ -82,6 +82,12 @@ class CpuBackend final : public Backend {
                         const DeltaParams& p) override;
   void sigmoid_mul(Mat x, Mat gate, Mat out) override;
   void deinterleave(Mat src, int64_t width, Mat a, Mat b) override;
+  // Mesh ops over the host collective (cpu_collective.h: threads as ranks).
+  bool supports_mesh() const override { return true; }
+  void all_reduce_sum(Mat x) override;
+  void all_gather_cols(Mat x, Mat out) override;
+  void send(Mat x, int stage) override;
+  void recv(Mat x, int stage) override;
 
   util::ThreadPool* pool() const { return pool_; }
   // The view of one layer of a cache this backend made (tests compare kernels with it).
@@ -106,7 +112,10 @@ class CpuBackend final : public Backend {
   std::unique_ptr<util::ThreadPool> own_pool_;
   util::ThreadPool* pool_ = nullptr;
   PackedStore packed_;
-  std::map<const uint8_t*, Weight> weights_;  // prepared, by the file's data pointer
+  // Prepared, by the file's data pointer and the rows (a mesh rank's part of a tied output
+  // starts where the embedding table does).
+  std::map<std::pair<const uint8_t*, int64_t>, Weight> weights_;
+  std::vector<float> gather_;  // all_gather_cols: the ranks' parts, rank by rank
   uint64_t vector_bytes_ = 0;
   std::vector<int32_t> moe_order_;  // [n_expert] scratch of the routing sort
   std::vector<float> moe_probs_;    // [n_expert]

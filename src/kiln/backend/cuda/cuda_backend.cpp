@@ -218,7 +218,8 @@ class CudaBackend final : public Backend {
 
   Expected<Weight> prepare_weight(const Weight& fw, WeightUse) override {
     if (fw.empty()) return fw;
-    auto it = weights_.find(fw.data);
+    const auto key = std::make_pair(fw.data, fw.n_out * fw.n_mats);
+    auto it = weights_.find(key);
     if (it != weights_.end()) return it->second;
     if (!supports_type(fw.type))
       return err("cuda: no kernels for weight type {}", quant::type_name(fw.type));
@@ -229,7 +230,7 @@ class CudaBackend final : public Backend {
     Weight w = fw;
     w.data = static_cast<const uint8_t*>(p);
     w.prepared = nullptr;
-    weights_.emplace(fw.data, w);
+    weights_.emplace(key, w);
     prepared_bytes_ += bytes;
     max_n_in_ = std::max(max_n_in_, w.n_in);
     max_n_out_ = std::max(max_n_out_, w.n_out);
@@ -769,7 +770,9 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaDeviceProp props_{};
-  std::map<const uint8_t*, Weight> weights_;
+  // Uploaded, by the file's data pointer and the rows (a mesh rank's part of a tied output
+  // starts where the embedding table does).
+  std::map<std::pair<const uint8_t*, int64_t>, Weight> weights_;
   std::vector<void*> owned_;
   std::vector<cudaGraphExec_t> graphs_;
   uint64_t prepared_bytes_ = 0;

@@ -21,7 +21,7 @@ void Forward::attention_block(int il, const LayerDesc& desc, const backend::Step
   const int64_t v_width = int64_t{hp.n_head_kv} * hp.head_dim_v;
   const Mat x = x_.first_rows(n), xn = xn_.as(n, hp.n_embd);
   const Mat q = q_.first_rows(n), k = k_.first_rows(n), v = v_.first_rows(n);
-  if (il > 0) {  // the previous layer's FFN output is still to be added: x += tmp, then norm
+  if (residual_pending(il)) {  // the previous layer's FFN output: x += tmp, then norm
     be_.add_rmsnorm(x, tmp_.first_rows(n), l.attn_norm, xn, hp.rms_eps);
     dump("layer_out", il - 1, x);
   } else {
@@ -51,7 +51,7 @@ void Forward::attention_block(int il, const LayerDesc& desc, const backend::Step
     be_.add_bias(v, l.bv);
   }
   const bool swa = desc.sliding;
-  const int32_t kv_layer = static_cast<int32_t>(hp.kv_layer(static_cast<uint32_t>(il)));
+  const int32_t kv_layer = static_cast<int32_t>(hp.kv_layer(static_cast<uint32_t>(il)) - kv_base_);
   const int table = swa && rope_swa_differs_ ? 1 : 0;
   const Mat cos = rope_cos_[table].first_rows(n), sin = rope_sin_[table].first_rows(n);
   backend::Backend::HeadNorms norms;  // per head, before rope
@@ -74,6 +74,7 @@ void Forward::attention_block(int il, const LayerDesc& desc, const backend::Step
   if (f.attn_output_gate) be_.sigmoid_mul(attn, attn_gate_.first_rows(n), attn);
   dump("attn_out", il, attn);
   be_.matmul(l.wo, attn, tmp);
+  reduce(tmp);
   if (f.sandwich_norm) be_.rmsnorm(tmp, l.attn_post_norm, tmp, hp.rms_eps);
   // x += tmp is left to ffn_block, which fuses it with its norm.
 }

@@ -15,7 +15,7 @@ void Forward::delta_net_block(int il, const backend::StepArgs& step, backend::St
   const HParams& hp = model_.hparams();
   const LayerWeights& l = layers_[il];
   const Mat x = x_.first_rows(n), xn = xn_.as(n, hp.n_embd);
-  if (il > 0) {
+  if (residual_pending(il)) {
     be_.add_rmsnorm(x, tmp_.first_rows(n), l.attn_norm, xn, hp.rms_eps);
     dump("layer_out", il - 1, x);
   } else {
@@ -37,7 +37,8 @@ void Forward::delta_net_block(int il, const backend::StepArgs& step, backend::St
     const Mat ys[] = {mixed, z, beta, alpha};
     be_.matmuls(ws, xn, ys);
   }
-  const int32_t li = static_cast<int32_t>(hp.linear_index(static_cast<uint32_t>(il)));
+  const int32_t li =
+      static_cast<int32_t>(hp.linear_index(static_cast<uint32_t>(il)) - linear_base_);
   be_.conv1d_silu(state, li, step, mixed, l.ssm_conv1d, conv);
   dump("conv_out", il, conv);
   backend::DeltaParams p;
@@ -53,6 +54,7 @@ void Forward::delta_net_block(int il, const backend::StepArgs& step, backend::St
   be_.rmsnorm(heads, l.ssm_norm, heads, hp.rms_eps);
   be_.swiglu(z, core, core);  // * silu(z)
   be_.matmul(l.ssm_out, core, tmp_.first_rows(n));
+  reduce(tmp_.first_rows(n));
   // x += tmp is left to ffn_block, which fuses it with its norm.
 }
 

@@ -22,14 +22,9 @@ void Forward::encoder_embeddings(const backend::StepArgs& step, int64_t n) {
   const HParams& hp = model_.hparams();
   const Mat x = x_.first_rows(n), tmp = tmp_.first_rows(n);
   be_.embed(weights_.tok_embd, step.tokens, x);
-  if (!weights_.position_embd.empty()) {
-    // Absolute positions (0 at the sequence's first token).
+  if (!weights_.position_embd.empty()) {  // absolute positions (0 at the sequence's first token)
     be_.embed(weights_.position_embd, step.attn.positions, tmp);
     be_.add(x, tmp);
-  } else {
-    // Rotary positions: the step's cos/sin tables, once for every layer.
-    be_.rope_angles(rope_table_[0], step.attn.positions, rope_cos_[0].first_rows(n),
-                    rope_sin_[0].first_rows(n));
   }
   if (token_type0_ != nullptr) be_.add_bias(x, token_type0_);  // token type 0 for every token
   be_.layernorm(x, weights_.tok_embd_norm, weights_.tok_embd_norm_b, x, hp.norm_eps);
@@ -54,15 +49,16 @@ void Forward::encoder_attention_block(int il, const backend::StepArgs& step,
     be_.matmuls(ws, x, ys);
   }
   if (l.bq != nullptr) be_.add_bias(q, l.bq);
+  const int32_t kv_layer = il - static_cast<int32_t>(kv_base_);
   if (l.bk != nullptr) be_.add_bias(k, l.bk);
   if (l.bv != nullptr) be_.add_bias(v, l.bv);
   if (weights_.position_embd.empty()) {  // rotary positions
     be_.rope_kv_write(q, static_cast<int32_t>(hp.n_head), k, static_cast<int32_t>(hp.n_head_kv),
                       static_cast<int32_t>(hp.head_dim_k), model_.arch().features.rope_neox,
-                      rope_cos_[0].first_rows(n), rope_sin_[0].first_rows(n), cache, il, step, v,
-                      {});
+                      rope_cos_[0].first_rows(n), rope_sin_[0].first_rows(n), cache, kv_layer, step,
+                      v, {});
   } else {
-    be_.kv_write(cache, il, step, k, v);
+    be_.kv_write(cache, kv_layer, step, k, v);
   }
   dump("q", il, q);
   dump("k", il, k);
@@ -71,9 +67,10 @@ void Forward::encoder_attention_block(int il, const backend::StepArgs& step,
   ap.n_heads = static_cast<int32_t>(hp.n_head);
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim_k));
   ap.causal = false;
-  be_.attention(cache, il, step, q, attn, ap);
+  be_.attention(cache, kv_layer, step, q, attn, ap);
   dump("attn_out", il, attn);
   be_.matmul(l.wo, attn, tmp);
+  reduce(tmp);
   if (l.bo != nullptr) be_.add_bias(tmp, l.bo);
   be_.add_layernorm(x, tmp, l.attn_post_norm, l.attn_post_norm_b, x, hp.norm_eps);
   dump("attn_residual", il, x);
@@ -94,6 +91,7 @@ void Forward::encoder_ffn_block(int il, int64_t n) {
     be_.gelu(up, up);
   }
   be_.matmul(l.w_down, h, tmp);
+  reduce(tmp);
   if (l.b_down != nullptr) be_.add_bias(tmp, l.b_down);
   be_.add_layernorm(x, tmp, l.ffn_post_norm, l.ffn_post_norm_b, x, hp.norm_eps);
   dump("layer_out", il, x);

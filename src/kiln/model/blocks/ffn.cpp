@@ -41,6 +41,7 @@ void Forward::dense_ffn_block(int il, int64_t n) {
     be_.swiglu(gate, up, gate);
   }
   be_.matmul(l.w_down, gate, tmp);
+  reduce(tmp);
   if (f.sandwich_norm) be_.rmsnorm(tmp, l.ffn_post_norm, tmp, hp.rms_eps);
   // x += tmp is left to the next layer's mixer (fused with its norm), or to body()
   // after the last layer.
@@ -59,12 +60,21 @@ void Forward::moe_ffn_block(int il, int64_t n) {
   mw.n_expert = static_cast<int32_t>(hp.n_expert);
   mw.n_expert_used = static_cast<int32_t>(hp.n_expert_used);
   mw.n_ff = hp.n_ff_expert;
+  // An expert-parallel rank holds its share of whole experts.
+  if (place_.mesh.ep) mw.first_expert = place_.tp_rank * static_cast<int32_t>(l.w_gate_exps.n_mats);
   be_.moe(mw, xn, tmp, moe_);
   dump("ffn_moe_logits", il, moe_.router.as(n, hp.n_expert));
   dump("ffn_moe_out", il, tmp);
-  if (!model_.arch().features.shared_expert) return;
-  // The shared expert (qwen35moe, qwen3next): a SwiGLU FFN on every token, added scaled by
-  // sigmoid(ffn_gate_inp_shexp . xn).
+  if (model_.arch().features.shared_expert) shared_expert(il, n);
+  reduce(tmp);  // the experts' (and shared expert's) partial sums of this rank
+}
+
+// The shared expert (qwen35moe, qwen3next): a SwiGLU FFN on every token, added to tmp scaled
+// by sigmoid(ffn_gate_inp_shexp . xn).
+void Forward::shared_expert(int il, int64_t n) {
+  const HParams& hp = model_.hparams();
+  const LayerWeights& l = layers_[il];
+  const Mat xn = xn_.as(n, hp.n_embd), tmp = tmp_.first_rows(n);
   const int64_t fs = hp.n_ff_shared;
   const Mat g = gate_.as(n, fs), u = up_.as(n, fs);
   const Mat sh = shexp_out_.first_rows(n), sg = shexp_gate_.first_rows(n);

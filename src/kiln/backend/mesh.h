@@ -1,0 +1,42 @@
+// The ranks of a device mesh (the multi-GPU issue): one backend per rank, rank number
+// stage * tp + tp_rank, each joined to the tensor-parallel ranks of its pipeline stage and to
+// the stages of its pipeline by communicators (Backend::set_mesh). On the CPU each rank is a
+// backend with its own thread pool and the communicators carry values between the ranks'
+// threads (cpu/cpu_collective.h); GPUs need NCCL communicators, not built yet (create refuses).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/backend/backend.h"
+
+namespace kiln::backend {
+
+class Mesh {
+ public:
+  // tp x pp ranks: rank 0 is `first` (the caller's backend, which outlives the mesh), the
+  // others new backends of the same device kind, opts.threads threads each (0: the machine's
+  // cores shared out). Every collective wait gives up after `timeout`.
+  static Expected<std::unique_ptr<Mesh>> create(
+      Backend& first, int tp, int pp, const BackendOptions& opts,
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
+  ~Mesh();
+
+  int size() const { return static_cast<int>(ranks_.size()); }
+  Backend& rank(int r) const { return *ranks_[static_cast<size_t>(r)]; }
+  // Gives up: every pending and later collective call of every rank fails with `why` (a rank
+  // that failed must not leave the others waiting).
+  void abort(const std::string& why);
+
+ private:
+  Mesh() = default;
+  std::vector<std::unique_ptr<Backend>> owned_;  // ranks 1 ..
+  std::vector<Backend*> ranks_;
+  // The communicators (type-erased: the CPU's), and each rank's ends of them.
+  std::vector<std::shared_ptr<void>> comms_;
+  std::vector<std::unique_ptr<Collective>> ends_;
+};
+
+}  // namespace kiln::backend
