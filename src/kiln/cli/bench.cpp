@@ -109,6 +109,7 @@ RunFn add_bench(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   add_threads_flag(cmd, o->threads);
   cmd->add_option("--device", o->device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+  add_mesh_flags(cmd, o->plan.mesh);
   cmd->add_option("-b,--batch", o->plan.batch, "prefill chunk size")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));

@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "kiln/model/mesh.h"
+
 namespace kiln::cli {
 
 // Ranges shared by several subcommands.
@@ -53,6 +55,17 @@ CLI::Option* add_ranged(CLI::App* cmd, const std::string& names, T& value, int64
 inline CLI::Option* add_threads_flag(CLI::App* cmd, int& threads) {
   return cmd->add_option("-t,--threads", threads, "threads (default: physical cores)")
       ->check(int_range(1, kMaxThreads));
+}
+
+// --tp, --pp, --ep: a device mesh (the model is checked against it at load).
+inline constexpr int64_t kMaxMeshRanks = 64;
+inline void add_mesh_flags(CLI::App* cmd, model::MeshShape& mesh) {
+  add_ranged(cmd, "--tp", mesh.tp, 1, kMaxMeshRanks,
+             "tensor-parallel ranks: heads, FFN widths and the vocabulary split over them");
+  add_ranged(cmd, "--pp", mesh.pp, 1, kMaxMeshRanks,
+             "pipeline stages: each a run of whole layers, of --tp ranks each");
+  cmd->add_flag("--ep", mesh.ep,
+                "MoE: whole experts spread over the --tp ranks (else each expert split)");
 }
 
 }  // namespace kiln::cli

@@ -65,6 +65,7 @@ struct RunOptions {
   int32_t n_ctx = 4096;
   int threads = 0;
   std::string device = "auto";
+  model::MeshShape mesh;
   std::string kv_type = "f16";
   int64_t seed = -1;
   bool chat = false;
@@ -105,7 +106,7 @@ Expected<Runtime> load(const RunOptions& o, double* load_seconds) {
   KILN_TRY(rt.backend, backend::create_backend({o.device, o.threads}));
   KILN_TRY(const quant::Type kv_type, kv::parse_kv_type(o.kv_type));
   KILN_TRY(rt.seq, engine::SequenceRunner::create(*rt.model, *rt.backend, o.n_ctx, 512, kv_type,
-                                                  /*all_logits=*/!o.dump_dir.empty()));
+                                                  /*all_logits=*/!o.dump_dir.empty(), o.mesh));
   log::info("{}", rt.backend->description());
   log::info("{}", rt.seq->plan().to_string());
   rt.eog = engine::end_of_generation_ids(rt.tokenizer);
@@ -451,6 +452,7 @@ RunFn add_run(CLI::App& app) {
   add_threads_flag(cmd, o->threads);
   cmd->add_option("--device", o->device, "cpu, cuda, cuda:N or auto (cuda when a GPU is found)")
       ->capture_default_str();
+  add_mesh_flags(cmd, o->mesh);
   cmd->add_option("--kv-type", o->kv_type,
                   "KV cache type: f16, f32 or q8_0 (q8_0 needs head dims that are multiples of 32)")
       ->capture_default_str();

@@ -96,6 +96,9 @@ struct FinishEvent {
   std::string text;  // text released at the end (held-back text flushed); may be empty
   Usage usage;
   std::string error;  // for kError; for kLength, why a constrained output stopped early
+  // kError because the model's device failed (a rank of its mesh): the engine serves no more
+  // (/health says so) and the server answers 503, not 500.
+  bool unavailable = false;
   // kStop by a stop string: its index in GenerationRequest::stop; -1 otherwise (an
   // end-of-generation token).
   int32_t stop_index = -1;

@@ -22,6 +22,7 @@ Expected<std::unique_ptr<BatchRunner>> BatchRunner::create(const model::Model& m
   o.max_logit_rows = opts.num_seqs;  // a step ends each sequence's segment at most once
   o.kv_type = opts.kv_type;
   o.graphs = opts.graphs;
+  o.mesh = opts.mesh;
   // Hybrid models: a snapshot slot per sequence for save_context.
   if (hp.n_linear_layers() > 0) o.state_snapshots = opts.num_seqs;
   const backend::KvSpec spec = model::kv_spec(hp, opts.kv_type);

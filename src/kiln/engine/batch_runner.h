@@ -24,6 +24,7 @@ struct BatchRunnerOptions {
                                   // rows fit however small it is)
   quant::Type kv_type = quant::Type::F16;
   bool graphs = ExecutorOptions::graphs_default();
+  model::MeshShape mesh;  // --tp / --pp / --ep
 };
 
 class BatchRunner {

@@ -236,6 +236,7 @@ Expected<BenchResult> run_bench(const model::Model& model, backend::Backend& be,
   ro.max_step_tokens = plan.batch;
   ro.kv_type = plan.kv_type;
   ro.graphs = plan.graphs;
+  ro.mesh = plan.mesh;
   KILN_TRY(std::unique_ptr<BatchRunner> runner, BatchRunner::create(model, be, ro));
   // Each sequence's context, untimed, in steps of `batch` rows; every repetition starts again
   // from it.

@@ -44,6 +44,7 @@ struct BenchPlan {
   int32_t roofline_steps = 16;              // profiled decode steps, after two unprofiled ones
   uint64_t copy_bytes = uint64_t{1} << 30;  // the copy that measures the copy bandwidth
   bool graphs = ExecutorOptions::graphs_default();
+  model::MeshShape mesh;  // --tp / --pp / --ep
 };
 
 // One row of the roofline: figures per decode step.

@@ -287,9 +287,27 @@ struct Engine::Impl {
 
   void fail_step(const StepPlan& plan, const std::string& why) {
     log::error("step failed: {}", why);
+    const bool gone = exec->failed();
+    if (gone) engine.device_failed(why);  // before any request hears of it
     for (const ScheduledSeq& s : plan.seqs) {
       sched.cancel(s.id);
-      finish(s.id, FinishEvent{FinishReason::kError, "", {}, why});
+      FinishEvent ev{FinishReason::kError, "", {}, why};
+      ev.unavailable = gone;
+      finish(s.id, std::move(ev));
+    }
+    if (gone) fail_all(why);
+  }
+
+  // The device is gone (a rank of the mesh failed; the engine's state is kFailed, /health
+  // answers 503): every request still here fails as unavailable.
+  void fail_all(const std::string& why) {
+    std::vector<SeqId> ids;
+    for (const auto& [id, a] : active) ids.push_back(id);
+    for (SeqId id : ids) {
+      sched.cancel(id);
+      FinishEvent ev{FinishReason::kError, "", {}, why};
+      ev.unavailable = true;
+      finish(id, std::move(ev));
     }
   }
 
@@ -332,7 +350,7 @@ struct Engine::Impl {
     std::vector<SeqOutput> outputs;
     size_t num_sampled = 0;  // outputs of generation sequences (embed ones follow)
     try {
-      if (engine.opts_.before_step) engine.opts_.before_step(num_steps);
+      if (engine.opts_.before_step) engine.opts_.before_step(num_steps, *exec);
       const bool argmax = all_plain_greedy(plan);
       if (argmax) ++num_argmax_steps;
       // Snapshots (StepPlan): restores before the forward, saves after it, on the stream.
@@ -393,6 +411,13 @@ void Engine::stop() {
   stop_ = true;
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+void Engine::device_failed(const std::string& why) {
+  log::error("engine: the device failed, serving no more: {}", why);
+  std::lock_guard<std::mutex> lock(mu_);
+  load_error_ = "the model's device failed: " + why;
+  state_ = EngineState::kFailed;
 }
 
 Status Engine::wait_ready() {
@@ -532,6 +557,7 @@ void Engine::thread_main() {
     eo.kv_type = opts_.kv_type;
     eo.kv_memory_bytes = opts_.kv_memory_bytes;
     eo.gpu_memory_fraction = opts_.gpu_memory_fraction;
+    eo.mesh = opts_.mesh;
     if (opts_.enable_prefix_cache)  // snapshots only serve prefix reuse
       eo.state_snapshots = opts_.state_snapshots >= 0 ? opts_.state_snapshots : 2 * opts_.max_seqs;
     KILN_TRY(std::unique_ptr<Executor> exec, Executor::create(*model_, *be, eo));
@@ -578,6 +604,17 @@ void Engine::thread_main() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       pending.swap(inbox_);
+    }
+    if (state_.load() == EngineState::kFailed) {  // the device failed: nothing more runs
+      for (Pending& p : pending) {
+        num_queued_--;
+        FinishEvent ev{FinishReason::kError, "", {}, load_error_};
+        ev.unavailable = true;
+        p.channel->push(std::move(ev));
+      }
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_ || !inbox_.empty(); });
+      continue;
     }
     e.admit(pending);
     e.apply_cancels();

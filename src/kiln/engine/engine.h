@@ -20,6 +20,8 @@
 
 namespace kiln::engine {
 
+class Executor;
+
 struct EngineOptions {
   std::string model_path;
   std::string device = "auto";             // cpu, cuda, cuda:N, auto (backend::create_backend)
@@ -44,9 +46,11 @@ struct EngineOptions {
   // Embeddings: the pooling of embed requests, overriding the model's `<arch>.pooling_type`
   // (llama-server's --pooling); unset: the model's. kNone: no embeddings.
   std::optional<model::Pooling> pooling;
-  // Tests: called before each step's forward with the step's number; an exception thrown
-  // from it is a failed step (its requests fail, the engine goes on).
-  std::function<void(int64_t)> before_step;
+  // A device mesh (--tp, --pp, --ep): the model over tp x pp ranks (ExecutorOptions::mesh).
+  model::MeshShape mesh;
+  // Tests: called before each step's forward with the step's number and the executor; an
+  // exception thrown from it is a failed step (its requests fail, the engine goes on).
+  std::function<void(int64_t, Executor&)> before_step;
 };
 
 // The options' bounds (threads in [0, 4096], n_ctx >= 0, max_batch_tokens, max_seqs,
@@ -89,6 +93,8 @@ class Engine final : public EngineApi {
   // A checked request into the inbox, or kQueueFull past max_waiting.
   std::variant<std::shared_ptr<RequestChannel>, SubmitRefusal> enqueue(GenerationRequest req);
   void thread_main();
+  // A rank of the device mesh failed: state kFailed with `why` (the engine thread).
+  void device_failed(const std::string& why);
 
   EngineOptions opts_;
   std::atomic<EngineState> state_{EngineState::kLoading};

@@ -109,6 +109,11 @@ class Executor {
   // Whether a rank of the mesh failed (an error in a step after its checks, a peer that timed
   // out): the mesh is gone, every step fails. Never for one device.
   bool failed() const { return failed_; }
+  // Gives the mesh up (a watchdog; tests): every rank's pending and later collective calls
+  // fail, so the next step fails and failed() holds. Nothing on one device.
+  void abort(const std::string& why) {
+    if (mesh_ != nullptr) mesh_->abort(why);
+  }
   backend::Backend& backend() { return be_; }
   const MemoryPlan& plan() const { return plan_; }
   const ExecutorOptions& options() const { return opts_; }

@@ -9,7 +9,7 @@ namespace kiln::engine {
 
 Expected<std::unique_ptr<SequenceRunner>> SequenceRunner::create(
     const model::Model& model, backend::Backend& be, int32_t n_ctx, int32_t max_step_tokens,
-    quant::Type kv_type, bool all_logits) {
+    quant::Type kv_type, bool all_logits, const model::MeshShape& mesh) {
   const model::HParams& hp = model.hparams();
   if (n_ctx <= 0) n_ctx = static_cast<int32_t>(std::min<uint32_t>(hp.n_ctx_train, 1u << 20));
   if (max_step_tokens <= 0) return err("max_step_tokens must be > 0");
@@ -26,6 +26,7 @@ Expected<std::unique_ptr<SequenceRunner>> SequenceRunner::create(
     return err("kv: the {} KV cache cannot hold this model's heads (head dims {}/{})",
                quant::type_name(kv_type), spec.head_dim_k, spec.head_dim_v);
   o.min_kv_blocks = n_blocks;
+  o.mesh = mesh;
   KILN_TRY(std::unique_ptr<Executor> exec, Executor::create(model, be, o));
   return std::unique_ptr<SequenceRunner>(new SequenceRunner(model, n_ctx, std::move(exec)));
 }

@@ -25,7 +25,8 @@ class SequenceRunner {
                                                           backend::Backend& be, int32_t n_ctx,
                                                           int32_t max_step_tokens = 512,
                                                           quant::Type kv_type = quant::Type::F16,
-                                                          bool all_logits = false);
+                                                          bool all_logits = false,
+                                                          const model::MeshShape& mesh = {});
 
   // Runs `tokens` after those already held; returns the logits [n_vocab] after the last one.
   // Errors: the context would overflow, a token id out of range.

@@ -377,6 +377,7 @@ const char* finish_reason_name(engine::FinishReason reason) {
 ApiError generation_error(const engine::FinishEvent& finish) {
   if (finish.reason == engine::FinishReason::kCancelled)
     return unavailable("The request was cancelled by the server (timeout or shutdown)");
+  if (finish.unavailable) return unavailable("The model's device failed: " + finish.error);
   return internal_error("Generation failed: " +
                         (finish.error.empty() ? std::string("unknown error") : finish.error));
 }

@@ -1,6 +1,7 @@
 // The engine loop on the real stories260K model: many concurrent requests give the same
 // greedy tokens as each alone, cancellation frees blocks, refusals come before any work.
 #include "kiln/engine/engine.h"
+#include "kiln/engine/executor.h"
 
 #include <gtest/gtest.h>
 
@@ -103,7 +104,7 @@ TEST(EngineFailure, AFailedStepFailsItsRequestsAndTheEngineGoesOn) {
   o.threads = 2;
   o.n_ctx = 128;
   std::atomic<int> injected{0};
-  o.before_step = [&](int64_t step) {
+  o.before_step = [&](int64_t step, Executor&) {
     if (step == 2) {
       injected++;
       throw std::bad_alloc();
@@ -123,6 +124,47 @@ TEST(EngineFailure, AFailedStepFailsItsRequestsAndTheEngineGoesOn) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(e.stats().num_kv_blocks_used, 0);
   EXPECT_EQ(e.state(), EngineState::kReady);
+}
+
+// A device mesh (--tp 2 on the CPU's collective backend) serves like one device; when a rank
+// fails (here the mesh given up before the 4th step, as a rank that died would leave it), the
+// requests in flight fail as unavailable (the server's 503), so do later ones, the engine's
+// state is kFailed (/health answers 503), and nothing hangs.
+TEST(EngineFailure, AFailedMeshRankFailsEveryRequestAsUnavailable) {
+  EngineOptions o;
+  o.model_path = kModels + "stories260K.gguf";
+  o.device = "cpu";
+  o.threads = 1;
+  o.n_ctx = 128;
+  o.mesh.tp = 2;
+  Engine whole_engine([&] {
+    EngineOptions w = o;
+    w.mesh = {};
+    return w;
+  }());
+  whole_engine.start();
+  ASSERT_TRUE(whole_engine.wait_ready().ok());
+  const Result whole = drain(submit_ok(whole_engine, greedy({1, 403, 407}, 16)));
+  std::atomic<bool> fail{false};
+  o.before_step = [&](int64_t, Executor& ex) {
+    if (fail.load()) ex.abort("rank 1 is gone (injected)");
+  };
+  Engine e(o);
+  e.start();
+  ASSERT_TRUE(e.wait_ready().ok());
+  const Result meshed = drain(submit_ok(e, greedy({1, 403, 407}, 16)));
+  EXPECT_EQ(meshed.finish.reason, FinishReason::kLength);
+  EXPECT_EQ(meshed.tokens, whole.tokens);  // stories260K is F32: the same greedy tokens
+  fail = true;
+  const Result failed = drain(submit_ok(e, greedy({1, 403, 407}, 16)));
+  EXPECT_EQ(failed.finish.reason, FinishReason::kError);
+  EXPECT_TRUE(failed.finish.unavailable);
+  EXPECT_NE(failed.finish.error.find("rank 1 is gone (injected)"), std::string::npos)
+      << failed.finish.error;
+  EXPECT_EQ(e.state(), EngineState::kFailed);
+  auto later = e.submit(greedy({1, 403}, 4));
+  ASSERT_TRUE(std::holds_alternative<SubmitRefusal>(later));
+  EXPECT_EQ(std::get<SubmitRefusal>(later).error, SubmitError::kUnavailable);
 }
 
 // Without --ctx the context is the model's trained one (stories260K: 2048), known once loaded;

@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "kiln/backend/cpu/cpu_backend.h"
+#include "kiln/backend/cpu/matmul.h"
 #include "kiln/engine/executor.h"
 #include "kiln/model/shard.h"
 #include "unit/model/forward_util.h"
@@ -147,6 +148,26 @@ TEST(Mesh, TensorAndPipelineParallelMatchTheWholeModel) {
       ASSERT_TRUE(got.error.empty()) << got.error;
       EXPECT_LT(rel_diff(got, want), 2e-5f);
     }
+  }
+}
+
+TEST(Mesh, QuantizedModelWithinItsInt8Rounding) {
+  const std::string path = std::string(KILN_SOURCE_DIR) + "/models/kiln-tiny.gguf";
+  auto m = model::Model::load(path);
+  if (!m.ok()) GTEST_SKIP() << "no " << path << ": " << m.error().message;
+  const Outputs want = run(**m, shape(1));
+  ASSERT_TRUE(want.error.empty()) << want.error;
+  backend::cpu::set_matmul_mode(backend::cpu::MatmulMode::Reference);  // fp32 activations
+  const Outputs fp32 = run(**m, shape(1));
+  backend::cpu::set_matmul_mode(backend::cpu::MatmulMode::Fast);
+  const float rounding = rel_diff(want, fp32);  // 1.6e-2 seen
+  EXPECT_GT(rounding, 0.0f);
+  for (int tp : {2, 4}) {
+    SCOPED_TRACE(fmt::format("--tp {}", tp));
+    const Outputs got = run(**m, shape(tp));
+    ASSERT_TRUE(got.error.empty()) << got.error;
+    EXPECT_LT(rel_diff(got, want), 2 * rounding);  // 1.3e-2, 1.4e-2 seen
+    EXPECT_EQ(got.tokens, want.tokens);
   }
 }
 
