@@ -90,6 +90,40 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
   return ex;
 }
 
+// Bytes of one KV block on `be`, and *blocks lowered to what its share of memory holds.
+Expected<uint64_t> Executor::kv_room(backend::Backend& be, const backend::KvSpec& spec,
+                                     uint64_t blocks_per_seq, uint64_t* blocks) const {
+  const ExecutorOptions& opts = opts_;
+  const uint64_t per_block = be.kv_bytes_per_block(spec);
+  if (per_block == 0)
+    return err("kv: the {} KV cache cannot hold this model's heads (head dims {}/{})",
+               quant::type_name(opts.kv_type), spec.head_dim_k, spec.head_dim_v);
+  uint64_t budget = opts.kv_memory_bytes;
+  const backend::DeviceMemory mem = be.memory();
+  const bool device = be.name() != "cpu";
+  if (budget == 0 && device) {
+    // What the fraction allows, minus what is already taken (weights, arena, libraries).
+    const double allowed = opts.gpu_memory_fraction * static_cast<double>(mem.total_bytes);
+    const double used = static_cast<double>(mem.total_bytes - mem.free_bytes);
+    if (allowed <= used)
+      return err(
+          "out of memory on {}: weights, activations and recurrent state take {:.0f} MiB of "
+          "{:.0f} MiB, more than --gpu-memory-fraction {} allows; nothing is left for the KV "
+          "cache",
+          be.name(), used / (1 << 20), mib(mem.total_bytes), opts.gpu_memory_fraction);
+    budget = static_cast<uint64_t>(allowed - used);
+  } else if (budget == 0) {
+    budget = std::min<uint64_t>(uint64_t{2} << 30, per_block * blocks_per_seq * opts.max_seqs);
+  }
+  *blocks = std::min<uint64_t>(*blocks, budget / per_block);
+  if (*blocks < static_cast<uint64_t>(std::max(1, opts.min_kv_blocks)))
+    return err(
+        "out of memory for the KV cache on {}: {} bytes hold {} blocks of {} bytes; {} are "
+        "needed",
+        be.name(), budget, budget / per_block, per_block, std::max(1, opts.min_kv_blocks));
+  return per_block;
+}
+
 Status Executor::create_ranks() {
   const ExecutorOptions& opts = opts_;
   model::ForwardOptions fo;
@@ -107,11 +141,6 @@ Status Executor::create_ranks() {
     backend::Backend& be = *rank.be;
     const model::Model& model = *rank.model;
     KILN_TRY(rank.forward, model::Forward::create(model, be, fo));
-    const backend::KvSpec spec = model::kv_spec(model, opts.kv_type);
-    const uint64_t per_block = be.kv_bytes_per_block(spec);
-    if (per_block == 0)
-      return err("kv: the {} KV cache cannot hold this model's heads (head dims {}/{})",
-                 quant::type_name(opts.kv_type), spec.head_dim_k, spec.head_dim_v);
     // The recurrent state before the KV pool: on a GPU the pool takes what the memory fraction
     // leaves, and the snapshots' slots can weigh as much as the sequences' own.
     if (model.hparams().n_linear_layers() > 0) {  // a recurrent-state slot per sequence
@@ -125,30 +154,12 @@ Status Executor::create_ranks() {
       plan_.state_slots = opts.max_seqs;
       plan_.state_snapshots = opts.state_snapshots;
     }
-    uint64_t budget = opts.kv_memory_bytes;
-    const backend::DeviceMemory mem = be.memory();
-    const bool device = be.name() != "cpu";
-    if (budget == 0 && device) {
-      // What the fraction allows, minus what is already taken (weights, arena, libraries).
-      const double allowed = opts.gpu_memory_fraction * static_cast<double>(mem.total_bytes);
-      const double used = static_cast<double>(mem.total_bytes - mem.free_bytes);
-      if (allowed <= used)
-        return err(
-            "out of memory on {}: weights, activations and recurrent state take {:.0f} MiB of "
-            "{:.0f} MiB, more than --gpu-memory-fraction {} allows; nothing is left for the KV "
-            "cache",
-            be.name(), used / (1 << 20), mib(mem.total_bytes), opts.gpu_memory_fraction);
-      budget = static_cast<uint64_t>(allowed - used);
-    } else if (budget == 0) {
-      budget = std::min<uint64_t>(uint64_t{2} << 30, per_block * blocks_per_seq * opts.max_seqs);
+    const backend::KvSpec spec = model::kv_spec(model, opts.kv_type);
+    uint64_t per_block = 0;
+    if (spec.n_layer > 0) {  // (a pipeline stage of linear-attention layers only has none)
+      KILN_TRY(per_block, kv_room(be, spec, blocks_per_seq, &blocks));
+      plan_.kv_bytes_per_token += per_block / kv::kBlockTokens;
     }
-    blocks = std::min<uint64_t>(blocks, budget / per_block);
-    if (blocks < static_cast<uint64_t>(std::max(1, opts.min_kv_blocks)))
-      return err(
-          "out of memory for the KV cache on {}: {} bytes hold {} blocks of {} bytes; {} are "
-          "needed",
-          be.name(), budget, budget / per_block, per_block, std::max(1, opts.min_kv_blocks));
-    plan_.kv_bytes_per_token += per_block / kv::kBlockTokens;
     if (mesh_ != nullptr)
       plan_.ranks.push_back(
           {be.prepared_bytes(), per_block / kv::kBlockTokens, rank.forward->arena_bytes()});
@@ -156,8 +167,11 @@ Status Executor::create_ranks() {
   // The caches hold one block more than the budget gives the sequences: the null block that
   // pads graph-replayed steps.
   for (Rank& rank : ranks_) {
-    KILN_TRY(rank.kv, rank.be->create_kv(model::kv_spec(*rank.model, opts.kv_type),
-                                         static_cast<int32_t>(blocks) + 1));
+    backend::KvSpec spec = model::kv_spec(*rank.model, opts.kv_type);
+    // A stage without attention layers never reads its cache: one block of one layer.
+    const bool none = spec.n_layer == 0;
+    if (none) spec.n_layer = 1;
+    KILN_TRY(rank.kv, rank.be->create_kv(spec, none ? 1 : static_cast<int32_t>(blocks) + 1));
     if (opts.graphs)
       rank.forward->enable_graphs(static_cast<int32_t>(blocks),
                                   rank.state != nullptr ? rank.state->num_slots() - 1 : -1);
@@ -214,19 +228,97 @@ Status Executor::launch(const model::StepInput& in, bool argmax) {
   return {};
 }
 
+namespace {
+
+// A part of a step: a run of its sequences with their rows, KV blocks and state slots, and
+// where its logit rows go in the step's output.
+struct MicroBatch {
+  std::vector<int32_t> tokens, positions, qo, kv_ptr, kv_idx, kv_len, logit_rows, slots;
+  int64_t first_out = 0;  // index of its first logit row among the step's
+  model::StepInput input(const model::StepInput& whole) const {
+    model::StepInput in;
+    in.tokens = tokens;
+    in.attn = {static_cast<int32_t>(kv_len.size()),
+               qo.data(),
+               kv_ptr.data(),
+               kv_idx.data(),
+               kv_len.data(),
+               positions.data()};
+    in.logit_rows = logit_rows;
+    in.state = whole.state;
+    in.state_slots = slots;
+    return in;
+  }
+};
+
+// The step's sequences in m runs of about equal rows, for the pipeline's stages to overlap
+// (stage s runs micro-batch i + 1 while stage s + 1 runs i); empty when the step cannot be cut
+// so (one sequence, hidden rows, logit rows out of order).
+std::vector<MicroBatch> micro_batches(const model::StepInput& in, int m) {
+  const backend::AttnBatch& a = in.attn;
+  if (m < 2 || a.num_seqs < 2 || !in.hidden_rows.empty() ||
+      !std::is_sorted(in.logit_rows.begin(), in.logit_rows.end()))
+    return {};
+  m = std::min(m, a.num_seqs);
+  const int32_t n = a.qo_indptr[a.num_seqs];
+  std::vector<MicroBatch> out;
+  int32_t s = 0;
+  size_t next_out = 0;
+  for (int i = 0; i < m; ++i) {
+    MicroBatch& b = out.emplace_back();
+    const int32_t row0 = a.qo_indptr[s];
+    // Sequences until the parts so far hold their share of the rows: at least one, and one
+    // left for each part after it.
+    const int32_t goal = static_cast<int32_t>(int64_t{n} * (i + 1) / m);
+    const int32_t end = a.num_seqs - (m - 1 - i);
+    b.qo.push_back(0);
+    b.kv_ptr.push_back(0);
+    do {
+      b.qo.push_back(a.qo_indptr[s + 1] - row0);
+      b.kv_idx.insert(b.kv_idx.end(), a.kv_indices + a.kv_indptr[s],
+                      a.kv_indices + a.kv_indptr[s + 1]);
+      b.kv_ptr.push_back(static_cast<int32_t>(b.kv_idx.size()));
+      b.kv_len.push_back(a.kv_len[s]);
+      if (!in.state_slots.empty()) b.slots.push_back(in.state_slots[static_cast<size_t>(s)]);
+      ++s;
+    } while (s < end && a.qo_indptr[s + 1] <= goal);
+    const int32_t row1 = a.qo_indptr[s];
+    b.tokens.assign(in.tokens.begin() + row0, in.tokens.begin() + row1);
+    b.positions.assign(a.positions + row0, a.positions + row1);
+    b.first_out = static_cast<int64_t>(next_out);
+    while (next_out < in.logit_rows.size() && in.logit_rows[next_out] < row1)
+      b.logit_rows.push_back(in.logit_rows[next_out++] - row0);
+  }
+  return out;
+}
+
+}  // namespace
+
 Status Executor::launch_mesh(const model::StepInput& in, float* logits, float* hidden,
                              int32_t* ids) {
   if (failed_) return err("the device mesh failed earlier: {}", failure_);
   // The step's checks once, before any rank runs it: an error here is the input's.
   KILN_TRY_STATUS(ranks_[0].forward->check(in));
+  const std::vector<MicroBatch> parts = micro_batches(in, opts_.mesh.pp);
+  const size_t vocab = model_.hparams().n_vocab;
   std::vector<Status> st(ranks_.size());
   auto run = [&](size_t r) {
     Rank& rank = ranks_[r];
-    model::StepInput mine = in;
-    if (in.state != nullptr) mine.state = rank.state.get();
     const bool out = r == out_rank_;
-    st[r] = rank.forward->run(mine, *rank.kv, out ? logits : nullptr, out ? hidden : nullptr,
-                              out ? ids : nullptr);
+    auto step = [&](const model::StepInput& whole_or_part, int64_t first_out) {
+      model::StepInput mine = whole_or_part;
+      if (in.state != nullptr) mine.state = rank.state.get();
+      return rank.forward->run(mine, *rank.kv, out ? logits + first_out * vocab : nullptr,
+                               out ? hidden : nullptr, out && ids ? ids + first_out : nullptr);
+    };
+    if (parts.empty()) {
+      st[r] = step(in, 0);
+    } else {
+      for (const MicroBatch& b : parts) {
+        st[r] = step(b.input(in), b.first_out);
+        if (!st[r].ok()) break;
+      }
+    }
     // The others may be waiting for this rank in a collective: they give up now.
     if (!st[r].ok()) mesh_->abort(fmt::format("rank {}: {}", r, st[r].error().message));
   };

@@ -126,6 +126,8 @@ class Executor {
 
   // Creates each rank's forward, KV cache and recurrent state, sized by the memory plan.
   Status create_ranks();
+  Expected<uint64_t> kv_room(backend::Backend& be, const backend::KvSpec& spec,
+                             uint64_t blocks_per_seq, uint64_t* blocks) const;
   // The step on every rank of a mesh, each on a thread of its own (rank 0 on the caller's).
   Status launch_mesh(const model::StepInput& in, float* logits, float* hidden, int32_t* ids);
 
