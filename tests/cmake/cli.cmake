@@ -44,3 +44,8 @@ endif()
 add_test(NAME e2e.cli_flags
          COMMAND ${PROJECT_SOURCE_DIR}/tests/e2e/cli_flags_test.sh $<TARGET_FILE:kiln>)
 set_tests_properties(e2e.cli_flags PROPERTIES LABELS e2e TIMEOUT 120)
+
+# Two kiln processes meet over loopback (the multi-node rendezvous).
+add_test(NAME e2e.rendezvous
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/e2e/rendezvous_test.sh $<TARGET_FILE:kiln>)
+set_tests_properties(e2e.rendezvous PROPERTIES LABELS e2e TIMEOUT 120)

@@ -1,9 +1,14 @@
 // kiln doctor: what this machine and this build can run on. Prints the CPU (features, cores,
 // kernel path), the CUDA build and driver, each GPU (compute capability, memory), and with
-// -m a model file's check and its memory plan on the chosen device.
+// -m a model file's check and its memory plan on the chosen device. With --nnodes, the
+// machines of a multi-node mesh meet first (backend/rendezvous.h) and each prints every node's
+// line: whether they can reach each other, before a mesh needs them to.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include "kiln/backend/backend.h"
+#include "kiln/backend/rendezvous.h"
 #include "kiln/cli/commands.h"
 #include "kiln/cli/flags.h"
 #include "kiln/engine/executor.h"
@@ -19,13 +24,45 @@ struct DoctorOptions {
   std::string device = "auto";
   int32_t n_ctx = 4096;
   int32_t max_seqs = 16;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1:29500";
+  int timeout_s = 60;
 };
+
+// The multi-node check: this node's line to the others, every node's line back.
+int meet(const DoctorOptions& o) {
+  backend::RendezvousOptions r;
+  r.nnodes = o.nnodes;
+  r.node_rank = o.node_rank;
+  r.timeout = std::chrono::seconds(o.timeout_s);
+  if (Status st = backend::parse_master_addr(o.master_addr, &r); !st.ok()) {
+    fmt::print(stderr, "kiln doctor: {}\n", st.error().message);
+    return 2;
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string mine = fmt::format("host {}, {} GPU(s), {} cores", host,
+                                       backend::cuda_device_count(), util::num_physical_cores());
+  // Node 0 says where it listens (port 0 in --master-addr: any free one).
+  auto all = backend::rendezvous(r, mine, [&](int port) {
+    fmt::print(stderr, "rendezvous: node 0 listening on {}:{}\n", r.master_addr, port);
+  });
+  if (!all.ok()) {
+    fmt::print("rendezvous: {}\n", all.error().message);
+    return 1;
+  }
+  for (size_t i = 0; i < all->size(); ++i)
+    fmt::print("rendezvous: node {} of {}: {}\n", i, all->size(), (*all)[i]);
+  return 0;
+}
 
 std::string version(int v) {
   return v == 0 ? "none" : fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
 }
 
 int run_doctor(const DoctorOptions& o) {
+  if (o.nnodes > 1) return meet(o);
   const util::CpuFeatures& f = util::cpu_features();
   fmt::print("cpu: {} logical, {} physical cores available; features: {}\n",
              util::num_logical_cores(), util::num_physical_cores(), util::to_string(f));
@@ -74,6 +111,12 @@ RunFn add_doctor(CLI::App& app) {
   cmd->add_option("--device", o->device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   add_ranged(cmd, "-c,--ctx", o->n_ctx, 1, kMaxContext, "context for the memory plan");
   add_ranged(cmd, "--max-seqs", o->max_seqs, 1, 1 << 16, "sequences for the memory plan");
+  add_ranged(cmd, "--nnodes", o->nnodes, 1, 1024,
+             "machines of a multi-node mesh: meet them (node 0 at --master-addr) and list them");
+  add_ranged(cmd, "--node-rank", o->node_rank, 0, 1023, "this machine's node (0: the master)");
+  cmd->add_option("--master-addr", o->master_addr, "HOST:PORT where node 0 listens")
+      ->capture_default_str();
+  add_ranged(cmd, "--rendezvous-timeout", o->timeout_s, 1, 3600, "seconds to wait for every node");
   return [o] { return run_doctor(*o); };
 }
 
