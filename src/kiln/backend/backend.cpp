@@ -16,7 +16,7 @@ namespace kiln::backend {
 void Backend::all_reduce_sum(Mat) {
   mesh_failed(err("{}: no collective ops on this backend (all_reduce_sum)", name()));
 }
-void Backend::all_gather_cols(Mat, Mat) {
+void Backend::all_gather_cols(Mat, Mat, Mat) {
   mesh_failed(err("{}: no collective ops on this backend (all_gather)", name()));
 }
 void Backend::send(Mat, int) {

@@ -439,8 +439,11 @@ class Backend {
   // This rank's communicators: tp joins the tensor-parallel ranks of its pipeline stage, pp
   // the stages of its tensor-parallel rank (null: a mesh of one that way). Set before the
   // forward is created; they outlive its use of them.
-  // Whether this backend has the mesh ops below (the CPU's over threads; NCCL's not built yet).
+  // Whether this backend has the mesh ops below (the CPU's over threads, CUDA's over NCCL).
   virtual bool supports_mesh() const { return false; }
+  // Makes the calling thread issue to this backend's device (a mesh runs each rank on a
+  // thread of its own; CUDA: the thread's current device).
+  virtual void bind_thread() {}
   void set_mesh(Collective* tp, Collective* pp) {
     tp_ = tp;
     pp_ = pp;
@@ -450,8 +453,9 @@ class Backend {
   // bits.
   virtual void all_reduce_sum(Mat x);
   // out [x.rows, tp_size() * x.cols]: tensor-parallel rank r's x in columns [r * x.cols,
-  // (r + 1) * x.cols).
-  virtual void all_gather_cols(Mat x, Mat out);
+  // (r + 1) * x.cols), by way of `gathered` [tp_size() * x.rows, x.cols] (the ranks' x one
+  // after another).
+  virtual void all_gather_cols(Mat x, Mat gathered, Mat out);
   // Pipeline: x to, or from, stage `stage` of this rank's pipeline.
   virtual void send(Mat x, int stage);
   virtual void recv(Mat x, int stage);

@@ -1,10 +1,17 @@
 #include "kiln/backend/mesh.h"
 
 #include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
 
 #include "kiln/backend/cpu/cpu_backend.h"
 #include "kiln/backend/cpu/cpu_collective.h"
 #include "kiln/util/thread_pool.h"
+
+#ifdef KILN_HAVE_CUDA
+#include "kiln/backend/cuda/nccl.h"
+#endif
 
 namespace kiln::backend {
 
@@ -19,37 +26,61 @@ Expected<std::unique_ptr<Mesh>> Mesh::create(Backend& first, int tp, int pp,
   if (!first.supports_mesh())
     return err(
         "{}: a mesh of --tp {} --pp {} needs collective ops between its ranks, which this "
-        "backend does not have yet (NCCL for GPUs is not built; --device cpu has them)",
+        "backend does not have",
         first.name(), tp, pp);
   std::unique_ptr<Mesh> m(new Mesh());
   const int n = tp * pp;
   m->ranks_.push_back(&first);
+  // GPUs: rank r on the GPU r after the first's (CUDA_VISIBLE_DEVICES picks which they are).
+  const std::string_view cuda = "cuda:";
+  const bool gpu = first.name().rfind(cuda, 0) == 0;
+  const int first_gpu = gpu ? std::atoi(first.name().c_str() + cuda.size()) : 0;
+  if (gpu && first_gpu + n > cuda_device_count())
+    return err("a mesh of {} ranks from {} needs {} GPUs; {} found", n, first.name(), first_gpu + n,
+               cuda_device_count());
   const int threads =
       opts.threads > 0 ? opts.threads : std::max(1, util::default_num_threads() / n);
   for (int r = 1; r < n; ++r) {
-    m->owned_.push_back(std::make_unique<cpu::CpuBackend>(threads));
+    if (gpu) {
+      KILN_TRY(std::unique_ptr<Backend> be,
+               create_backend({fmt::format("cuda:{}", first_gpu + r), opts.threads}));
+      m->owned_.push_back(std::move(be));
+    } else {
+      m->owned_.push_back(std::make_unique<cpu::CpuBackend>(threads));
+    }
     m->ranks_.push_back(m->owned_.back().get());
   }
   if (n == 1) return m;
   // One communicator per stage's tensor-parallel ranks and per tensor-parallel rank's
   // pipeline; each rank holds its end of both (null when that side has one rank).
   std::vector<Collective*> tp_end(static_cast<size_t>(n), nullptr), pp_end(tp_end);
-  auto join = [&](int size, auto rank_of, std::vector<Collective*>& ends) {
-    auto comm = std::make_shared<cpu::CpuCommunicator>(size, timeout);
+  auto join = [&](int size, auto rank_of, std::vector<Collective*>& ends) -> Status {
+    std::vector<std::unique_ptr<Collective>> made;
+    if (gpu) {
+#ifdef KILN_HAVE_CUDA
+      std::vector<int> devices;
+      for (int i = 0; i < size; ++i) devices.push_back(first_gpu + rank_of(i));
+      KILN_TRY(made, cuda::nccl_group(devices));
+#endif
+    } else {
+      auto comm = std::make_shared<cpu::CpuCommunicator>(size, timeout);
+      for (int i = 0; i < size; ++i) made.push_back(comm->rank(i));
+      m->comms_.push_back(comm);
+    }
     for (int i = 0; i < size; ++i) {
-      m->ends_.push_back(comm->rank(i));
+      m->ends_.push_back(std::move(made[static_cast<size_t>(i)]));
       ends[static_cast<size_t>(rank_of(i))] = m->ends_.back().get();
     }
-    m->comms_.push_back(comm);
+    return {};
   };
   if (tp > 1)
     for (int s = 0; s < pp; ++s)
-      join(
-          tp, [&](int i) { return s * tp + i; }, tp_end);
+      KILN_TRY_STATUS(join(
+          tp, [&](int i) { return s * tp + i; }, tp_end));
   if (pp > 1)
     for (int t = 0; t < tp; ++t)
-      join(
-          pp, [&](int i) { return i * tp + t; }, pp_end);
+      KILN_TRY_STATUS(join(
+          pp, [&](int i) { return i * tp + t; }, pp_end));
   for (int r = 0; r < n; ++r) m->ranks_[static_cast<size_t>(r)]->set_mesh(tp_end[r], pp_end[r]);
   return m;
 }

@@ -2,7 +2,8 @@
 // stage * tp + tp_rank, each joined to the tensor-parallel ranks of its pipeline stage and to
 // the stages of its pipeline by communicators (Backend::set_mesh). On the CPU each rank is a
 // backend with its own thread pool and the communicators carry values between the ranks'
-// threads (cpu/cpu_collective.h); GPUs need NCCL communicators, not built yet (create refuses).
+// threads (cpu/cpu_collective.h); on GPUs each rank is a GPU (rank r the r-th after the first
+// rank's) and NCCL carries them (cuda/nccl.h).
 #pragma once
 
 #include <chrono>
@@ -17,8 +18,8 @@ namespace kiln::backend {
 class Mesh {
  public:
   // tp x pp ranks: rank 0 is `first` (the caller's backend, which outlives the mesh), the
-  // others new backends of the same device kind, opts.threads threads each (0: the machine's
-  // cores shared out). Every collective wait gives up after `timeout`.
+  // others new backends of the same device kind (CPU: opts.threads threads each, 0: the
+  // machine's cores shared out). Every CPU collective wait gives up after `timeout`.
   static Expected<std::unique_ptr<Mesh>> create(
       Backend& first, int tp, int pp, const BackendOptions& opts,
       std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));

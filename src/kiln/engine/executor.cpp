@@ -304,6 +304,7 @@ Status Executor::launch_mesh(const model::StepInput& in, float* logits, float* h
   std::vector<Status> st(ranks_.size());
   auto run = [&](size_t r) {
     Rank& rank = ranks_[r];
+    rank.be->bind_thread();
     const bool out = r == out_rank_;
     auto step = [&](const model::StepInput& whole_or_part, int64_t first_out) {
       model::StepInput mine = whole_or_part;

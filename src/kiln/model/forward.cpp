@@ -130,6 +130,8 @@ Status Forward::carve_arena() {
       {&logits_, opts_.max_logit_rows, hp.n_vocab},
       {&ids_, opts_.max_logit_rows, 1},
       {&logits_part_, vocab_split_ ? opts_.max_logit_rows : 0, weights_.output.n_out},
+      {&logits_gathered_, vocab_split_ ? int64_t{opts_.max_logit_rows} * place_.mesh.tp : 0,
+       weights_.output.n_out},
       {&row_scale_, hp.attn_temp_scale != 0 ? t : 0, 1},
       {&q_gate_, f.attn_output_gate ? t : 0, 2 * q_width},
       {&attn_gate_, f.attn_output_gate ? t : 0, q_width},
@@ -301,7 +303,7 @@ void Forward::body(const backend::StepArgs& step, backend::KvCache& cache,
   if (vocab_split_) {  // this rank's columns, then every rank's
     const Mat part = logits_part_.first_rows(n_out);
     be_.matmul(weights_.output, xn.first_rows(n_out), part);
-    be_.all_gather_cols(part, lg);
+    be_.all_gather_cols(part, logits_gathered_.first_rows(n_out * place_.mesh.tp), lg);
   } else {
     be_.matmul(weights_.output, xn.first_rows(n_out), lg);
   }
@@ -325,7 +327,8 @@ Status Forward::run(const StepInput& in, backend::KvCache& cache, float* logits,
                     int32_t* ids) {
   const Status st = launch(in, cache, logits, hidden, ids);
   be_.sync();
-  return st;
+  KILN_TRY_STATUS(st);
+  return be_.take_mesh_error();  // a device that failed in the step (a mesh's rank)
 }
 
 Status Forward::check(const StepInput& in) const {

@@ -151,7 +151,8 @@ class Forward {
   std::unique_ptr<backend::Buffer> arena_;
   backend::Mat x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, tmp2_, out_rows_, logits_, row_scale_;
   backend::Mat ids_;  // [max_logit_rows] int32 (the size of a float): the logit rows' argmax
-  backend::Mat logits_part_;  // vocab_split_: this rank's columns of the logits
+  backend::Mat logits_part_;      // vocab_split_: this rank's columns of the logits
+  backend::Mat logits_gathered_;  // and every rank's, one after another
   // The shared expert's output and gate logit (qwen35moe, qwen3next).
   backend::Mat shexp_out_, shexp_gate_;
   // qwen35 attention: the projection of [q_h | gate_h] per head, and the gates.

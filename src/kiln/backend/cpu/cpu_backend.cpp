@@ -361,18 +361,17 @@ void CpuBackend::all_reduce_sum(Mat x) {
   mesh_failed(tp_->all_reduce_sum(x.data, x.size()));
 }
 
-void CpuBackend::all_gather_cols(Mat x, Mat out) {
+void CpuBackend::all_gather_cols(Mat x, Mat gathered, Mat out) {
   const int n = tp_size();
-  KILN_ASSERT(out.rows == x.rows && out.cols == n * x.cols);
+  KILN_ASSERT(out.rows == x.rows && out.cols == n * x.cols && gathered.size() >= n * x.size());
   if (tp_ == nullptr)
     return copy(out.data, x.data, static_cast<uint64_t>(x.size()) * sizeof(float));
-  gather_.resize(static_cast<size_t>(n * x.size()));
-  const Status st = tp_->all_gather(x.data, x.size(), gather_.data());
+  const Status st = tp_->all_gather(x.data, x.size(), gathered.data);
   mesh_failed(st);
   if (!st.ok()) return;
   for (int r = 0; r < n; ++r)
     for (int64_t i = 0; i < x.rows; ++i)
-      std::copy_n(gather_.data() + r * x.size() + i * x.cols, x.cols,
+      std::copy_n(gathered.data + r * x.size() + i * x.cols, x.cols,
                   out.data + i * out.cols + r * x.cols);
 }
 

@@ -85,7 +85,7 @@ class CpuBackend final : public Backend {
   // Mesh ops over the host collective (cpu_collective.h: threads as ranks).
   bool supports_mesh() const override { return true; }
   void all_reduce_sum(Mat x) override;
-  void all_gather_cols(Mat x, Mat out) override;
+  void all_gather_cols(Mat x, Mat gathered, Mat out) override;
   void send(Mat x, int stage) override;
   void recv(Mat x, int stage) override;
 
@@ -115,7 +115,6 @@ class CpuBackend final : public Backend {
   // Prepared, by the file's data pointer and the rows (a mesh rank's part of a tied output
   // starts where the embedding table does).
   std::map<std::pair<const uint8_t*, int64_t>, Weight> weights_;
-  std::vector<float> gather_;  // all_gather_cols: the ranks' parts, rank by rank
   uint64_t vector_bytes_ = 0;
   std::vector<int32_t> moe_order_;  // [n_expert] scratch of the routing sort
   std::vector<float> moe_probs_;    // [n_expert]

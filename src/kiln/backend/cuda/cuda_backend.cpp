@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/nccl.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -181,6 +182,35 @@ class CudaBackend final : public Backend {
     return {total_b, free_b};
   }
 
+  // ---- mesh ops over NCCL (nccl.h), on the stream in order with the kernels ----
+  bool supports_mesh() const override { return true; }
+  void bind_thread() override { cudaSetDevice(device_); }
+  void all_reduce_sum(Mat x) override {
+    if (tp_ != nullptr) mesh_failed(nccl_all_reduce_sum(tp_, x.data, x.size(), stream_));
+  }
+  void all_gather_cols(Mat x, Mat gathered, Mat out) override {
+    if (tp_ == nullptr)
+      return copy(out.data, x.data, static_cast<uint64_t>(x.size()) * sizeof(float));
+    const Status st = nccl_all_gather(tp_, x.data, x.size(), gathered.data, stream_);
+    mesh_failed(st);
+    if (!st.ok()) return;
+    const size_t row = static_cast<size_t>(x.cols) * sizeof(float);
+    for (int r = 0; r < tp_size(); ++r)  // rank r's rows into its columns
+      cudaMemcpy2DAsync(out.data + r * x.cols, static_cast<size_t>(out.cols) * sizeof(float),
+                        gathered.data + r * x.size(), row, row, static_cast<size_t>(x.rows),
+                        cudaMemcpyDeviceToDevice, stream_);
+  }
+  void send(Mat x, int stage) override {
+    if (pp_ == nullptr) return mesh_failed(err("{}: send without a pipeline", name()));
+    mesh_failed(
+        nccl_send(pp_, x.data, static_cast<uint64_t>(x.size()) * sizeof(float), stage, stream_));
+  }
+  void recv(Mat x, int stage) override {
+    if (pp_ == nullptr) return mesh_failed(err("{}: recv without a pipeline", name()));
+    mesh_failed(
+        nccl_recv(pp_, x.data, static_cast<uint64_t>(x.size()) * sizeof(float), stage, stream_));
+  }
+
   Expected<std::unique_ptr<Buffer>> alloc(uint64_t bytes) override {
     KILN_TRY(void* p, device_alloc(bytes, "activations"));
     return std::unique_ptr<Buffer>(new DeviceBuffer(p, bytes));
@@ -208,8 +238,12 @@ class CudaBackend final : public Backend {
   }
   void sync() override {
     const cudaError_t e = cudaStreamSynchronize(stream_);
-    // A kernel fault is sticky: the device cannot go on. Say so loudly rather than return
-    // wrong numbers.
+    // A kernel fault is sticky: the device cannot go on. On a mesh the rank fails (the mesh
+    // then serves no more, and says so); alone, say so loudly rather than return wrong numbers.
+    if (e != cudaSuccess && (tp_ != nullptr || pp_ != nullptr)) {
+      mesh_failed(err("cuda:{}: the device failed: {}", device_, cudaGetErrorString(e)));
+      return;
+    }
     if (e != cudaSuccess) {
       std::fprintf(stderr, "kiln: the CUDA device failed: %s\n", cudaGetErrorString(e));
       std::abort();
@@ -612,14 +646,20 @@ class CudaBackend final : public Backend {
     cuda::matmul(matmul_, *w.router, xn.data, router.data, n, stream_);
     cuda::moe_topk(router.data, n, w.n_expert, static_cast<int32_t>(k), s.chosen, s.weights.data,
                    s.x_rows, stream_);
+    // An expert-parallel rank: the pairs of others' experts run on its expert 0 with weight 0
+    // (computed, adding nothing; a grouped kernel that skips them is left for when a GPU mesh
+    // can be measured).
+    const int32_t experts = static_cast<int32_t>(w.gate_exps->n_mats);
+    if (experts < w.n_expert)
+      cuda::moe_localize(s.chosen, s.weights.data, pairs, w.first_expert, experts, stream_);
     // gate and up read the same token rows: the norm's int8 rows when it left them, else
     // quantized once by the first.
     const cuda::MatmulQ8 held = xn_held ? cuda::matmul_q8(matmul_) : cuda::MatmulQ8{};
     const bool xn_q8 =
-        cuda::matmul_id(matmul_, *w.gate_exps, w.n_expert, xn.data, n, s.x_rows, s.chosen,
-                        s.gate.data, pairs, stream_, false, held.xq, held.xds);
-    cuda::matmul_id(matmul_, *w.up_exps, w.n_expert, xn.data, n, s.x_rows, s.chosen, s.up.data,
-                    pairs, stream_, xn_q8, held.xq, held.xds);
+        cuda::matmul_id(matmul_, *w.gate_exps, experts, xn.data, n, s.x_rows, s.chosen, s.gate.data,
+                        pairs, stream_, false, held.xq, held.xds);
+    cuda::matmul_id(matmul_, *w.up_exps, experts, xn.data, n, s.x_rows, s.chosen, s.up.data, pairs,
+                    stream_, xn_q8, held.xq, held.xds);
     // The activation quantized for the down projection as it is written.
     const cuda::MatmulQ8 down_q = cuda::matmul_id_q8(matmul_, pairs, w.n_ff);
     bool act_q8 = false;
@@ -629,8 +669,8 @@ class CudaBackend final : public Backend {
     } else {
       cuda::swiglu(s.gate.data, s.up.data, s.gate.data, pairs * w.n_ff, stream_);
     }
-    cuda::matmul_id(matmul_, *w.down_exps, w.n_expert, s.gate.data, pairs, iota_, s.chosen,
-                    s.out.data, pairs, stream_, act_q8);
+    cuda::matmul_id(matmul_, *w.down_exps, experts, s.gate.data, pairs, iota_, s.chosen, s.out.data,
+                    pairs, stream_, act_q8);
     cuda::moe_combine(s.out.data, s.weights.data, n, static_cast<int32_t>(k), xn.cols, out.data,
                       stream_);
     profile_end(ev, moe_bytes(w, n), [&] { return moe_label(w); });

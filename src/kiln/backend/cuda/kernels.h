@@ -148,6 +148,10 @@ void gated_delta_rule(const DeltaLayer& st, const AttnBatch& b, const int32_t* s
 // token row of pair t*k+j), for matmul_id. 1 <= k <= 32, k <= n_expert <= 3072.
 void moe_topk(const float* logits, int64_t n_tokens, int32_t n_expert, int32_t k, int32_t* chosen,
               float* weights, int32_t* x_rows, cudaStream_t s);
+// An expert-parallel rank holds experts [first, first + held): each pair chosen one of them
+// gets its index among them; any other pair expert 0 and weight 0 (it adds nothing).
+void moe_localize(int32_t* chosen, float* weights, int64_t pairs, int32_t first, int32_t held,
+                  cudaStream_t s);
 // out[t] = sum over j in slot order of weights[t*k+j] * slots[(t*k+j)] (rows of n): [n_tokens, n]
 void moe_combine(const float* slots, const float* weights, int64_t n_tokens, int32_t k, int64_t n,
                  float* out, cudaStream_t s);

@@ -145,6 +145,24 @@ void moe_topk(const float* logits, int64_t n_tokens, int32_t n_expert, int32_t k
              logits, n_tokens, n_expert, k, chosen, weights, x_rows);
 }
 
+__global__ void moe_localize_kernel(int32_t* chosen, float* weights, int64_t pairs,
+                                    int32_t first, int32_t held) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= pairs) return;
+  const int32_t e = chosen[i] - first;
+  const bool mine = e >= 0 && e < held;
+  chosen[i] = mine ? e : 0;
+  if (!mine) weights[i] = 0.0f;
+}
+
+void moe_localize(int32_t* chosen, float* weights, int64_t pairs, int32_t first, int32_t held,
+                  cudaStream_t s) {
+  if (pairs <= 0) return;
+  constexpr int kThreads = 256;
+  moe_localize_kernel<<<static_cast<unsigned>((pairs + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+      chosen, weights, pairs, first, held);
+}
+
 void moe_combine(const float* slots, const float* weights, int64_t n_tokens, int32_t k, int64_t n,
                  float* out, cudaStream_t s) {
   if (n_tokens <= 0 || n <= 0) return;
