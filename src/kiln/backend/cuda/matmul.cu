@@ -480,7 +480,9 @@ MatmulContext* create_matmul_context(int64_t max_tokens, int64_t max_n_in, int64
   ctx->max_n_in = max_n_in;
   ctx->workspace_bytes = kWorkspaceBytes;
   alloc(&ctx->workspace, ctx->workspace_bytes);
-  ctx->x16_elems = std::max<int64_t>(1, max_tokens) * std::max<int64_t>(1, max_n_in);
+  // Rounded up to 8 tokens: mmh's activations come in groups of 8 (mmh.h).
+  ctx->x16_elems =
+      (std::max<int64_t>(1, max_tokens) + 7) / 8 * 8 * std::max<int64_t>(1, max_n_in);
   alloc(reinterpret_cast<void**>(&ctx->x16), static_cast<size_t>(ctx->x16_elems) * 2);
   ctx->w16_elems = std::max<int64_t>(std::min<int64_t>(kW16Bytes / 2, max_n_in * max_n_out),
                                      std::max<int64_t>(1, max_n_in));
@@ -584,7 +586,8 @@ int64_t moe_tile_slots(int64_t n_pairs, int64_t n_expert, int tile_pairs) {
 
 bool use_mmh(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
   if (n_tokens <= kMatvecMaxTokens || n_tokens > ctx->mmh_max_tokens ||
-      n_tokens * w.n_in > ctx->x16_elems || w.n_in > ctx->max_n_in || !mmh_supports(w))
+      (n_tokens + 7) / 8 * 8 * w.n_in > ctx->x16_elems || w.n_in > ctx->max_n_in ||
+      !mmh_supports(w))
     return false;
   return ctx->mmh_forced || n_tokens <= kMmqSmallTokens || w.n_in * w.n_out >= kMmqLargeWeight;
 }
