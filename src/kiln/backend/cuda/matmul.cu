@@ -17,8 +17,8 @@
 // kernels for 4 and 8 tokens; the other types one for 8 (fewer tokens are masked).
 //
 // mmh (Q4_K/Q5_K/Q6_K/Q8_0 from 9 tokens up to a crossover by weight size: 128 or 16, below):
-// activations rounded to fp16 once per call into the context's x16 in mmh's fragment order, the
-// weights as stored dequantized to fp16 in registers, fp16 tensor-core MMA (mmh.cu).
+// activations rounded to fp16 once per call into the context's x16 in mmh's layout, the weights
+// as stored dequantized to fp16 in registers, fp16 tensor-core MMA (mmh.cu: wgmma, sm_90 only).
 // KILN_CUDA_MMH=0 sends these to mmq.
 // mmq (Q4_0, and the mmh types without mmh, from 9 tokens up to a crossover by weight size: 64
 // or 16, below): activations quantized to int8 per 32 values (or as their producer wrote them),
@@ -618,7 +618,7 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
   const Weight* mh[8];
   float* yh[8];
   int n_q = 0, n_h = 0;
-  bool halved = false;  // x16 holds x in mmh's fragment order
+  bool halved = false;  // x16 holds x in mmh's layout
   for (int i = 0; i < n_w; ++i) {
     const Weight& w = *ws[i];
     float* y = ys[i];

@@ -2,28 +2,32 @@
 //
 // y[t][o] = sum_i W[o][i] x[t][i] for Q4_K, Q5_K, Q6_K and Q8_0 weights read as stored and x
 // rounded to fp16: each weight is dequantized to fp16 in registers (the dequantize + cuBLAS path's
-// rounding), the products summed in fp32 by mma.sync m16n8k16. mmq (mmq.cu: int8 MMA) applies
-// a weight scale and an activation scale to every output after every 32 values, ~5
-// instructions per output per 32 values, so its cost grows with the tokens and it is bound by
-// instruction issue from ~16 tokens on. Here the scales are applied once per weight, when it is
-// dequantized, and the fp16 weight then serves every token of the tile: the per-token cost is
-// the MMA alone.
+// rounding), the products summed in fp32 by Hopper's wgmma. mmq (mmq.cu: int8 MMA) applies a
+// weight scale and an activation scale to every output after every 32 values, ~5 instructions
+// per output per 32 values, so its cost grows with the tokens and it is bound by instruction
+// issue from ~16 tokens on. Here the scales are applied once per weight, when it is dequantized,
+// and the fp16 weight then serves every token of the tile: the per-token cost is the MMA alone.
 //
-// Tiling. A CTA of 8 warps owns 128 weight rows x kBN tokens (16, 32 or 64) over a range of K
-// (split-K, as mmq, when the tiles alone would leave SMs idle). K advances 256 values per
-// stage (one super-block): each row's block (the 16-byte aligned span that covers it) and the
-// kBN tokens' 256 fp16 activations land in shared memory by cp.async, 2 or 3 stages deep. Warp
-// w owns rows 16w..16w+16 (one m16 tile) and every token of the tile. (4 warps of 32 rows, each
-// B fragment feeding two MMAs, measured slower on the H200: 8B decode at 64 sequences 4,372
-// against 5,050 tok/s, half the warps to hide the latencies. Layout keeps both shapes.)
+// Tiling. A CTA of 8 warps (two warpgroups) owns 128 weight rows x kBN tokens (16, 32 or 64)
+// over a range of K (split-K, as mmq, when the tiles alone would leave SMs idle). K advances
+// 256 values per stage (one super-block): each row's block (the 16-byte aligned span that covers
+// it) and the kBN tokens' 256 fp16 activations land in shared memory by cp.async, up to 4
+// stages deep (one CTA an SM). Warp w owns rows 16w..16w+16 and every token of the tile: per
+// k16 step it dequantizes its rows' A fragment (mma.sync's m16n8k16 A layout, which is also
+// wgmma's register A) and its warpgroup issues wgmma m64nNk16 with B, the activations, read by
+// the tensor cores from shared memory. (mma.sync, one 8-byte B load per warp per MMA, stalled on
+// the shared-memory pipe: ncu, docs/performance.md.)
 //
-// Fragment order. mmh_prepare writes the activations so that lane (g, c)'s B fragment of k16
-// step s is 8 consecutive bytes: within every 256 values, position 16 s + 4 c + e holds value
-// 32 (2c + s / 8) + 4 (s % 8) + {0, 2, 1, 3}[e]. So in step s = 8h + u lane quad c takes
-// sub-block 2c + h, values 4u..4u+3: for Q4_K one 32-bit word of qs (bytes 32c + 4u..+4, low
-// nibbles for h = 0, high for h = 1), bytes 0 and 2 in the A register of k 2c..2c+1, bytes 1
-// and 3 in that of k 2c+8..2c+9, which is the order the B fragment holds. The order of k in a
-// dot product is free; both operands use this one.
+// Layout of the activations (mmh_prepare): in groups of 8 tokens, per 256 values a 4 KB run of
+// 32 chunks, chunk q holding values of k16 step q / 2 of the 8 tokens, 16 bytes each: one
+// core matrix of wgmma's K-major B (no swizzle; the K-direction stride 128 bytes, the
+// token-direction one a group's 4 KB), so that a stage's copy is a plain run of 16-byte pieces.
+// The order of k inside a step follows the weights: in step s = 8h + u lane quad c takes
+// sub-block 2c + h, values 4u..4u+3 (for Q4_K one 32-bit word of qs: bytes 32c + 4u..+4, low
+// nibbles for h = 0, high for h = 1); bytes 0 and 2 go to the A register of k 2c..2c+1, bytes 1
+// and 3 to that of k 2c+8..2c+9. So k 2c + j of step s is value 32 (2c + h) + 4u + 2j and k
+// 8 + 2c + j is the one after it. The order of k in a dot product is free; both operands use
+// this one.
 //
 // Dequantization: a level goes into the mantissa of fp16 1024 (lop3 with 0x6400), 1024 comes
 // off (exact), then Q4_K's scale and min in one HFMA2 (d * sc and dmin * m each rounded to
@@ -32,7 +36,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "kiln/backend/cuda/device.h"
 #include "kiln/backend/cuda/mmh.h"
@@ -49,6 +52,8 @@ using tile::lds4_a2;
 using tile::lds_u16;
 using tile::lds_u32;
 
+constexpr int kBM = 128;  // weight rows per CTA
+constexpr int kThreads = 256;  // 8 warps of 16 rows, two warpgroups of 64
 constexpr int kKStep = 256;  // values of K per stage
 constexpr int kMaxSplits = 8;
 
@@ -57,7 +62,8 @@ extern __shared__ __align__(128) uint8_t mmh_smem[];
 // Weight types. kBlock: bytes of one 256-value block; kWC: the 16-byte chunks a stage copies of
 // a row (the span covering its block: Q4_K and Q5_K rows are 16-byte aligned, Q6_K and Q8_0
 // blocks sit at any even offset); kWS: a row's slot in a stage, kWC chunks padded to 16 mod 32
-// bytes so that the 8 rows a warp's quarter reads spread over the banks.
+// bytes, so that a quarter warp's 16-byte weight loads (rows g and g + 1, 4 lanes each) hit
+// distinct banks.
 // (Q8_0's "block" is a stage's 8 blocks of 34 bytes.)
 enum class Kind { kQ4K, kQ5K, kQ6K, kQ8_0 };
 struct HQ4_K {
@@ -77,13 +83,7 @@ struct HQ8_0 {
   static constexpr int kBlock = 8 * 34, kWC = 18, kWS = 304;
 };
 
-// A CTA: kBM / 16 warps of 16 rows (kBM / 64 warpgroups), kBN tokens.
-template <int kBM>
-constexpr int threads() {
-  return 2 * kBM;
-}
-
-// A stage: the tile's activations as wgmma's K-major B, then the kBM rows' blocks. The
+// A stage: the tile's activations as wgmma's K-major B, then the 128 rows' blocks. The
 // activations come as mmh_prepare laid them out (see the top): per 8 tokens a 4 KB run, chunk q
 // (8 values) of the 8 tokens together, so each 8 tokens x 8 values is one 128-byte core matrix
 // and the copy is a plain run of 16-byte pieces.
@@ -91,13 +91,13 @@ template <int kBN>
 constexpr int x_bytes() {
   return kBN * 2 * kKStep;
 }
-template <class Q, int kBN, int kBM>
+template <class Q, int kBN>
 constexpr int stage_bytes() {
   return x_bytes<kBN>() + kBM * Q::kWS;
 }
-template <class Q, int kBN, int kBM, int kS>
+template <class Q, int kBN, int kS>
 constexpr int smem_bytes() {  // kS stages
-  return kS * stage_bytes<Q, kBN, kBM>();
+  return kS * stage_bytes<Q, kBN>();
 }
 
 struct MmhArgs {
@@ -110,27 +110,25 @@ struct MmhArgs {
   const __half* xh;  // mmh_prepare's layout
   int n_tokens;
   int splits;
-  bool rotate;
   float* partials;  // [splits, n_tokens, n_out] when splits > 1
   int* counters;    // one per (token tile, row tile), zero between launches
 };
 
-// The stage's copies. Weights: the kBM x kWC chunks in row order over the threads (a warp's
+// The stage's copies. Weights: the 128 x kWC chunks in row order over the threads (a warp's
 // quarter takes 128 consecutive bytes of one or two rows: whole sectors); rows past n_out repeat
 // the last. Activations: each 8 tokens' 4 KB run, 16 bytes a thread; groups of 8 past n_tokens
 // are not copied (their columns of the tile are never stored).
-template <class Q, int kBN, int kBM>
+template <class Q, int kBN>
 __device__ __forceinline__ void issue_step(const MmhArgs& a, int64_t row0, int tok0, int64_t step,
                                            int buf, bool weights, bool x) {
-  constexpr int kT = threads<kBM>();
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(mmh_smem)) +
-                        buf * stage_bytes<Q, kBN, kBM>();
+                        buf * stage_bytes<Q, kBN>();
   if (weights) {
     constexpr int kTotal = kBM * Q::kWC;
 #pragma unroll
-    for (int k = 0; k < (kTotal + kT - 1) / kT; ++k) {
-      const int f = threadIdx.x + kT * k;
-      if (kTotal % kT == 0 || f < kTotal) {
+    for (int k = 0; k < (kTotal + kThreads - 1) / kThreads; ++k) {
+      const int f = threadIdx.x + kThreads * k;
+      if (kTotal % kThreads == 0 || f < kTotal) {
         const int r = f / Q::kWC, ch = f % Q::kWC;
         const uintptr_t src =
             reinterpret_cast<uintptr_t>(a.w) +
@@ -144,16 +142,13 @@ __device__ __forceinline__ void issue_step(const MmhArgs& a, int64_t row0, int t
     }
   }
   if (x) {
-    constexpr int kGroups = kBN / 8, kPer = kT / 256;  // 8-token groups, per instruction
-    const int groups = min(kGroups, (a.n_tokens - tok0 + 7) / 8);
-    const int t = threadIdx.x % 256;
+    const int groups = min(kBN / 8, (a.n_tokens - tok0 + 7) / 8);
+    const int t = threadIdx.x;
 #pragma unroll
-    for (int j0 = 0; j0 < kGroups; j0 += kPer) {
-      const int j = j0 + static_cast<int>(threadIdx.x) / 256;
+    for (int j = 0; j < kBN / 8; ++j)
       if (j < groups)
         cp_async16(base + 4096 * j + 16 * t,
                    a.xh + (static_cast<int64_t>(tok0 / 8 + j) * a.n_in + 256 * step) * 8 + 8 * t);
-    }
   }
 }
 
@@ -223,10 +218,10 @@ __device__ __forceinline__ void wgmma_wait_all() {
 // The descriptor of stage buf's activations for k16 step 0 (step s: + 16 s, its chunks 2s and
 // 2s + 1, in 16-byte units): no swizzle, the K-direction core-matrix stride (LBO) 128 bytes, the
 // token-direction one (SBO) 4 KB.
-template <class Q, int kBN, int kBM>
+template <class Q, int kBN>
 __device__ __forceinline__ uint64_t x_desc(int buf) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(mmh_smem)) +
-                        buf * stage_bytes<Q, kBN, kBM>();
+                        buf * stage_bytes<Q, kBN>();
   return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{128 >> 4} << 16 | uint64_t{4096 >> 4} << 32;
 }
 
@@ -238,7 +233,9 @@ __device__ __forceinline__ void mma_step(float (&acc)[kBN / 2], const uint32_t (
                                          uint64_t desc) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
   wgmma<kBN>(acc, a, desc);
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
 #endif
@@ -260,7 +257,7 @@ __device__ __forceinline__ __half2 levels_1024(uint32_t v) {
 }
 
 // The lane's rows' byte offsets (in mmh_smem) of this stage's block: rows 16 warp + g + 8 i.
-template <class Q, int kBN, int kBM>
+template <class Q, int kBN>
 __device__ __forceinline__ void row_offsets(const MmhArgs& a, int64_t step, int buf, int64_t row0,
                                             int (&woff)[2]) {
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
@@ -271,7 +268,7 @@ __device__ __forceinline__ void row_offsets(const MmhArgs& a, int64_t step, int 
                           static_cast<uint64_t>(std::min<int64_t>(row0 + r, a.n_out - 1)) *
                               a.row_bytes +
                           static_cast<uint64_t>(step) * Q::kBlock;
-    woff[i] = buf * stage_bytes<Q, kBN, kBM>() + x_bytes<kBN>() + r * Q::kWS +
+    woff[i] = buf * stage_bytes<Q, kBN>() + x_bytes<kBN>() + r * Q::kWS +
               static_cast<int>(src & 15);
   }
 }
@@ -279,15 +276,15 @@ __device__ __forceinline__ void row_offsets(const MmhArgs& a, int64_t step, int 
 // Q4_K: d, dmin, scales[12], qs[128]; Q5_K: the same with qh[32] before qs (bit j of qh[l]: bit
 // 4 of level l of sub-block j). Rows 16-byte aligned (mmh_supports), so the block sits at the
 // start of its slot.
-template <class Q, int kBN, int kBM>
+template <class Q, int kBN>
 __device__ __forceinline__ void compute_q45k(const MmhArgs& a, int64_t step, int buf, int64_t row0,
                                              float (&acc)[kBN / 2]) {
   constexpr bool kQ5 = Q::kKind == Kind::kQ5K;
   constexpr int kQs = kQ5 ? 48 : 16;
   const int lane = threadIdx.x % 32, c = lane % 4;
   int woff[2];
-  row_offsets<Q, kBN, kBM>(a, step, buf, row0, woff);
-  const uint64_t desc = x_desc<Q, kBN, kBM>(buf);
+  row_offsets<Q, kBN>(a, step, buf, row0, woff);
+  const uint64_t desc = x_desc<Q, kBN>(buf);
   // Scale and min of sub-blocks 2c (h = 0) and 2c + 1 (h = 1) of the lane's rows.
   __half2 sc[2][2], mn[2][2];
 #pragma unroll
@@ -346,13 +343,13 @@ __device__ __forceinline__ void compute_q45k(const MmhArgs& a, int64_t step, int
 // 2c + h is quarter 2 (c % 2) + h of half c / 2: its level l from ql byte 64 (c / 2) + 32 h + l
 // (nibble c % 2) and qh byte 32 (c / 2) + l (bits 4 (c % 2) + 2h..), scale byte 8 (c / 2) + 4
 // (c % 2) + 2h + l / 16.
-template <int kBN, int kBM>
+template <int kBN>
 __device__ __forceinline__ void compute_q6k(const MmhArgs& a, int64_t step, int buf, int64_t row0,
                                             float (&acc)[kBN / 2]) {
   const int lane = threadIdx.x % 32, c = lane % 4;
   int woff[2];
-  row_offsets<HQ6_K, kBN, kBM>(a, step, buf, row0, woff);
-  const uint64_t desc = x_desc<HQ6_K, kBN, kBM>(buf);
+  row_offsets<HQ6_K, kBN>(a, step, buf, row0, woff);
+  const uint64_t desc = x_desc<HQ6_K, kBN>(buf);
   const int ql0 = 64 * (c / 2), qh0 = 128 + 32 * (c / 2), sc0 = 192 + 8 * (c / 2) + 4 * (c % 2);
   const int nib = 4 * (c % 2);
   float d[2];
@@ -398,13 +395,13 @@ __device__ __forceinline__ void compute_q6k(const MmhArgs& a, int64_t step, int 
 // Q8_0: a stage is 8 blocks of d (f16) and 32 int8 levels, 34 bytes each at any even offset;
 // sub-block 2c + h is block 2c + h. A level goes in as (q + 128) by flipping its sign bit, 1152
 // comes off (exact), times d (exact in fp16): one rounding of the weight.
-template <int kBN, int kBM>
+template <int kBN>
 __device__ __forceinline__ void compute_q8_0(const MmhArgs& a, int64_t step, int buf, int64_t row0,
                                              float (&acc)[kBN / 2]) {
   const int lane = threadIdx.x % 32, c = lane % 4;
   int woff[2];
-  row_offsets<HQ8_0, kBN, kBM>(a, step, buf, row0, woff);
-  const uint64_t desc = x_desc<HQ8_0, kBN, kBM>(buf);
+  row_offsets<HQ8_0, kBN>(a, step, buf, row0, woff);
+  const uint64_t desc = x_desc<HQ8_0, kBN>(buf);
   __half2 d[2][2];
 #pragma unroll
   for (int i = 0; i < 2; ++i)
@@ -432,25 +429,21 @@ __device__ __forceinline__ void compute_q8_0(const MmhArgs& a, int64_t step, int
 }
 
 // grid: (token tiles, row tiles, splits).
-template <class Q, int kBN, int kBM, int kS>
-__global__ void __launch_bounds__(threads<kBM>(), 1) mmh_kernel(const MmhArgs a) {
+template <class Q, int kBN, int kS>
+__global__ void __launch_bounds__(kThreads, 1) mmh_kernel(const MmhArgs a) {
   const int tok0 = blockIdx.x * kBN;
   const int64_t row0 = int64_t{blockIdx.y} * kBM;
   const int split = blockIdx.z;
   const int64_t k0 = split * a.n_steps / a.splits, k1 = (split + 1) * a.n_steps / a.splits;
   const int nk = static_cast<int>(k1 - k0);
-  // The row tiles start their K ranges at different steps, so that the CTAs do not all read
-  // the same activations at once.
-  const int rot = a.rotate ? static_cast<int>(blockIdx.y % static_cast<unsigned>(nk)) : 0;
-  auto step_of = [&](int i) { return k0 + (i + rot) % nk; };
   // The first stages' weights depend on no earlier kernel: their copies start before the wait.
 #pragma unroll
   for (int st = 0; st < kS - 1; ++st)
-    if (st < nk) issue_step<Q, kBN, kBM>(a, row0, tok0, step_of(st), st, true, false);
+    if (st < nk) issue_step<Q, kBN>(a, row0, tok0, k0 + st, st, true, false);
   pdl_start();
 #pragma unroll
   for (int st = 0; st < kS - 1; ++st) {
-    if (st < nk) issue_step<Q, kBN, kBM>(a, row0, tok0, step_of(st), st, false, true);
+    if (st < nk) issue_step<Q, kBN>(a, row0, tok0, k0 + st, st, false, true);
     tile::cp_async_commit();
   }
 
@@ -467,15 +460,15 @@ __global__ void __launch_bounds__(threads<kBM>(), 1) mmh_kernel(const MmhArgs a)
     fence_proxy_async();
     __syncthreads();
     if (i + kS - 1 < nk)
-      issue_step<Q, kBN, kBM>(a, row0, tok0, step_of(i + kS - 1), (i + kS - 1) % kS, true, true);
+      issue_step<Q, kBN>(a, row0, tok0, k0 + i + kS - 1, (i + kS - 1) % kS, true, true);
     tile::cp_async_commit();
     fence_acc(acc);
     if constexpr (Q::kKind == Kind::kQ6K) {
-      compute_q6k<kBN, kBM>(a, step_of(i), buf, row0, acc);
+      compute_q6k<kBN>(a, k0 + i, buf, row0, acc);
     } else if constexpr (Q::kKind == Kind::kQ8_0) {
-      compute_q8_0<kBN, kBM>(a, step_of(i), buf, row0, acc);
+      compute_q8_0<kBN>(a, k0 + i, buf, row0, acc);
     } else {
-      compute_q45k<Q, kBN, kBM>(a, step_of(i), buf, row0, acc);
+      compute_q45k<Q, kBN>(a, k0 + i, buf, row0, acc);
     }
     wgmma_wait_all();
     fence_acc(acc);
@@ -494,7 +487,7 @@ __global__ void __launch_bounds__(threads<kBM>(), 1) mmh_kernel(const MmhArgs a)
       if (row < a.n_out && tok < a.n_tokens) out[tok * a.n_out + row] = acc[4 * nt + e];
     }
   if (a.splits == 1) return;
-  tile::splitk_finish<kBM, kBN, threads<kBM>(), kMaxSplits>(
+  tile::splitk_finish<kBM, kBN, kThreads, kMaxSplits>(
       a.y, a.partials, a.counters + blockIdx.y * gridDim.x + blockIdx.x, a.splits, a.n_out,
       a.n_tokens, row0, tok0);
 }
@@ -519,58 +512,41 @@ __global__ void prepare_kernel(const float* x, __half* xh, int64_t n_quads, int6
 
 constexpr int kMaxSmem = 227 << 10;  // a CTA's dynamic shared memory on sm_90
 
-int exp_env(const char* name) {
-  const char* e = std::getenv(name);
-  return e != nullptr ? std::atoi(e) : 0;
-}
-
-template <class Q, int kBN, int kBM, int kS>
+template <class Q, int kBN, int kS>
 void launch_bn(MmhArgs a, const MmqScratch& scratch, cudaStream_t s) {
-  static const bool attr_ok = cudaFuncSetAttribute(mmh_kernel<Q, kBN, kBM, kS>,
+  static const bool attr_ok = cudaFuncSetAttribute(mmh_kernel<Q, kBN, kS>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   smem_bytes<Q, kBN, kBM, kS>()) == cudaSuccess;
+                                                   smem_bytes<Q, kBN, kS>()) == cudaSuccess;
   if (!attr_ok) return;
   const int64_t tok_tiles = (a.n_tokens + kBN - 1) / kBN;
   const int64_t row_tiles = (a.n_out + kBM - 1) / kBM;
   const int64_t tiles = tok_tiles * row_tiles;
   // CTAs resident per SM: shared-memory bound (1 to 3; 1 KiB of each CTA's is the system's).
   const int per_sm =
-      std::max(1, std::min(3, (228 << 10) / (smem_bytes<Q, kBN, kBM, kS>() + 1024)));
-  static const int forced_splits = exp_env("KILN_MMH_SPLITS");
-  static const bool rotate = exp_env("KILN_MMH_ROT") != 0;
+      std::max(1, std::min(3, (228 << 10) / (smem_bytes<Q, kBN, kS>() + 1024)));
   const int splits = tile::splitk_count(tiles, per_sm, a.n_steps, int64_t{a.n_tokens} * a.n_out,
-                                        scratch.splits > 0 ? scratch.splits : forced_splits,
-                                        kMaxSplits, scratch.partials, scratch.partial_floats,
-                                        scratch.n_counters);
+                                        scratch.splits, kMaxSplits, scratch.partials,
+                                        scratch.partial_floats, scratch.n_counters);
   a.splits = splits;
-  a.rotate = rotate;
   a.partials = scratch.partials;
   a.counters = scratch.counters;
   const dim3 grid(static_cast<unsigned>(tok_tiles), static_cast<unsigned>(row_tiles),
                   static_cast<unsigned>(splits));
-  launch_pdl(mmh_kernel<Q, kBN, kBM, kS>, grid, dim3(threads<kBM>()),
-             static_cast<size_t>(smem_bytes<Q, kBN, kBM, kS>()), s, a);
+  launch_pdl(mmh_kernel<Q, kBN, kS>, grid, dim3(kThreads),
+             static_cast<size_t>(smem_bytes<Q, kBN, kS>()), s, a);
 }
 
-template <class Q, int kBN, int kBM>
-void launch_stages(const MmhArgs& a, const MmqScratch& scratch, cudaStream_t s) {
-  static const int want = exp_env("KILN_MMH_STAGES");
-  if constexpr (smem_bytes<Q, kBN, kBM, 4>() <= kMaxSmem) {
-    if (want == 0 || want >= 4) return launch_bn<Q, kBN, kBM, 4>(a, scratch, s);
-  }
-  if constexpr (smem_bytes<Q, kBN, kBM, 3>() <= kMaxSmem) {
-    if (want == 0 || want >= 3) return launch_bn<Q, kBN, kBM, 3>(a, scratch, s);
-  }
-  launch_bn<Q, kBN, kBM, 2>(a, scratch, s);
-}
-
+// As many stages as one CTA's shared memory holds, at most 4 (3 and 2 measured within noise of
+// 4 where both fit, docs/performance.md): one CTA of 8 warps an SM, up to three stages of
+// copies in flight while it computes.
 template <class Q, int kBN>
-void launch_rows(const MmhArgs& a, const MmqScratch& scratch, cudaStream_t s) {
-  static const int bm = exp_env("KILN_MMH_BM");
-  if (bm == 256) {
-    launch_stages<Q, kBN, 256>(a, scratch, s);
+void launch_stages(const MmhArgs& a, const MmqScratch& scratch, cudaStream_t s) {
+  if constexpr (smem_bytes<Q, kBN, 4>() <= kMaxSmem) {
+    launch_bn<Q, kBN, 4>(a, scratch, s);
+  } else if constexpr (smem_bytes<Q, kBN, 3>() <= kMaxSmem) {
+    launch_bn<Q, kBN, 3>(a, scratch, s);
   } else {
-    launch_stages<Q, kBN, 128>(a, scratch, s);
+    launch_bn<Q, kBN, 2>(a, scratch, s);
   }
 }
 
@@ -581,11 +557,11 @@ void launch_type(const MmhArgs& a, const MmqScratch& scratch, cudaStream_t s) {
                  : a.n_tokens <= 32      ? 32
                                          : 64;
   if (bn <= 16) {
-    launch_rows<Q, 16>(a, scratch, s);
+    launch_stages<Q, 16>(a, scratch, s);
   } else if (bn <= 32) {
-    launch_rows<Q, 32>(a, scratch, s);
+    launch_stages<Q, 32>(a, scratch, s);
   } else {
-    launch_rows<Q, 64>(a, scratch, s);
+    launch_stages<Q, 64>(a, scratch, s);
   }
 }
 
