@@ -17,8 +17,8 @@
 // kernels for 4 and 8 tokens; the other types one for 8 (fewer tokens are masked).
 //
 // mmh (Q4_K/Q5_K/Q6_K/Q8_0 from 9 tokens up to a crossover by weight size: 128 or 16, below):
-// activations rounded to fp16 once per call into the context's x16 in mmh's fragment order, the
-// weights as stored dequantized to fp16 in registers, fp16 tensor-core MMA (mmh.cu).
+// activations rounded to fp16 once per call into the context's x16 in mmh's layout, the weights
+// as stored dequantized to fp16 in registers, fp16 tensor-core MMA (mmh.cu: wgmma, sm_90 only).
 // KILN_CUDA_MMH=0 sends these to mmq.
 // mmq (Q4_0, and the mmh types without mmh, from 9 tokens up to a crossover by weight size: 64
 // or 16, below): activations quantized to int8 per 32 values (or as their producer wrote them),
@@ -480,7 +480,9 @@ MatmulContext* create_matmul_context(int64_t max_tokens, int64_t max_n_in, int64
   ctx->max_n_in = max_n_in;
   ctx->workspace_bytes = kWorkspaceBytes;
   alloc(&ctx->workspace, ctx->workspace_bytes);
-  ctx->x16_elems = std::max<int64_t>(1, max_tokens) * std::max<int64_t>(1, max_n_in);
+  // Rounded up to 8 tokens: mmh's activations come in groups of 8 (mmh.h).
+  ctx->x16_elems =
+      (std::max<int64_t>(1, max_tokens) + 7) / 8 * 8 * std::max<int64_t>(1, max_n_in);
   alloc(reinterpret_cast<void**>(&ctx->x16), static_cast<size_t>(ctx->x16_elems) * 2);
   ctx->w16_elems = std::max<int64_t>(std::min<int64_t>(kW16Bytes / 2, max_n_in * max_n_out),
                                      std::max<int64_t>(1, max_n_in));
@@ -584,7 +586,8 @@ int64_t moe_tile_slots(int64_t n_pairs, int64_t n_expert, int tile_pairs) {
 
 bool use_mmh(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
   if (n_tokens <= kMatvecMaxTokens || n_tokens > ctx->mmh_max_tokens ||
-      n_tokens * w.n_in > ctx->x16_elems || w.n_in > ctx->max_n_in || !mmh_supports(w))
+      (n_tokens + 7) / 8 * 8 * w.n_in > ctx->x16_elems || w.n_in > ctx->max_n_in ||
+      !mmh_supports(w))
     return false;
   return ctx->mmh_forced || n_tokens <= kMmqSmallTokens || w.n_in * w.n_out >= kMmqLargeWeight;
 }
@@ -615,7 +618,7 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
   const Weight* mh[8];
   float* yh[8];
   int n_q = 0, n_h = 0;
-  bool halved = false;  // x16 holds x in mmh's fragment order
+  bool halved = false;  // x16 holds x in mmh's layout
   for (int i = 0; i < n_w; ++i) {
     const Weight& w = *ws[i];
     float* y = ys[i];

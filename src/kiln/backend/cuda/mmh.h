@@ -13,10 +13,11 @@
 namespace kiln::backend::cuda {
 
 // Whether mmh takes w: Q4_K or Q5_K with 16-byte aligned rows (data and row_bytes), Q6_K or Q8_0
-// (any 2-byte aligned rows); n_in % 256 == 0 either way.
+// (any 2-byte aligned rows); n_in % 256 == 0 either way; on an sm_90 GPU (wgmma).
 bool mmh_supports(const Weight& w);
-// x [n_tokens, n_in] (fp32, n_in % 256 == 0, 16-byte aligned) rounded to fp16 into xh [n_tokens,
-// n_in] in mmh's fragment order (mmh.cu says which): one pass shared by every mmh call on x.
+// x [n_tokens, n_in] (fp32, n_in % 256 == 0, 16-byte aligned) rounded to fp16 into xh (room for
+// n_tokens rounded up to 8, x n_in values) in mmh's layout (mmh.cu says which): one pass shared
+// by every mmh call on x.
 void mmh_prepare(const float* x, int64_t n_tokens, int64_t n_in, __half* xh, cudaStream_t s);
 // y [n_tokens, w.n_out] = w x for x as mmh_prepare wrote it: each weight dequantized to fp16
 // (one rounding), products summed in fp32 on the tensor cores, as dequantize + cuBLAS computes
