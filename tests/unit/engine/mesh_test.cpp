@@ -30,20 +30,27 @@ struct Outputs {
   std::string error;
 };
 
-// The prompt, then kSteps greedy steps, on `mesh` (a mesh of one: the whole model).
-Outputs run(const model::Model& m, const model::MeshShape& mesh) {
-  Outputs o;
-  backend::cpu::CpuBackend be(1);
+// An executor of m on `mesh` (rank 0 on be, a thread each): steps of 32 rows of max_seqs
+// sequences of 64 tokens, F32 KV.
+Expected<std::unique_ptr<Executor>> executor(const model::Model& m, const model::MeshShape& mesh,
+                                             backend::Backend& be, int32_t max_seqs) {
   ExecutorOptions eo;
   eo.max_tokens = 32;
-  eo.max_seqs = 1;
+  eo.max_seqs = max_seqs;
   eo.max_context = 64;
-  eo.max_hidden_rows = 32;
+  eo.max_hidden_rows = m.arch().features.encoder ? 32 : 0;
   eo.kv_type = quant::Type::F32;
   eo.graphs = false;
   eo.mesh = mesh;
   eo.mesh_threads = 1;
-  auto ex = Executor::create(m, be, eo);
+  return Executor::create(m, be, eo);
+}
+
+// The prompt, then kSteps greedy steps, on `mesh` (a mesh of one: the whole model).
+Outputs run(const model::Model& m, const model::MeshShape& mesh) {
+  Outputs o;
+  backend::cpu::CpuBackend be(1);
+  auto ex = executor(m, mesh, be, 1);
   if (!ex.ok()) {
     o.error = ex.error().message;
     return o;
@@ -178,15 +185,7 @@ TEST(Mesh, QuantizedModelWithinItsInt8Rounding) {
 Outputs run_batch(const model::Model& m, const model::MeshShape& mesh) {
   Outputs o;
   backend::cpu::CpuBackend be(1);
-  ExecutorOptions eo;
-  eo.max_tokens = 32;
-  eo.max_seqs = 3;
-  eo.max_context = 64;
-  eo.kv_type = quant::Type::F32;
-  eo.graphs = false;
-  eo.mesh = mesh;
-  eo.mesh_threads = 1;
-  auto ex = Executor::create(m, be, eo);
+  auto ex = executor(m, mesh, be, 3);
   if (!ex.ok()) {
     o.error = ex.error().message;
     return o;
