@@ -21,7 +21,8 @@ Mesh::~Mesh() {
 
 Expected<std::unique_ptr<Mesh>> Mesh::create(Backend& first, int tp, int pp,
                                              const BackendOptions& opts,
-                                             std::chrono::milliseconds timeout) {
+                                             std::chrono::milliseconds timeout,
+                                             const std::vector<int>& devices) {
   if (tp < 1 || pp < 1) return err("mesh: --tp {} --pp {}: both must be >= 1", tp, pp);
   if (!first.supports_mesh())
     return err(
@@ -31,19 +32,35 @@ Expected<std::unique_ptr<Mesh>> Mesh::create(Backend& first, int tp, int pp,
   std::unique_ptr<Mesh> m(new Mesh());
   const int n = tp * pp;
   m->ranks_.push_back(&first);
-  // GPUs: rank r on the GPU r after the first's (CUDA_VISIBLE_DEVICES picks which they are).
+  // GPUs: rank r on devices[r], else on the GPU r after the first's (CUDA_VISIBLE_DEVICES
+  // picks which they are).
   const std::string_view cuda = "cuda:";
   const bool gpu = first.name().rfind(cuda, 0) == 0;
   const int first_gpu = gpu ? std::atoi(first.name().c_str() + cuda.size()) : 0;
-  if (gpu && first_gpu + n > cuda_device_count())
-    return err("a mesh of {} ranks from {} needs {} GPUs; {} found", n, first.name(), first_gpu + n,
-               cuda_device_count());
+  std::vector<int> gpus = devices;
+  if (!gpus.empty() && !gpu) return err("--devices names GPUs; {} has none", first.name());
+  if (gpus.empty())
+    for (int r = 0; r < n && gpu; ++r) gpus.push_back(first_gpu + r);
+  if (gpu) {
+    if (static_cast<int>(gpus.size()) != n)
+      return err("--devices names {} GPUs for a mesh of {} ranks (--tp {} x --pp {})", gpus.size(),
+                 n, tp, pp);
+    if (gpus[0] != first_gpu)
+      return err("--devices starts with GPU {}, but rank 0 is {} (--device)", gpus[0],
+                 first.name());
+    for (int r = 0; r < n; ++r) {
+      if (gpus[r] < 0 || gpus[r] >= cuda_device_count())
+        return err("--devices: no GPU {} ({} found)", gpus[r], cuda_device_count());
+      for (int q = 0; q < r; ++q)
+        if (gpus[q] == gpus[r]) return err("--devices names GPU {} twice", gpus[r]);
+    }
+  }
   const int threads =
       opts.threads > 0 ? opts.threads : std::max(1, util::default_num_threads() / n);
   for (int r = 1; r < n; ++r) {
     if (gpu) {
       KILN_TRY(std::unique_ptr<Backend> be,
-               create_backend({fmt::format("cuda:{}", first_gpu + r), opts.threads}));
+               create_backend({fmt::format("cuda:{}", gpus[r]), opts.threads}));
       m->owned_.push_back(std::move(be));
     } else {
       m->owned_.push_back(std::make_unique<cpu::CpuBackend>(threads));
@@ -58,9 +75,9 @@ Expected<std::unique_ptr<Mesh>> Mesh::create(Backend& first, int tp, int pp,
     std::vector<std::unique_ptr<Collective>> made;
     if (gpu) {
 #ifdef KILN_HAVE_CUDA
-      std::vector<int> devices;
-      for (int i = 0; i < size; ++i) devices.push_back(first_gpu + rank_of(i));
-      KILN_TRY(made, cuda::nccl_group(devices));
+      std::vector<int> group;
+      for (int i = 0; i < size; ++i) group.push_back(gpus[rank_of(i)]);
+      KILN_TRY(made, cuda::nccl_group(group));
 #endif
     } else {
       auto comm = std::make_shared<cpu::CpuCommunicator>(size, timeout);

@@ -20,9 +20,12 @@ class Mesh {
   // tp x pp ranks: rank 0 is `first` (the caller's backend, which outlives the mesh), the
   // others new backends of the same device kind (CPU: opts.threads threads each, 0: the
   // machine's cores shared out). Every CPU collective wait gives up after `timeout`.
+  // GPUs: `devices` names each rank's (rank 0's must be first's), else rank r takes the r-th
+  // GPU after first's.
   static Expected<std::unique_ptr<Mesh>> create(
       Backend& first, int tp, int pp, const BackendOptions& opts,
-      std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(60000),
+      const std::vector<int>& devices = {});
   ~Mesh();
 
   int size() const { return static_cast<int>(ranks_.size()); }

@@ -66,6 +66,11 @@ inline void add_mesh_flags(CLI::App* cmd, model::MeshShape& mesh) {
              "pipeline stages: each a run of whole layers, of --tp ranks each");
   cmd->add_flag("--ep", mesh.ep,
                 "MoE: whole experts spread over the --tp ranks (else each expert split)");
+  cmd->add_option("--devices", mesh.devices,
+                  "GPUs of the ranks in rank order, e.g. 0,1,2,3 (default: consecutive from "
+                  "--device's)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1023));
 }
 
 }  // namespace kiln::cli

@@ -64,8 +64,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
   const model::MeshShape& mesh = opts.mesh;
   if (mesh.ranks() > 1 || mesh.ep) {
     KILN_TRY_STATUS(model::check_mesh(model.hparams(), mesh));
-    KILN_TRY(ex->mesh_,
-             backend::Mesh::create(be, mesh.tp, mesh.pp, {be.name(), opts.mesh_threads}));
+    KILN_TRY(ex->mesh_, backend::Mesh::create(be, mesh.tp, mesh.pp, {be.name(), opts.mesh_threads},
+                                              std::chrono::milliseconds(60000), mesh.devices));
     const auto stages = model::pipeline_stages(model.hparams(), mesh.pp);
     for (int r = 0; r < mesh.ranks(); ++r) {
       model::MeshPlace place;

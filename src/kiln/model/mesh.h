@@ -17,6 +17,8 @@ struct MeshShape {
   int tp = 1;       // tensor-parallel ranks
   int pp = 1;       // pipeline stages
   bool ep = false;  // MoE experts distributed over the tp ranks (else each expert split)
+  // --devices: the GPU of each rank, in rank order (empty: consecutive from --device's).
+  std::vector<int> devices;
 
   int ranks() const { return tp * pp; }
 };
