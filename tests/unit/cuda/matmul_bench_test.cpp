@@ -18,8 +18,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -531,6 +533,88 @@ TEST(CudaMatmulBench, Mmh) {
                     us_q / us_h, us_c / us_h);
         std::fflush(stdout);
       }
+    }
+  }
+  ASSERT_EQ(cudaSuccess, cudaGetLastError());
+  cudaFree(x);
+  cudaFree(y);
+  cudaFree(xh);
+  backend::cuda::destroy_matmul_context(ctx);
+}
+
+// Weights sharing one input (the 8B's q/k/v and gate/up): mmh_shared's one launch for all of
+// them against mmh launched per weight and against matmul per weight (the dispatch without
+// grouping: the 1,024-row weights on dequantize + cuBLAS above 16 tokens), us, x prepared once.
+TEST(CudaMatmulBench, MmhShared) {
+  KILN_BENCH_REQUIRE();
+  const int64_t max_tok = 128, n_in = 4096, max_out = 14336;
+  auto* ctx = backend::cuda::create_matmul_context(max_tok, n_in, max_out);
+  ASSERT_NE(ctx, nullptr);
+  float *x, *y;
+  __half* xh;
+  KILN_CUDA_OK(cudaMalloc(&x, max_tok * n_in * sizeof(float)));
+  KILN_CUDA_OK(cudaMalloc(&y, 2 * max_tok * max_out * sizeof(float)));
+  KILN_CUDA_OK(cudaMalloc(&xh, max_tok * n_in * sizeof(__half)));
+  KILN_CUDA_OK(cudaMemset(x, 0, max_tok * n_in * sizeof(float)));
+  MmqBuffers buf(x, max_tok, n_in);
+  struct Group {
+    const char* name;
+    std::vector<std::pair<Type, int64_t>> weights;
+  };
+  const Group groups[] = {
+      {"q+k+v Q4_K", {{Type::Q4_K, 4096}, {Type::Q4_K, 1024}, {Type::Q4_K, 1024}}},
+      {"q+k Q4_K", {{Type::Q4_K, 4096}, {Type::Q4_K, 1024}}},
+      {"v Q6_K", {{Type::Q6_K, 1024}}},
+      {"gate+up Q4_K", {{Type::Q4_K, 14336}, {Type::Q4_K, 14336}}},
+  };
+  std::printf("%-13s %4s | %8s %6s | %8s %8s\n", "group", "tok", "shared", "GB/s", "mmh each",
+              "matmul");
+  for (const Group& gr : groups) {
+    std::vector<std::unique_ptr<RotatingWeight>> rw;
+    uint64_t bytes = 0;
+    int copies = 8;
+    for (const auto& [t, rows] : gr.weights) {
+      rw.push_back(std::make_unique<RotatingWeight>(t, rows, n_in));
+      ASSERT_TRUE(rw.back()->ok());
+      bytes += rw.back()->bytes;
+      copies = std::min(copies, rw.back()->copies);
+    }
+    const int n = static_cast<int>(rw.size());
+    for (int64_t tok : {16, 32, 64, 128}) {
+      backend::cuda::mmh_prepare(x, tok, n_in, xh, nullptr);
+      std::vector<Weight> ws(n);
+      std::vector<const Weight*> wp(n);
+      std::vector<float*> yp(n);
+      auto set = [&](int i) {
+        int64_t off = 0;
+        for (int j = 0; j < n; ++j) {
+          ws[j] = (*rw[j])(i);
+          wp[j] = &ws[j];
+          yp[j] = y + off;
+          off += tok * ws[j].n_out;
+        }
+      };
+      const double us_shared = time_graph_us(
+          [&](int i, cudaStream_t s) {
+            set(i);
+            backend::cuda::mmh_shared(wp.data(), yp.data(), n, xh, tok, buf.scratch, s);
+          },
+          4 * copies);
+      const double us_each = time_graph_us(
+          [&](int i, cudaStream_t s) {
+            set(i);
+            for (int j = 0; j < n; ++j) backend::cuda::mmh(ws[j], yp[j], xh, tok, buf.scratch, s);
+          },
+          4 * copies);
+      const double us_matmul = time_graph_us(
+          [&](int i, cudaStream_t s) {
+            set(i);
+            for (int j = 0; j < n; ++j) backend::cuda::matmul(ctx, ws[j], x, yp[j], tok, s);
+          },
+          2 * copies);
+      std::printf("%-13s %4ld | %8.1f %6.0f | %8.1f %8.1f\n", gr.name, tok, us_shared,
+                  bytes / us_shared / 1e3, us_each, us_matmul);
+      std::fflush(stdout);
     }
   }
   ASSERT_EQ(cudaSuccess, cudaGetLastError());

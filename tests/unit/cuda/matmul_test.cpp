@@ -659,6 +659,59 @@ TEST(CudaMatmul, SharedInputEqualsSeparateCalls) {
   }
 }
 
+// matmul_shared's grouped mmh (9..128 tokens): the weights mmh takes launched together by type,
+// the short ones of a type a long one has included (a 1,024-row k projection beside a 4,096 x
+// 4,096 q). Each weight's result bit for bit what mmh alone gives it (a context with mmh forced
+// for every size), including when the split-K scratch cannot hold a launch's partial sums at
+// once (128 tokens: a second launch); the F16 weight keeps its own path; the short Q4_K weight
+// against the reference.
+TEST(CudaMatmul, SharedInputGroupedMmhEqualsLoneMmh) {
+  KILN_REQUIRE_GPU();
+  if (backend::cuda::current_cc_major() != 9) GTEST_SKIP() << "mmh runs on sm_90 GPUs (wgmma)";
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int64_t n_in = 4096;
+  Ctx ctx(128, n_in, 4096);
+  Ctx lone(128, n_in, 4096);
+  ASSERT_NE(ctx.p, nullptr);
+  ASSERT_NE(lone.p, nullptr);
+  backend::cuda::matmul_set_mmh(lone.p, 128);
+  // Two long weights (4,096 rows: Q4_K and Q6_K), short ones of both types (ragged heights:
+  // a partial 128-row tile), an F16 between them.
+  constexpr int kW = 6;
+  const Type types[kW] = {Type::Q4_K, Type::Q6_K, Type::Q4_K, Type::F16, Type::Q4_K, Type::Q6_K};
+  const int64_t outs[kW] = {4096, 77, 1024, 33, 61, 4096};
+  std::vector<std::vector<uint8_t>> host;
+  std::deque<test::DeviceVec<uint8_t>> dev;
+  std::vector<Weight> ws;
+  for (int i = 0; i < kW; ++i) host.push_back(quantized_rows(types[i], outs[i], n_in, rng));
+  for (int i = 0; i < kW; ++i) dev.emplace_back(host[i]);
+  for (int i = 0; i < kW; ++i) ws.push_back(weight_view(types[i], n_in, outs[i], dev[i].get()));
+  for (int64_t n_tokens : {9, 16, 17, 64, 100, 128}) {
+    const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
+    test::DeviceVec<float> dx(x);
+    std::deque<test::DeviceVec<float>> shared, single;
+    for (int i = 0; i < kW; ++i) shared.emplace_back(static_cast<size_t>(n_tokens * outs[i]));
+    for (int i = 0; i < kW; ++i) single.emplace_back(static_cast<size_t>(n_tokens * outs[i]));
+    const Weight* wp[kW];
+    float* yp[kW];
+    for (int i = 0; i < kW; ++i) wp[i] = &ws[i], yp[i] = shared[i].get();
+    backend::cuda::matmul_shared(ctx.p, wp, yp, kW, dx.get(), n_tokens, nullptr);
+    for (int i = 0; i < kW; ++i)
+      backend::cuda::matmul(types[i] == Type::F16 ? ctx.p : lone.p, ws[i], dx.get(),
+                            single[i].get(), n_tokens, nullptr);
+    KILN_CUDA_OK(cudaDeviceSynchronize());
+    for (int i = 0; i < kW; ++i)
+      EXPECT_EQ(shared[i].to_host(), single[i].to_host())
+          << "weight " << i << " n_tokens=" << n_tokens << " seed=" << seed;
+    std::vector<float> ref(static_cast<size_t>(n_tokens * outs[4]));
+    backend::cpu::matmul_reference(weight_view(types[4], n_in, outs[4], host[4].data()), x.data(),
+                                   ref.data(), n_tokens, nullptr);
+    EXPECT_LE(rel_error(shared[4].to_host(), ref), kFp16GemmBound)
+        << "n_tokens=" << n_tokens << " seed=" << seed;
+  }
+}
+
 // The int8 MMA path (mmq, 9..256 tokens) on every tiling (16, 32 or 64 tokens per CTA; one
 // K split or several), ragged heights (a partial 64-row tile) and ragged K steps (Q4_0/Q8_0
 // rows of 3 blocks, or 9 steps and a tail): on representable activations within 1e-5 of the

@@ -194,7 +194,9 @@ uint64_t matmul_context_bytes(const MatmulContext* ctx);
 void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64_t n_tokens,
             cudaStream_t s);
 // y_i = W_i x for n_w weights of one input x [n_tokens, n_in] (each W_i.n_in == n_in): as
-// matmul for each, but x is quantized once for the int8 matvec path.
+// matmul for each, but x is quantized once for the int8 matvec path, and the weights mmh takes
+// share launches (one per type); there a weight mmh would leave to cuBLAS as too short (9..128
+// tokens) joins when a long weight of its type is in the call, and gets what mmh alone gives it.
 // x_quantized: the context's int8 activations (matmul_q8) already hold x quantized (a producer
 // wrote them). Returns whether they hold x quantized afterwards.
 bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys, int n_w,

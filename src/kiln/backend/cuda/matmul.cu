@@ -19,7 +19,9 @@
 // mmh (Q4_K/Q5_K/Q6_K/Q8_0 from 9 tokens up to a crossover by weight size: 128 or 16, below):
 // activations rounded to fp16 once per call into the context's x16 in mmh's layout, the weights
 // as stored dequantized to fp16 in registers, fp16 tensor-core MMA (mmh.cu: wgmma, sm_90 only).
-// KILN_CUDA_MMH=0 sends these to mmq.
+// KILN_CUDA_MMH=0 sends these to mmq. matmul_shared launches its mmh weights together, one
+// launch per type (mmh_shared), and a short weight of a type a long one has joins them above 16
+// tokens (KILN_CUDA_MMH_GROUP=0: one launch per weight, no joining).
 // mmq (Q4_0, and the mmh types without mmh, from 9 tokens up to a crossover by weight size: 64
 // or 16, below): activations quantized to int8 per 32 values (or as their producer wrote them),
 // int8 tensor-core MMA on the weights as stored (mmq.cu). KILN_CUDA_MMQ=0 sends these to cuBLAS
@@ -584,12 +586,53 @@ int64_t moe_tile_slots(int64_t n_pairs, int64_t n_expert, int tile_pairs) {
   return (n_pairs + tile_pairs - 1) / tile_pairs + std::min(n_pairs, n_expert);
 }
 
+// Whether mmh can take w at all (the token range, the context's scratch, the type).
+constexpr int kMaxShared = 16;  // matmul_shared's weights handled at once
+
+bool mmh_fits(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
+  return n_tokens > kMatvecMaxTokens && n_tokens <= ctx->mmh_max_tokens &&
+         (n_tokens + 7) / 8 * 8 * w.n_in <= ctx->x16_elems && w.n_in <= ctx->max_n_in &&
+         mmh_supports(w);
+}
+
 bool use_mmh(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
-  if (n_tokens <= kMatvecMaxTokens || n_tokens > ctx->mmh_max_tokens ||
-      (n_tokens + 7) / 8 * 8 * w.n_in > ctx->x16_elems || w.n_in > ctx->max_n_in ||
-      !mmh_supports(w))
-    return false;
+  if (!mmh_fits(ctx, w, n_tokens)) return false;
   return ctx->mmh_forced || n_tokens <= kMmqSmallTokens || w.n_in * w.n_out >= kMmqLargeWeight;
+}
+
+// KILN_CUDA_MMH_GROUP=0: each weight mmh takes gets its own launch, and short weights never
+// join a long one's (for comparisons).
+bool mmh_group_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("KILN_CUDA_MMH_GROUP");
+    return e == nullptr || std::string_view(e) != "0";
+  }();
+  return enabled;
+}
+
+// The weights sharing x that go to mmh, launched together by type (mmh_shared): those use_mmh
+// sends to it, and the short ones mmh can take of a type a long one has (the k projection
+// beside q, 1,024 x 4,096 beside 4,096 x 4,096: alone it is faster on dequantize + cuBLAS above
+// 16 tokens, but in q's launch its CTAs take the SMs q's tiles leave idle). take[i] says which;
+// returns their count.
+int mmh_members(const MatmulContext* ctx, const Weight* const* ws, int n_w, int64_t n_tokens,
+                bool* take) {
+  int n = 0;
+  for (int i = 0; i < n_w; ++i) {
+    take[i] = ws[i]->n_out > 0 && supports_type(ws[i]->type) && use_mmh(ctx, *ws[i], n_tokens);
+    n += take[i];
+  }
+  if (!mmh_group_enabled()) return n;
+  for (int i = 0; i < n_w; ++i) {
+    if (take[i] || ws[i]->n_out <= 0 || !mmh_fits(ctx, *ws[i], n_tokens)) continue;
+    for (int j = 0; j < n_w; ++j)
+      if (take[j] && ws[j]->type == ws[i]->type && ws[j]->n_in == ws[i]->n_in) {
+        take[i] = true;
+        ++n;
+        break;
+      }
+  }
+  return n;
 }
 
 bool use_mmq(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
@@ -610,6 +653,12 @@ void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64
 
 bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys, int n_w,
                    const float* x, int64_t n_tokens, cudaStream_t s, bool x_quantized) {
+  if (n_w > kMaxShared) {  // in runs of kMaxShared (the same results: each weight's own)
+    for (int i = 0; i < n_w; i += kMaxShared)
+      x_quantized = matmul_shared(ctx, ws + i, ys + i, std::min(kMaxShared, n_w - i), x,
+                                  n_tokens, s, x_quantized);
+    return x_quantized;
+  }
   bool quantized = x_quantized && n_tokens <= ctx->q8_tokens;
   // Decode-sized products the matvec kernels take are launched together after the loop: one
   // launch per weight type for the weights sharing x.
@@ -618,7 +667,28 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
   const Weight* mh[8];
   float* yh[8];
   int n_q = 0, n_h = 0;
-  bool halved = false;  // x16 holds x in mmh's layout
+  // mmh's weights first, one launch per type (mmh_shared), before anything else takes x16.
+  bool on_mmh[kMaxShared] = {};
+  if (n_tokens > kMatvecMaxTokens && mmh_members(ctx, ws, n_w, n_tokens, on_mmh) > 0) {
+    int first = 0;
+    while (!on_mmh[first]) ++first;
+    mmh_prepare(x, n_tokens, ws[first]->n_in, ctx->x16, s);
+    bool launched[kMaxShared] = {};
+    const bool grouped = mmh_group_enabled();
+    for (int i = 0; i < n_w; ++i) {
+      if (!on_mmh[i] || launched[i]) continue;
+      const Weight* gw[kMaxShared];
+      float* gy[kMaxShared];
+      int n = 0;
+      for (int j = i; j < n_w && (grouped || n == 0); ++j)
+        if (on_mmh[j] && !launched[j] && ws[j]->type == ws[i]->type) {
+          gw[n] = ws[j];
+          gy[n++] = ys[j];
+          launched[j] = true;
+        }
+      mmh_shared(gw, gy, n, ctx->x16, n_tokens, ctx->mmh, s);
+    }
+  }
   for (int i = 0; i < n_w; ++i) {
     const Weight& w = *ws[i];
     float* y = ys[i];
@@ -633,12 +703,7 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
       yh[n_h++] = y;
       continue;
     }
-    if (use_mmh(ctx, w, n_tokens)) {
-      if (!halved) mmh_prepare(x, n_tokens, w.n_in, ctx->x16, s);
-      halved = true;
-      mmh(w, y, ctx->x16, n_tokens, ctx->mmh, s);
-      continue;
-    }
+    if (on_mmh[i]) continue;
     if (use_mmq(ctx, w, n_tokens)) {
       if (!quantized) quantize_q8_32(x, n_tokens, w.n_in, ctx->xq, ctx->xds, s);
       quantized = true;
@@ -655,7 +720,6 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
     }
     if (w.n_in > ctx->max_n_in) continue;  // outside the context's bounds: scratch too small
     matmul_cublas(ctx, w, x, y, n_tokens, s);
-    halved = false;  // cuBLAS' fp16 activations took x16
   }
   if (n_q > 0) {
     if (!quantized) quantize_q8_32(x, n_tokens, mq[0]->n_in, ctx->xq, ctx->xds, s);

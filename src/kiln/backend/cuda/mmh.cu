@@ -100,6 +100,7 @@ constexpr int smem_bytes() {  // kS stages
   return kS * stage_bytes<Q, kBN>();
 }
 
+// The per-CTA view of one weight's launch (the kernel resolves it from its MmhGroupArgs).
 struct MmhArgs {
   const uint8_t* w;
   uint64_t row_bytes;
@@ -112,6 +113,29 @@ struct MmhArgs {
   int splits;
   float* partials;  // [splits, n_tokens, n_out] when splits > 1
   int* counters;    // one per (token tile, row tile), zero between launches
+};
+
+// Up to kMaxGroup weights of one type sharing x in one launch: weight j owns the grid rows
+// tile0[j] .. tile0[j] + row tiles x splits (split-major, as a lone launch's grid z), with its own
+// split count, partial sums and counters, each chosen as a lone launch of it would.
+constexpr int kMaxGroup = 4;
+struct MmhPart {
+  const uint8_t* w;
+  uint64_t row_bytes;
+  int64_t n_out;
+  float* y;
+  float* partials;
+  int* counters;
+  int splits;
+  int tile0;
+};
+struct MmhGroupArgs {
+  MmhPart p[kMaxGroup];
+  int n_parts;
+  int64_t n_in;
+  int64_t n_steps;
+  const __half* xh;
+  int n_tokens;
 };
 
 // The stage's copies. Weights: the 128 x kWC chunks in row order over the threads (a warp's
@@ -428,12 +452,33 @@ __device__ __forceinline__ void compute_q8_0(const MmhArgs& a, int64_t step, int
   }
 }
 
-// grid: (token tiles, row tiles, splits).
+// grid: (token tiles, the weights' row tiles x splits).
 template <class Q, int kBN, int kS>
-__global__ void __launch_bounds__(kThreads, 1) mmh_kernel(const MmhArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) mmh_kernel(const MmhGroupArgs ga) {
+  // This CTA's weight: the last whose grid rows start at or before blockIdx.y (selected by
+  // constant indices: the parameters stay in the constant bank).
+  MmhPart p = ga.p[0];
+#pragma unroll
+  for (int j = 1; j < kMaxGroup; ++j)
+    if (j < ga.n_parts && static_cast<int>(blockIdx.y) >= ga.p[j].tile0) p = ga.p[j];
+  MmhArgs a;
+  a.w = p.w;
+  a.row_bytes = p.row_bytes;
+  a.n_out = p.n_out;
+  a.n_in = ga.n_in;
+  a.n_steps = ga.n_steps;
+  a.y = p.y;
+  a.xh = ga.xh;
+  a.n_tokens = ga.n_tokens;
+  a.splits = p.splits;
+  a.partials = p.partials;
+  a.counters = p.counters;
+  const int row_tiles = static_cast<int>((p.n_out + kBM - 1) / kBM);
+  const int local = static_cast<int>(blockIdx.y) - p.tile0;
+  const int row_tile = local % row_tiles;
   const int tok0 = blockIdx.x * kBN;
-  const int64_t row0 = int64_t{blockIdx.y} * kBM;
-  const int split = blockIdx.z;
+  const int64_t row0 = int64_t{row_tile} * kBM;
+  const int split = local / row_tiles;
   const int64_t k0 = split * a.n_steps / a.splits, k1 = (split + 1) * a.n_steps / a.splits;
   const int nk = static_cast<int>(k1 - k0);
   // The first stages' weights depend on no earlier kernel: their copies start before the wait.
@@ -488,7 +533,7 @@ __global__ void __launch_bounds__(kThreads, 1) mmh_kernel(const MmhArgs a) {
     }
   if (a.splits == 1) return;
   tile::splitk_finish<kBM, kBN, kThreads, kMaxSplits>(
-      a.y, a.partials, a.counters + blockIdx.y * gridDim.x + blockIdx.x, a.splits, a.n_out,
+      a.y, a.partials, a.counters + row_tile * gridDim.x + blockIdx.x, a.splits, a.n_out,
       a.n_tokens, row0, tok0);
 }
 
@@ -512,56 +557,94 @@ __global__ void prepare_kernel(const float* x, __half* xh, int64_t n_quads, int6
 
 constexpr int kMaxSmem = 227 << 10;  // a CTA's dynamic shared memory on sm_90
 
+// Launches the weights ws[0..n_w) (one type, sharing xh) in as few launches as the split-K
+// scratch allows, at most kMaxGroup weights each. Each weight's split count is the one a launch
+// of it alone takes (its own tiles against the whole GPU) and its partial sums and counters get
+// their own ranges of the scratch, so that each output is summed exactly as a lone launch sums
+// it; a weight whose ranges no longer fit starts the next launch.
 template <class Q, int kBN, int kS>
-void launch_bn(MmhArgs a, const MmqScratch& scratch, cudaStream_t s) {
+void launch_bn(const Weight* const* ws, float* const* ys, int n_w, const __half* xh,
+               int n_tokens, const MmqScratch& scratch, cudaStream_t s) {
   static const bool attr_ok = cudaFuncSetAttribute(mmh_kernel<Q, kBN, kS>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    smem_bytes<Q, kBN, kS>()) == cudaSuccess;
   if (!attr_ok) return;
-  const int64_t tok_tiles = (a.n_tokens + kBN - 1) / kBN;
-  const int64_t row_tiles = (a.n_out + kBM - 1) / kBM;
-  const int64_t tiles = tok_tiles * row_tiles;
+  const int64_t tok_tiles = (n_tokens + kBN - 1) / kBN;
   // CTAs resident per SM: shared-memory bound (1 to 3; 1 KiB of each CTA's is the system's).
   const int per_sm =
       std::max(1, std::min(3, (228 << 10) / (smem_bytes<Q, kBN, kS>() + 1024)));
-  const int splits = tile::splitk_count(tiles, per_sm, a.n_steps, int64_t{a.n_tokens} * a.n_out,
-                                        scratch.splits, kMaxSplits, scratch.partials,
-                                        scratch.partial_floats, scratch.n_counters);
-  a.splits = splits;
-  a.partials = scratch.partials;
-  a.counters = scratch.counters;
-  const dim3 grid(static_cast<unsigned>(tok_tiles), static_cast<unsigned>(row_tiles),
-                  static_cast<unsigned>(splits));
-  launch_pdl(mmh_kernel<Q, kBN, kS>, grid, dim3(kThreads),
-             static_cast<size_t>(smem_bytes<Q, kBN, kS>()), s, a);
+  MmhGroupArgs g{};
+  g.n_in = ws[0]->n_in;
+  g.n_steps = ws[0]->n_in / kKStep;
+  g.xh = xh;
+  g.n_tokens = n_tokens;
+  int64_t grid_rows = 0, used_floats = 0, used_counters = 0;
+  auto flush = [&] {
+    if (g.n_parts == 0) return;
+    const dim3 grid(static_cast<unsigned>(tok_tiles), static_cast<unsigned>(grid_rows), 1);
+    launch_pdl(mmh_kernel<Q, kBN, kS>, grid, dim3(kThreads),
+               static_cast<size_t>(smem_bytes<Q, kBN, kS>()), s, g);
+    g.n_parts = 0;
+    grid_rows = used_floats = used_counters = 0;
+  };
+  for (int i = 0; i < n_w; ++i) {
+    const Weight& w = *ws[i];
+    const int64_t row_tiles = (w.n_out + kBM - 1) / kBM;
+    const int64_t tiles = tok_tiles * row_tiles;
+    const int64_t outputs = int64_t{n_tokens} * w.n_out;
+    const int splits = tile::splitk_count(tiles, per_sm, g.n_steps, outputs, scratch.splits,
+                                          kMaxSplits, scratch.partials, scratch.partial_floats,
+                                          scratch.n_counters);
+    const int64_t floats = splits > 1 ? splits * outputs : 0;
+    const int64_t counters = splits > 1 ? tiles : 0;
+    if (g.n_parts == kMaxGroup || used_floats + floats > scratch.partial_floats ||
+        used_counters + counters > scratch.n_counters ||
+        grid_rows + row_tiles * splits > 65535)
+      flush();
+    MmhPart& p = g.p[g.n_parts++];
+    p.w = w.data;
+    p.row_bytes = w.row_bytes;
+    p.n_out = w.n_out;
+    p.y = ys[i];
+    p.splits = splits;
+    p.partials = scratch.partials != nullptr ? scratch.partials + used_floats : nullptr;
+    p.counters = scratch.counters != nullptr ? scratch.counters + used_counters : nullptr;
+    p.tile0 = static_cast<int>(grid_rows);
+    grid_rows += row_tiles * splits;
+    used_floats += floats;
+    used_counters += counters;
+  }
+  flush();
 }
 
 // As many stages as one CTA's shared memory holds, at most 4 (3 and 2 measured within noise of
 // 4 where both fit, docs/performance.md): one CTA of 8 warps an SM, up to three stages of
 // copies in flight while it computes.
 template <class Q, int kBN>
-void launch_stages(const MmhArgs& a, const MmqScratch& scratch, cudaStream_t s) {
+void launch_stages(const Weight* const* ws, float* const* ys, int n_w, const __half* xh,
+                   int n_tokens, const MmqScratch& scratch, cudaStream_t s) {
   if constexpr (smem_bytes<Q, kBN, 4>() <= kMaxSmem) {
-    launch_bn<Q, kBN, 4>(a, scratch, s);
+    launch_bn<Q, kBN, 4>(ws, ys, n_w, xh, n_tokens, scratch, s);
   } else if constexpr (smem_bytes<Q, kBN, 3>() <= kMaxSmem) {
-    launch_bn<Q, kBN, 3>(a, scratch, s);
+    launch_bn<Q, kBN, 3>(ws, ys, n_w, xh, n_tokens, scratch, s);
   } else {
-    launch_bn<Q, kBN, 2>(a, scratch, s);
+    launch_bn<Q, kBN, 2>(ws, ys, n_w, xh, n_tokens, scratch, s);
   }
 }
 
 template <class Q>
-void launch_type(const MmhArgs& a, const MmqScratch& scratch, cudaStream_t s) {
+void launch_type(const Weight* const* ws, float* const* ys, int n_w, const __half* xh,
+                 int n_tokens, const MmqScratch& scratch, cudaStream_t s) {
   const int bn = scratch.tile_tokens > 0 ? scratch.tile_tokens
-                 : a.n_tokens <= 16      ? 16
-                 : a.n_tokens <= 32      ? 32
+                 : n_tokens <= 16        ? 16
+                 : n_tokens <= 32        ? 32
                                          : 64;
   if (bn <= 16) {
-    launch_stages<Q, 16>(a, scratch, s);
+    launch_stages<Q, 16>(ws, ys, n_w, xh, n_tokens, scratch, s);
   } else if (bn <= 32) {
-    launch_stages<Q, 32>(a, scratch, s);
+    launch_stages<Q, 32>(ws, ys, n_w, xh, n_tokens, scratch, s);
   } else {
-    launch_stages<Q, 64>(a, scratch, s);
+    launch_stages<Q, 64>(ws, ys, n_w, xh, n_tokens, scratch, s);
   }
 }
 
@@ -590,28 +673,38 @@ void mmh_prepare(const float* x, int64_t n_tokens, int64_t n_in, __half* xh, cud
 
 void mmh(const Weight& w, float* y, const __half* xh, int64_t n_tokens, const MmqScratch& scratch,
          cudaStream_t s) {
-  if (n_tokens <= 0 || w.n_out <= 0 || !mmh_supports(w)) return;
-  MmhArgs a{};
-  a.w = w.data;
-  a.row_bytes = w.row_bytes;
-  a.n_out = w.n_out;
-  a.n_in = w.n_in;
-  a.n_steps = w.n_in / kKStep;
-  a.y = y;
-  a.xh = xh;
-  a.n_tokens = static_cast<int>(n_tokens);
-  switch (w.type) {
+  const Weight* ws[1] = {&w};
+  float* ys[1] = {y};
+  mmh_shared(ws, ys, 1, xh, n_tokens, scratch, s);
+}
+
+void mmh_shared(const Weight* const* ws, float* const* ys, int n_w, const __half* xh,
+                int64_t n_tokens, const MmqScratch& scratch, cudaStream_t s) {
+  if (n_tokens <= 0 || n_w <= 0) return;
+  const Weight* gw[kMaxGroup * 4];
+  float* gy[kMaxGroup * 4];
+  int n = 0;
+  for (int i = 0; i < n_w && n < kMaxGroup * 4; ++i) {
+    const Weight& w = *ws[i];
+    if (w.n_out <= 0 || !mmh_supports(w) || w.type != ws[0]->type || w.n_in != ws[0]->n_in)
+      continue;
+    gw[n] = &w;
+    gy[n++] = ys[i];
+  }
+  if (n == 0) return;
+  const int t = static_cast<int>(n_tokens);
+  switch (gw[0]->type) {
     case quant::Type::Q4_K:
-      launch_type<HQ4_K>(a, scratch, s);
+      launch_type<HQ4_K>(gw, gy, n, xh, t, scratch, s);
       break;
     case quant::Type::Q5_K:
-      launch_type<HQ5_K>(a, scratch, s);
+      launch_type<HQ5_K>(gw, gy, n, xh, t, scratch, s);
       break;
     case quant::Type::Q6_K:
-      launch_type<HQ6_K>(a, scratch, s);
+      launch_type<HQ6_K>(gw, gy, n, xh, t, scratch, s);
       break;
     default:
-      launch_type<HQ8_0>(a, scratch, s);
+      launch_type<HQ8_0>(gw, gy, n, xh, t, scratch, s);
       break;
   }
 }

@@ -25,6 +25,13 @@ void mmh_prepare(const float* x, int64_t n_tokens, int64_t n_in, __half* xh, cud
 // (MmqScratch; tile_tokens 16, 32 or 64). Meant for 9..~128 tokens; any count works.
 void mmh(const Weight& w, float* y, const __half* xh, int64_t n_tokens, const MmqScratch& scratch,
          cudaStream_t s);
+// ys[i] = ws[i] x for weights of one type sharing x (as mmh_prepare wrote it), up to 4 in one
+// launch (more launches when there are more or the split-K scratch cannot hold their sums at
+// once): each weight's result bit for bit what mmh gives it alone (its own split count,
+// summation order and tiling). Weights mmh does not take, or of another type or length than
+// ws[0], are skipped; at most 16 weights are taken.
+void mmh_shared(const Weight* const* ws, float* const* ys, int n_w, const __half* xh,
+                int64_t n_tokens, const MmqScratch& scratch, cudaStream_t s);
 
 // For benchmarks and tests: the context's matmul sends 9..max_tokens tokens to mmh for the
 // weights it takes (0: none), with the tiling forced when tile_tokens / splits are nonzero.
