@@ -1,5 +1,7 @@
 // The same sequence decodes to identical logits alone and inside a batch of other sequences
-// (mixed prefill and decode rows), because every op's reduction order is fixed per element.
+// (mixed prefill and decode rows), and whether its prompt was prefilled in one step or in
+// chunks, because every op's reduction order is fixed per element (on the CPU bit for bit:
+// the ground the CUDA performance issue's --deterministic mode is to stand on there too).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -123,6 +125,40 @@ TEST(BatchInvariance, AloneEqualsInsideMixedBatch) {
   }
   auto batched2 = step(fwd, *cache, m, batch, start);
   expect_same(batched2[4], alone2[0]);
+}
+
+// A prompt prefilled in one step, or in chunks (as chunked prefill or a prefix-cache hit
+// leaves it: the earlier tokens' KV already in the cache), gives the same logits for its last
+// token and for a decode step after it: each row's KV is written alike whatever the chunk, and
+// each query row reads its keys in the same order.
+TEST(BatchInvariance, PrefillChunkingDoesNotChangeTheLogits) {
+  auto model = Model::load(kModels + "stories260K.gguf");
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const Model& m = **model;
+  util::ThreadPool pool(2);
+  TestForward tf = make_forward(m, 256, 64, quant::Type::F16, &pool);
+  ASSERT_TRUE(tf.ok());
+  Seq whole{{1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395,
+             317, 426, 338, 401, 396, 267, 337, 290, 305, 444, 312, 280, 299, 351,
+             270, 388, 402, 333, 281, 377, 356, 264, 318, 429, 300, 259},
+            {0, 1, 2}};
+  const auto one_step = step(*tf.fwd, *tf.kv, m, {whole}, {0});
+  Seq next = whole;
+  next.tokens.push_back(5);
+  const auto decode = step(*tf.fwd, *tf.kv, m, {next}, {40});
+  // The same prompt in chunks of 7, 16 (crossing a block) and 17 tokens, on other blocks.
+  Seq chunked = whole;
+  chunked.blocks = {9, 4, 12};
+  std::vector<std::vector<float>> last;
+  for (int32_t end : {7, 23, 40}) {
+    Seq part = chunked;
+    part.tokens.resize(static_cast<size_t>(end));
+    last = step(*tf.fwd, *tf.kv, m, {part}, {end == 7 ? 0 : end == 23 ? 7 : 23});
+  }
+  ASSERT_EQ(last[0].size(), m.hparams().n_vocab);
+  expect_same(last[0], one_step[0]);
+  chunked.tokens.push_back(5);
+  expect_same(step(*tf.fwd, *tf.kv, m, {chunked}, {40})[0], decode[0]);
 }
 
 }  // namespace
