@@ -173,6 +173,15 @@ struct EngineStats {
   int64_t num_argmax_steps = 0;
   int64_t num_prompt_tokens = 0;
   int64_t num_generated_tokens = 0;
+  // Where the engine thread's time went over its steps (seconds, summed): the host's work
+  // before the forward (scheduling, the step's rows), queueing the forward (on the CPU the
+  // forward itself) and the host's work meanwhile (grammar masks), waiting for the device to
+  // finish it, and the host's work after (sampling, stop checks, detokenizing, delivering
+  // events). The host's share of a GPU step is everything but the wait.
+  double step_schedule_seconds = 0;
+  double step_launch_seconds = 0;
+  double step_wait_seconds = 0;
+  double step_update_seconds = 0;
   // Seconds since the engine thread last finished a step or idled (liveness for /health).
   double seconds_since_heartbeat = 0;
 };

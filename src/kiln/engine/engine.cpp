@@ -77,6 +77,8 @@ struct Engine::Impl {
   SeqId next_id = 1;
   int64_t num_steps = 0;
   int64_t num_argmax_steps = 0;
+  // EngineStats' step_*_seconds.
+  double schedule_s = 0, launch_s = 0, wait_s = 0, update_s = 0;
 
   Impl(Engine& e, std::unique_ptr<backend::Backend> b, std::unique_ptr<Executor> x,
        const SchedulerConfig& cfg)
@@ -326,10 +328,19 @@ struct Engine::Impl {
     st.num_prefix_hit_tokens = sched.stats().num_cached_prompt_tokens;
     st.num_steps = num_steps;
     st.num_argmax_steps = num_argmax_steps;
+    st.step_schedule_seconds = schedule_s;
+    st.step_launch_seconds = launch_s;
+    st.step_wait_seconds = wait_s;
+    st.step_update_seconds = update_s;
   }
 
   // One schedule -> execute -> update step. False when there was nothing to do.
   bool step() {
+    using Clock = std::chrono::steady_clock;
+    auto since = [](Clock::time_point t) {
+      return std::chrono::duration<double>(Clock::now() - t).count();
+    };
+    Clock::time_point t = Clock::now();
     StepPlan plan = sched.schedule();
     for (SeqId id : plan.cancelled) finish(id, FinishEvent{FinishReason::kCancelled, "", {}, ""});
     if (plan.empty()) {  // every schedule() is paired with an update()
@@ -344,6 +355,7 @@ struct Engine::Impl {
     in.hidden_rows = hidden_rows;
     in.state = exec->state();
     in.state_slots = plan.state_slots;
+    schedule_s += since(t);
     // A step that fails (an error, or an exception such as bad_alloc) fails its requests;
     // the engine goes on with the next step.
     std::string failure;
@@ -355,12 +367,17 @@ struct Engine::Impl {
       if (argmax) ++num_argmax_steps;
       // Snapshots (StepPlan): restores before the forward, saves after it, on the stream.
       for (const StateCopy& c : plan.state_restores) exec->state_copy(c.src_slot, c.dst_slot);
+      t = Clock::now();
       const Status st = exec->launch(in, argmax);
       if (st.ok()) {
         for (const StateCopy& c : plan.state_saves) exec->state_copy(c.src_slot, c.dst_slot);
         // While the device runs the step: the grammar masks its sampling will apply.
         prefetch_masks(plan);
+        launch_s += since(t);
+        t = Clock::now();
         exec->wait();
+        wait_s += since(t);
+        t = Clock::now();
         outputs = sample(plan);
         num_sampled = outputs.size();
         if (plan_has_embed(plan)) pool(plan, exec->hidden(), &outputs);
@@ -378,6 +395,7 @@ struct Engine::Impl {
       return true;
     }
     report_finished(sched.update(plan, outputs));
+    update_s += since(t);
     {
       std::lock_guard<std::mutex> lock(engine.stats_mu_);
       engine.stats_.num_generated_tokens += static_cast<int64_t>(num_sampled);

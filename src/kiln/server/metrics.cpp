@@ -95,6 +95,16 @@ std::string Metrics::render(const engine::EngineStats& s, engine::EngineState st
   metric(&out, "kiln_state_snapshot_restores_total", "counter",
          "Requests resumed from a recurrent-state snapshot (hybrid models' prefix hits).",
          static_cast<double>(s.num_state_restores));
+  out +=
+      "# HELP kiln_engine_step_seconds_total Engine thread time over its steps, by phase: "
+      "schedule (host, before the forward), launch (queueing it; on the CPU the forward), "
+      "wait (for the device), update (host: sampling, stops, detokenizing, events).\n";
+  out += "# TYPE kiln_engine_step_seconds_total counter\n";
+  for (const auto& [phase, secs] : {std::pair{"schedule", s.step_schedule_seconds},
+                                    {"launch", s.step_launch_seconds},
+                                    {"wait", s.step_wait_seconds},
+                                    {"update", s.step_update_seconds}})
+    out += fmt::format("kiln_engine_step_seconds_total{{phase=\"{}\"}} {}\n", phase, secs);
   metric(&out, "kiln_engine_steps_total", "counter", "Engine steps (forward passes).",
          static_cast<double>(s.num_steps));
   metric(&out, "kiln_engine_argmax_steps_total", "counter",

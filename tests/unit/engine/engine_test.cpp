@@ -124,6 +124,13 @@ TEST(EngineFailure, AFailedStepFailsItsRequestsAndTheEngineGoesOn) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(e.stats().num_kv_blocks_used, 0);
   EXPECT_EQ(e.state(), EngineState::kReady);
+  // The engine thread's time by phase: every step scheduled, run and updated.
+  const EngineStats st = e.stats();
+  EXPECT_GT(st.num_steps, 0);
+  EXPECT_GT(st.step_schedule_seconds, 0);
+  EXPECT_GT(st.step_launch_seconds, 0);
+  EXPECT_GE(st.step_wait_seconds, 0);
+  EXPECT_GT(st.step_update_seconds, 0);
 }
 
 // A device mesh (--tp 2 on the CPU's collective backend) serves like one device; when a rank

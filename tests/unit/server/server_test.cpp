@@ -365,6 +365,10 @@ TEST_F(HttpTest, MetricsText) {
   stats.num_state_slots_used = 3;
   stats.num_state_saves = 4;
   stats.num_state_restores = 2;
+  stats.step_schedule_seconds = 0.25;
+  stats.step_launch_seconds = 1.5;
+  stats.step_wait_seconds = 3;
+  stats.step_update_seconds = 0.75;
   engine_.set_stats(stats);
   ASSERT_EQ(post("/v1/chat/completions", chat_body()).status, 200);
   ASSERT_EQ(get("/v1/nowhere").status, 404);
@@ -382,16 +386,26 @@ TEST_F(HttpTest, MetricsText) {
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.header("content-type").rfind("text/plain; version=0.0.4", 0), 0u);
   const std::string& m = r.body;
-  for (const char* line :
-       {"kiln_http_requests_total{status=\"404\"} 1\n", "kiln_generation_tokens_total 2\n",
-        "kiln_time_to_first_token_seconds_count 1\n", "kiln_inter_token_latency_seconds_count 1\n",
-        "kiln_num_requests_running 2\n", "kiln_num_requests_waiting 5\n", "kiln_kv_blocks_used 7\n",
-        "kiln_kv_blocks_total 64\n", "kiln_prefix_cache_hit_tokens_total 32\n",
-        "kiln_prefix_cache_queried_tokens_total 48\n", "kiln_preemptions_total 1\n",
-        "kiln_state_slots_used 3\n", "kiln_state_snapshot_saves_total 4\n",
-        "kiln_state_snapshot_restores_total 2\n",
-        "# TYPE kiln_time_to_first_token_seconds histogram\n",
-        "kiln_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1\n"})
+  for (const char* line : {"kiln_http_requests_total{status=\"404\"} 1\n",
+                           "kiln_generation_tokens_total 2\n",
+                           "kiln_time_to_first_token_seconds_count 1\n",
+                           "kiln_inter_token_latency_seconds_count 1\n",
+                           "kiln_num_requests_running 2\n",
+                           "kiln_num_requests_waiting 5\n",
+                           "kiln_kv_blocks_used 7\n",
+                           "kiln_kv_blocks_total 64\n",
+                           "kiln_prefix_cache_hit_tokens_total 32\n",
+                           "kiln_prefix_cache_queried_tokens_total 48\n",
+                           "kiln_preemptions_total 1\n",
+                           "kiln_state_slots_used 3\n",
+                           "kiln_state_snapshot_saves_total 4\n",
+                           "kiln_state_snapshot_restores_total 2\n",
+                           "kiln_engine_step_seconds_total{phase=\"schedule\"} 0.25\n",
+                           "kiln_engine_step_seconds_total{phase=\"launch\"} 1.5\n",
+                           "kiln_engine_step_seconds_total{phase=\"wait\"} 3\n",
+                           "kiln_engine_step_seconds_total{phase=\"update\"} 0.75\n",
+                           "# TYPE kiln_time_to_first_token_seconds histogram\n",
+                           "kiln_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1\n"})
     EXPECT_NE(m.find(line), std::string::npos) << line << "\n" << m;
   // 200s: the chat request plus the /metrics polls already recorded (1 + 0..polls).
   const std::string key = "kiln_http_requests_total{status=\"200\"} ";
