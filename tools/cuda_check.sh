@@ -160,7 +160,7 @@ if [[ " $WHAT " == *" serve "* ]]; then
   grep -E "memory plan|engine:" "$OUTDIR/serve.log"
   timeout ${SERVE_TIMEOUT:-150} $D/bin/kiln bench http --url http://127.0.0.1:18080 \
     --concurrency ${SERVE_CONC:-1,16,64} --requests ${SERVE_REQS:-64} --prompt-tokens 400 \
-    --max-tokens 256 --endpoint completions 2>&1 | tee -a "$OUTDIR/serve_bench.log"
+    --max-tokens 256 --endpoint completions --server-metrics 2>&1 | tee -a "$OUTDIR/serve_bench.log"
   kill $SP; wait $SP 2>/dev/null
 fi
 if [[ " $WHAT " == *" e2e "* ]]; then

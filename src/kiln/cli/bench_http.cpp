@@ -26,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <iterator>
 #include <limits>
@@ -70,6 +71,9 @@ struct HttpBenchOptions {
   int timeout_s = 600;  // one socket operation (connect, write, one read)
   bool warmup = true;
   bool json = false;
+  // kiln serve's /metrics read before and after each level: the engine thread's time per
+  // step by phase (kiln_engine_step_seconds_total), so the host's share of a step shows.
+  bool server_metrics = false;
 };
 
 struct Target {
@@ -235,6 +239,29 @@ class Client {
 
   // Sends one request and reads its stream. A request that failed on a reused connection
   // before any byte of its response is sent once more on a fresh connection.
+  // GET path: the body of a 200 answer, else an error.
+  Expected<std::string> get(const std::string& path) {
+    beast::error_code ec;
+    if (!connected_) {
+      tcp::resolver resolver(ioc_);
+      const auto endpoints = resolver.resolve(target_.host, target_.port, ec);
+      if (!ec) ec = run([&](auto h) { stream_.async_connect(endpoints, std::move(h)); });
+      if (ec) return err("connect: {}", ec.message());
+      connected_ = true;
+    }
+    http::request<http::empty_body> req{http::verb::get, target_.prefix + path, 11};
+    req.set(http::field::host, target_.host);
+    if (!o_.api_key.empty()) req.set(http::field::authorization, "Bearer " + o_.api_key);
+    req.keep_alive(false);
+    ec = run([&](auto h) { http::async_write(stream_, req, std::move(h)); });
+    http::response<http::string_body> res;
+    if (!ec) ec = run([&](auto h) { http::async_read(stream_, buffer_, res, std::move(h)); });
+    close();
+    if (ec) return err("GET {}: {}", path, ec.message());
+    if (res.result_int() != 200) return err("GET {}: HTTP {}", path, res.result_int());
+    return res.body();
+  }
+
   RequestResult request(const std::string& path, const std::string& body) {
     const bool reused = connected_;
     RequestResult r = attempt(path, body);
@@ -405,6 +432,24 @@ double mean(const std::vector<double>& v) {
   return s / static_cast<double>(v.size());
 }
 
+// kiln's engine phases (kiln_engine_step_seconds_total{phase}), the last one the device's.
+constexpr const char* kPhases[4] = {"schedule", "launch", "wait", "update"};
+
+// The engine's step count and seconds by phase from kiln's /metrics text; false when absent.
+bool engine_metrics(const std::string& text, double* steps, double* phase_s) {
+  auto value = [&](const std::string& series, double* out) {
+    const size_t at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return false;
+    *out = std::strtod(text.c_str() + at + series.size() + 2, nullptr);
+    return true;
+  };
+  bool ok = value("kiln_engine_steps_total", steps);
+  for (int i = 0; i < 4; ++i)
+    ok = ok && value(fmt::format("kiln_engine_step_seconds_total{{phase=\"{}\"}}", kPhases[i]),
+                     &phase_s[i]);
+  return ok;
+}
+
 struct Level {
   int concurrency = 0;
   int num_requests = 0;
@@ -419,6 +464,10 @@ struct Level {
   std::map<int, int> num_by_http_status;  // failed requests by HTTP status
   std::vector<double> ttft_s, itl_s, latency_s, tpot_s;
   std::vector<std::string> errors;  // the first few
+  // --server-metrics: the engine's steps in this level and its thread's seconds by phase
+  // (schedule, launch, wait, update); steps < 0 when not read.
+  double steps = -1;
+  double phase_s[4] = {};
 
   int num_errors(FailureCause c) const { return num_errors_by_cause[static_cast<int>(c)]; }
 
@@ -454,6 +503,12 @@ struct Level {
     j["latency_ms"] = ms(latency_s);
     j["num_token_count_mismatch"] = num_count_mismatch;
     j["num_chunk_count_mismatch"] = num_chunk_mismatch;
+    if (steps >= 0) {
+      j["engine_steps"] = steps;
+      Json per = Json::object();
+      for (int i = 0; i < 4; ++i) per[kPhases[i]] = steps > 0 ? phase_s[i] / steps * 1e3 : 0.0;
+      j["engine_ms_per_step"] = per;
+    }
     return j;
   }
 };
@@ -535,6 +590,16 @@ void print_table(const HttpBenchOptions& o, const std::vector<Level>& levels) {
     for (const auto& [status, n] : l.num_by_http_status)
       fmt::print("  conc {}: {} requests answered HTTP {}\n", l.concurrency, n, status);
     for (const std::string& e : l.errors) fmt::print("  conc {}: {}\n", l.concurrency, e);
+    if (l.steps > 0) {
+      double host = 0;
+      for (int i = 0; i < 4; ++i) host += i == 2 ? 0 : l.phase_s[i];
+      fmt::print(
+          "  conc {}: engine, {:.0f} steps: ms per step schedule {:.2f}, launch {:.2f}, wait "
+          "{:.2f}, update {:.2f} (host {:.2f} of {:.2f})\n",
+          l.concurrency, l.steps, l.phase_s[0] / l.steps * 1e3, l.phase_s[1] / l.steps * 1e3,
+          l.phase_s[2] / l.steps * 1e3, l.phase_s[3] / l.steps * 1e3, host / l.steps * 1e3,
+          (host + l.phase_s[2]) / l.steps * 1e3);
+    }
     if (l.num_count_mismatch > 0)
       fmt::print(
           "  conc {}: {} requests did not generate exactly {} tokens (ignore_eos unhonoured?)\n",
@@ -565,7 +630,22 @@ int run_bench_http(const HttpBenchOptions& o) {
     }
   }
   std::vector<Level> levels;
-  for (int c : o.concurrency) levels.push_back(run_level(*target, o, c, seeds()));
+  for (int c : o.concurrency) {
+    double steps0 = 0, phase0[4] = {};
+    bool before = false;
+    if (o.server_metrics) {
+      auto m = Client(*target, o).get("/metrics");
+      before = m.ok() && engine_metrics(*m, &steps0, phase0);
+    }
+    levels.push_back(run_level(*target, o, c, seeds()));
+    if (!before) continue;
+    Level& l = levels.back();
+    auto m = Client(*target, o).get("/metrics");
+    double steps1 = 0, phase1[4] = {};
+    if (!m.ok() || !engine_metrics(*m, &steps1, phase1)) continue;
+    l.steps = steps1 - steps0;
+    for (int i = 0; i < 4; ++i) l.phase_s[i] = phase1[i] - phase0[i];
+  }
   if (o.json) {
     Json j = Json::object();
     j["url"] = o.url;
@@ -619,6 +699,9 @@ void add_bench_http(CLI::App& bench, std::function<bool()>* chosen, RunFn* run) 
       ->capture_default_str();
   cmd->add_flag("!--no-warmup", o->warmup, "skip the unreported warm-up request");
   cmd->add_flag("--json", o->json, "JSON output");
+  cmd->add_flag("--server-metrics", o->server_metrics,
+                "read kiln serve's /metrics around each level: the engine's time per step by "
+                "phase (the host's share of a step)");
   *chosen = [cmd]() { return cmd->parsed(); };
   *run = [o]() { return run_bench_http(*o); };
 }
