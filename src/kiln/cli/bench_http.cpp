@@ -241,14 +241,8 @@ class Client {
   // before any byte of its response is sent once more on a fresh connection.
   // GET path: the body of a 200 answer, else an error.
   Expected<std::string> get(const std::string& path) {
+    if (const std::string why = connect(); !why.empty()) return err("{}", why);
     beast::error_code ec;
-    if (!connected_) {
-      tcp::resolver resolver(ioc_);
-      const auto endpoints = resolver.resolve(target_.host, target_.port, ec);
-      if (!ec) ec = run([&](auto h) { stream_.async_connect(endpoints, std::move(h)); });
-      if (ec) return err("connect: {}", ec.message());
-      connected_ = true;
-    }
     http::request<http::empty_body> req{http::verb::get, target_.prefix + path, 11};
     req.set(http::field::host, target_.host);
     if (!o_.api_key.empty()) req.set(http::field::authorization, "Bearer " + o_.api_key);
@@ -276,15 +270,8 @@ class Client {
   RequestResult attempt(const std::string& path, const std::string& body) {
     RequestResult r;
     const Clock::time_point t0 = Clock::now();
+    if (std::string why = connect(); !why.empty()) return fail(&r, std::move(why));
     beast::error_code ec;
-    if (!connected_) {
-      tcp::resolver resolver(ioc_);
-      const auto endpoints = resolver.resolve(target_.host, target_.port, ec);
-      if (ec) return fail(&r, "resolve: " + ec.message());
-      ec = run([&](auto h) { stream_.async_connect(endpoints, std::move(h)); });
-      if (ec) return fail(&r, "connect: " + ec.message());
-      connected_ = true;
-    }
     http::request<http::string_body> req{http::verb::post, target_.prefix + path, 11};
     req.set(http::field::host, target_.host);
     req.set(http::field::content_type, "application/json");
@@ -341,6 +328,19 @@ class Client {
     if (!r.error.empty() && r.cause == FailureCause::kNone) r.cause = FailureCause::kStream;
     r.ok = r.error.empty();
     return r;
+  }
+
+  // Connects unless the kept-alive connection is still open; why it could not, else "".
+  std::string connect() {
+    if (connected_) return {};
+    beast::error_code ec;
+    tcp::resolver resolver(ioc_);
+    const auto endpoints = resolver.resolve(target_.host, target_.port, ec);
+    if (ec) return "resolve: " + ec.message();
+    ec = run([&](auto h) { stream_.async_connect(endpoints, std::move(h)); });
+    if (ec) return "connect: " + ec.message();
+    connected_ = true;
+    return {};
   }
 
   // Runs one async operation on this thread's io_context with the operation timeout (the
