@@ -87,7 +87,9 @@ CudaInfo cuda_info() {
   return info;
 }
 
-Expected<std::unique_ptr<Backend>> create_backend(const BackendOptions& opts) {
+namespace {
+
+Expected<std::unique_ptr<Backend>> create_device(const BackendOptions& opts) {
   const std::string& d = opts.device;
   if (d == "cpu") return std::unique_ptr<Backend>(new cpu::CpuBackend(opts.threads));
   if (d == "auto" && cuda_device_count() == 0)
@@ -113,6 +115,14 @@ Expected<std::unique_ptr<Backend>> create_backend(const BackendOptions& opts) {
 #else
   return err("device '{}': this build of kiln has no CUDA backend", d);
 #endif
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Backend>> create_backend(const BackendOptions& opts) {
+  KILN_TRY(std::unique_ptr<Backend> be, create_device(opts));
+  be->set_deterministic(opts.deterministic);
+  return be;
 }
 
 }  // namespace kiln::backend

@@ -243,6 +243,15 @@ class Backend {
   virtual std::string description() const = 0;
   virtual DeviceMemory memory() const = 0;
 
+  // Deterministic mode (`--deterministic`): every op computes a row's result in one fixed order
+  // whatever else is in the step (the batch's size and make-up, how a prompt was cut into
+  // chunks, a prefix-cache hit), so greedy output depends on the request alone. The CPU ops are
+  // that way already except the gated delta rule, whose chunked prefill form it turns off; CUDA
+  // keeps one kernel family per op for every token count (backend/cuda: matmul.cu,
+  // attention.cu). Set before the first step.
+  virtual void set_deterministic(bool on) { deterministic_ = on; }
+  bool deterministic() const { return deterministic_; }
+
   // ---- memory ----
   virtual Expected<std::unique_ptr<Buffer>> alloc(uint64_t bytes) = 0;
   // Host memory that downloads reach fastest (CUDA: pinned), for results read every step.
@@ -475,13 +484,15 @@ class Backend {
   Collective* tp_ = nullptr;
   Collective* pp_ = nullptr;
   Status mesh_error_;
+  bool deterministic_ = false;
 };
 
 // Which device a command runs on: "cpu", "cuda", "cuda:N", or "auto" (cuda when a usable GPU
 // is present and this build has CUDA, else cpu).
 struct BackendOptions {
   std::string device = "auto";
-  int threads = 0;  // CPU threads (0: physical cores)
+  int threads = 0;             // CPU threads (0: physical cores)
+  bool deterministic = false;  // Backend::set_deterministic
 };
 
 // Whether this build has the CUDA backend, and how many GPUs it sees.

@@ -59,11 +59,12 @@ Expected<std::unique_ptr<Mesh>> Mesh::create(Backend& first, int tp, int pp,
       opts.threads > 0 ? opts.threads : std::max(1, util::default_num_threads() / n);
   for (int r = 1; r < n; ++r) {
     if (gpu) {
-      KILN_TRY(std::unique_ptr<Backend> be,
-               create_backend({fmt::format("cuda:{}", gpus[r]), opts.threads}));
+      KILN_TRY(std::unique_ptr<Backend> be, create_backend({fmt::format("cuda:{}", gpus[r]),
+                                                            opts.threads, first.deterministic()}));
       m->owned_.push_back(std::move(be));
     } else {
       m->owned_.push_back(std::make_unique<cpu::CpuBackend>(threads));
+      m->owned_.back()->set_deterministic(first.deterministic());
     }
     m->ranks_.push_back(m->owned_.back().get());
   }

@@ -27,6 +27,7 @@ struct BenchOptions {
   std::string device = "auto";
   std::string kv_type = "f16";
   bool json = false;
+  bool deterministic = false;
 };
 
 int run_bench(BenchOptions o) {
@@ -56,7 +57,7 @@ int run_bench(BenchOptions o) {
     return 1;
   }
   const int threads = o.threads > 0 ? o.threads : util::default_num_threads();
-  auto be = backend::create_backend({o.device, threads});
+  auto be = backend::create_backend({o.device, threads, o.deterministic});
   if (!be.ok()) {
     fmt::print(stderr, "kiln bench: {}\n", be.error().message);
     return 1;
@@ -81,7 +82,7 @@ int run_bench(BenchOptions o) {
   run.type_kv = quant::type_name(*kv_type);
   run.n_batch = o.plan.batch;
   run.test_time = test_time;
-  run.backend = (*be)->name();
+  run.backend = (*be)->name() + (o.deterministic ? " deterministic" : "");
   const ThreadPlacement placement =
       current_thread_placement(threads, util::default_spin_us(threads));
   if (o.json) {
@@ -110,6 +111,7 @@ RunFn add_bench(CLI::App& app) {
   add_threads_flag(cmd, o->threads);
   cmd->add_option("--device", o->device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   add_mesh_flags(cmd, o->plan.mesh);
+  add_deterministic_flag(cmd, o->deterministic);
   cmd->add_option("-b,--batch", o->plan.batch, "prefill chunk size")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));

@@ -73,4 +73,11 @@ inline void add_mesh_flags(CLI::App* cmd, model::MeshShape& mesh) {
       ->check(CLI::Range(0, 1023));
 }
 
+// --deterministic: greedy output that depends on the request alone (Backend::set_deterministic).
+inline void add_deterministic_flag(CLI::App* cmd, bool& on) {
+  cmd->add_flag("--deterministic", on,
+                "the same output for a request whatever runs beside it: one reduction order per "
+                "op for every batch, prefill chunking and prefix-cache hit (costs speed on CUDA)");
+}
+
 }  // namespace kiln::cli

@@ -66,6 +66,7 @@ struct RunOptions {
   int threads = 0;
   std::string device = "auto";
   model::MeshShape mesh;
+  bool deterministic = false;
   std::string kv_type = "f16";
   int64_t seed = -1;
   bool chat = false;
@@ -103,7 +104,7 @@ Expected<Runtime> load(const RunOptions& o, double* load_seconds) {
   KILN_TRY(tokenizer::VocabData vocab, tokenizer::load_vocab(rt.model->file()));
   rt.chat_template = chat::template_or_chatml(vocab.chat_template);
   KILN_TRY(rt.tokenizer, tokenizer::Tokenizer::create(std::move(vocab)));
-  KILN_TRY(rt.backend, backend::create_backend({o.device, o.threads}));
+  KILN_TRY(rt.backend, backend::create_backend({o.device, o.threads, o.deterministic}));
   KILN_TRY(const quant::Type kv_type, kv::parse_kv_type(o.kv_type));
   KILN_TRY(rt.seq, engine::SequenceRunner::create(*rt.model, *rt.backend, o.n_ctx, 512, kv_type,
                                                   /*all_logits=*/!o.dump_dir.empty(), o.mesh));
@@ -453,6 +454,7 @@ RunFn add_run(CLI::App& app) {
   cmd->add_option("--device", o->device, "cpu, cuda, cuda:N or auto (cuda when a GPU is found)")
       ->capture_default_str();
   add_mesh_flags(cmd, o->mesh);
+  add_deterministic_flag(cmd, o->deterministic);
   cmd->add_option("--kv-type", o->kv_type,
                   "KV cache type: f16, f32 or q8_0 (q8_0 needs head dims that are multiples of 32)")
       ->capture_default_str();

@@ -158,6 +158,7 @@ RunFn add_serve(CLI::App& app) {
                   "cpu, cuda, cuda:N or auto (cuda when a GPU is found)")
       ->capture_default_str();
   add_mesh_flags(cmd, o->engine.mesh);
+  add_deterministic_flag(cmd, o->engine.deterministic);
   cmd->add_option("--gpu-memory-fraction", o->engine.gpu_memory_fraction,
                   "share of the GPU's memory for weights, activations and the KV cache")
       ->capture_default_str()

@@ -557,7 +557,10 @@ void Engine::thread_main() {
     backend::BackendOptions bo;
     bo.device = opts_.device;
     bo.threads = opts_.threads;
+    bo.deterministic = opts_.deterministic;
     KILN_TRY(std::unique_ptr<backend::Backend> be, backend::create_backend(bo));
+    if (bo.deterministic)
+      log::info("deterministic: a request's output does not depend on what runs beside it");
     model::Pooling pooling = opts_.pooling.value_or(hp.pooling);
     if (pooling == model::Pooling::kRank) {
       log::warn("the model's pooling is 'rank' (a reranker), which kiln does not serve");

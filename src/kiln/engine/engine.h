@@ -48,6 +48,9 @@ struct EngineOptions {
   std::optional<model::Pooling> pooling;
   // A device mesh (--tp, --pp, --ep): the model over tp x pp ranks (ExecutorOptions::mesh).
   model::MeshShape mesh;
+  // Backend::set_deterministic: a request's output independent of the other requests in its
+  // steps, of how its prompt was chunked and of prefix-cache hits.
+  bool deterministic = false;
   // Tests: called before each step's forward with the step's number and the executor; an
   // exception thrown from it is a failed step (its requests fail, the engine goes on).
   std::function<void(int64_t, Executor&)> before_step;

@@ -128,6 +128,58 @@ std::vector<Turn> converse(Engine& e, int32_t num_turns) {
 
 // Checkpoints every 32 tokens, so each turn's prompt passes a few: turn k + 1 resumes from
 // the last checkpoint of turn k's prompt and gives exactly the tokens it gives with no cache.
+// --deterministic through the engine: a request's tokens and logprobs (its top 5 too) are the
+// same bits alone with its 100-token prompt prefilled in one step (the delta rule's chunked form
+// in the default mode) and among three other requests with the prompt in 16-token chunks.
+TEST(HybridEngine, DeterministicLogprobsDoNotDependOnTheLoadOrTheChunking) {
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 100; ++i) prompt.push_back(1 + (i * 7) % 200);
+  auto run = [&](int32_t chunk, int32_t others) {
+    auto e = start_engine([chunk](EngineOptions* o) {
+      o->deterministic = true;
+      o->max_batch_tokens = chunk;
+      o->step_prompt_tokens = 0;
+    });
+    std::vector<TokenEvent> got;
+    if (e == nullptr) return got;
+    std::vector<std::shared_ptr<RequestChannel>> side;
+    for (int32_t k = 0; k < others; ++k) {
+      std::vector<int32_t> p(static_cast<size_t>(20 + 9 * k), 3 + k);
+      side.push_back(submit(*e, p, 12));
+    }
+    GenerationRequest r;
+    r.prompt_tokens = prompt;
+    r.max_tokens = 12;
+    r.sampling.temperature = 0;
+    r.sampling.logprobs = true;
+    r.sampling.top_logprobs = 5;
+    r.ignore_eos = true;
+    auto res = e->submit(std::move(r));
+    EXPECT_TRUE(std::holds_alternative<std::shared_ptr<RequestChannel>>(res));
+    if (!std::holds_alternative<std::shared_ptr<RequestChannel>>(res)) return got;
+    auto ch = std::get<std::shared_ptr<RequestChannel>>(res);
+    for (;;) {
+      auto ev = ch->pop(std::chrono::milliseconds(60000));
+      if (!ev || !std::holds_alternative<TokenEvent>(*ev)) break;
+      got.push_back(std::get<TokenEvent>(*ev));
+    }
+    FinishReason why{};
+    for (auto& c : side)
+      if (c != nullptr) drain(c, &why);
+    return got;
+  };
+  const std::vector<TokenEvent> alone = run(256, 0);
+  const std::vector<TokenEvent> loaded = run(16, 3);
+  ASSERT_EQ(alone.size(), 12u);
+  ASSERT_EQ(loaded.size(), alone.size());
+  for (size_t i = 0; i < alone.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "token " << i);
+    EXPECT_EQ(loaded[i].token, alone[i].token);
+    EXPECT_EQ(loaded[i].logprob, alone[i].logprob);  // bitwise
+    EXPECT_EQ(loaded[i].top, alone[i].top);
+  }
+}
+
 TEST(HybridEngine, AGrowingConversationResumesFromSnapshotsWithTheSameTokens) {
   constexpr int32_t kTurns = 4;
   auto options = [](bool cache) {

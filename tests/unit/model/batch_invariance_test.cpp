@@ -1,15 +1,17 @@
 // The same sequence decodes to identical logits alone and inside a batch of other sequences
 // (mixed prefill and decode rows), and whether its prompt was prefilled in one step or in
-// chunks, because every op's reduction order is fixed per element (on the CPU bit for bit:
-// the ground the CUDA performance issue's --deterministic mode is to stand on there too).
+// chunks, because every op's reduction order is fixed per element: on the CPU bit for bit
+// always, on every backend bit for bit in the deterministic mode (`--deterministic`).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 
 #include "forward_util.h"
 #include "kiln/model/forward.h"
+#include "kiln/model/make_model.h"
 #include "kiln/model/model.h"
 
 namespace kiln::model {
@@ -58,12 +60,17 @@ std::vector<std::vector<float>> step(Forward& fwd, backend::KvCache& cache, cons
   return out;
 }
 
-// Bitwise on the CPU (every op's reduction order is fixed per element). The CUDA matmul takes
-// direct kernels for up to 8 rows and cuBLAS tiles above, so a row's logits there depend on the
-// batch within rounding: 1e-4 of the largest logit (measured ~1e-6 on the H200).
-void expect_same(const std::vector<float>& a, const std::vector<float>& b) {
-  if (test_device() == "cpu") {
-    EXPECT_EQ(a, b);  // bitwise equal
+// Bitwise on the CPU, and on every device in the deterministic mode (Backend::set_deterministic:
+// one reduction order per op whatever the batch). The CUDA default takes the int8 matvec for up
+// to 8 rows, mmh or cuBLAS tiles above and other attention kernels for prefill rows, so a row's
+// logits there depend on the batch within rounding: 1e-4 of the largest logit (measured ~1e-6
+// on the H200).
+void expect_same(const std::vector<float>& a, const std::vector<float>& b, bool deterministic) {
+  if (test_device() == "cpu" || deterministic) {
+    ASSERT_EQ(a.size(), b.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+    EXPECT_EQ(differ, 0u) << "of " << a.size() << " logits differ";  // bitwise equal
     return;
   }
   ASSERT_EQ(a.size(), b.size());
@@ -75,12 +82,42 @@ void expect_same(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_LE(max_diff, 1e-4f * max_ref);
 }
 
-TEST(BatchInvariance, AloneEqualsInsideMixedBatch) {
-  auto model = Model::load(kModels + "stories260K.gguf");
-  ASSERT_TRUE(model.ok()) << model.error().message;
-  const Model& m = **model;
+// A random Llama-shaped Q4_K_M model whose matmuls are wide enough for the GPU's tiled kernels
+// (n_in a multiple of 256: mmh on the H200) and whose heads are 128 wide (the tensor-core
+// attention), written to a temporary file and loaded. Null (with the reason in *why) when the
+// Llama 3 tokenizer is missing.
+std::unique_ptr<Model> quantized_model(std::string* why) {
+  const std::string tok = llama3_tokenizer_dir();
+  if (!std::filesystem::exists(tok + "/tokenizer.json")) {
+    *why = "no Llama 3 tokenizer.json in " + tok;
+    return nullptr;
+  }
+  MakeModelOptions o;
+  o.arch = "llama";
+  o.tokenizer_dir = tok;
+  o.type = "q4_k_m";
+  o.n_layer = 2;
+  o.n_embd = 512;
+  o.n_head = 4;
+  o.n_head_kv = 2;
+  o.n_ff = 1024;
+  o.seed = 11;
+  o.tied_embeddings = true;  // one vocabulary-sized tensor to quantize, not two
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "kiln-batch-invariance.gguf").string();
+  const Status made = make_model_file(o, path);
+  EXPECT_TRUE(made.ok()) << made.error().message;
+  if (!made.ok()) return nullptr;
+  auto model = Model::load(path);
+  std::filesystem::remove(path);
+  EXPECT_TRUE(model.ok()) << model.error().message;
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
+void alone_equals_inside_mixed_batch(const Model& m, bool deterministic) {
+  SCOPED_TRACE(testing::Message() << (deterministic ? "deterministic" : "default"));
   util::ThreadPool pool(2);
-  TestForward tf = make_forward(m, 256, 64, quant::Type::F16, &pool);
+  TestForward tf = make_forward(m, 256, 64, quant::Type::F16, &pool, 1, deterministic);
   ASSERT_TRUE(tf.ok());
   Forward& fwd = *tf.fwd;
   backend::KvCache* cache = tf.kv.get();
@@ -113,7 +150,7 @@ TEST(BatchInvariance, AloneEqualsInsideMixedBatch) {
     start.push_back(0);
   }
   auto batched = step(fwd, *cache, m, batch, start);
-  expect_same(batched[4], alone[0]);
+  expect_same(batched[4], alone[0], deterministic);
 
   // A decode step: subject + 1 token alone, and inside a batch where others also decode.
   subject.tokens.push_back(337);
@@ -124,19 +161,17 @@ TEST(BatchInvariance, AloneEqualsInsideMixedBatch) {
     start[s] = static_cast<int32_t>(batch[s].tokens.size()) - 1;
   }
   auto batched2 = step(fwd, *cache, m, batch, start);
-  expect_same(batched2[4], alone2[0]);
+  expect_same(batched2[4], alone2[0], deterministic);
 }
 
 // A prompt prefilled in one step, or in chunks (as chunked prefill or a prefix-cache hit
 // leaves it: the earlier tokens' KV already in the cache), gives the same logits for its last
 // token and for a decode step after it: each row's KV is written alike whatever the chunk, and
 // each query row reads its keys in the same order.
-TEST(BatchInvariance, PrefillChunkingDoesNotChangeTheLogits) {
-  auto model = Model::load(kModels + "stories260K.gguf");
-  ASSERT_TRUE(model.ok()) << model.error().message;
-  const Model& m = **model;
+void prefill_chunking_does_not_change_the_logits(const Model& m, bool deterministic) {
+  SCOPED_TRACE(testing::Message() << (deterministic ? "deterministic" : "default"));
   util::ThreadPool pool(2);
-  TestForward tf = make_forward(m, 256, 64, quant::Type::F16, &pool);
+  TestForward tf = make_forward(m, 256, 64, quant::Type::F16, &pool, 1, deterministic);
   ASSERT_TRUE(tf.ok());
   Seq whole{{1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395,
              317, 426, 338, 401, 396, 267, 337, 290, 305, 444, 312, 280, 299, 351,
@@ -156,9 +191,34 @@ TEST(BatchInvariance, PrefillChunkingDoesNotChangeTheLogits) {
     last = step(*tf.fwd, *tf.kv, m, {part}, {end == 7 ? 0 : end == 23 ? 7 : 23});
   }
   ASSERT_EQ(last[0].size(), m.hparams().n_vocab);
-  expect_same(last[0], one_step[0]);
+  expect_same(last[0], one_step[0], deterministic);
   chunked.tokens.push_back(5);
-  expect_same(step(*tf.fwd, *tf.kv, m, {chunked}, {40})[0], decode[0]);
+  expect_same(step(*tf.fwd, *tf.kv, m, {chunked}, {40})[0], decode[0], deterministic);
+}
+
+TEST(BatchInvariance, AloneEqualsInsideMixedBatch) {
+  auto model = Model::load(kModels + "stories260K.gguf");
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  for (bool deterministic : {false, true}) alone_equals_inside_mixed_batch(**model, deterministic);
+}
+
+TEST(BatchInvariance, PrefillChunkingDoesNotChangeTheLogits) {
+  auto model = Model::load(kModels + "stories260K.gguf");
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  for (bool deterministic : {false, true})
+    prefill_chunking_does_not_change_the_logits(**model, deterministic);
+}
+
+// The same on a quantized model shaped for the GPU's fast kernels (on the CPU: its int8 paths).
+TEST(BatchInvariance, QuantizedModelAloneEqualsInsideBatchAndChunked) {
+  std::string why;
+  const std::unique_ptr<Model> m = quantized_model(&why);
+  if (m == nullptr && !why.empty()) GTEST_SKIP() << why;
+  ASSERT_NE(m, nullptr);
+  for (bool deterministic : {false, true}) {
+    alone_equals_inside_mixed_batch(*m, deterministic);
+    prefill_chunking_does_not_change_the_logits(*m, deterministic);
+  }
 }
 
 }  // namespace

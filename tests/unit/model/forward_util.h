@@ -54,12 +54,14 @@ struct TestForward {
   bool ok() const { return fwd != nullptr && kv != nullptr; }
 };
 
-// max_logit_rows 0: max_tokens.
+// max_logit_rows 0: max_tokens. deterministic: Backend::set_deterministic.
 inline TestForward make_forward(const Model& m, int32_t max_tokens, int32_t n_blocks,
                                 quant::Type kv_type = quant::Type::F16,
-                                util::ThreadPool* pool = nullptr, int32_t state_slots = 1) {
+                                util::ThreadPool* pool = nullptr, int32_t state_slots = 1,
+                                bool deterministic = false) {
   TestForward t;
   t.be = test_backend(pool);
+  t.be->set_deterministic(deterministic);
   ForwardOptions o;
   o.max_tokens = max_tokens;
   o.max_logit_rows = max_tokens;

@@ -94,9 +94,9 @@ class HybridState : public ::testing::Test {
     ASSERT_NE(loaded_.model, nullptr);
     ASSERT_GT(loaded_.model->hparams().n_linear_layers(), 0u);
   }
-  TestForward forward(int32_t slots) {
+  TestForward forward(int32_t slots, bool deterministic = false) {
     return make_forward(*loaded_.model, 256, slots * kBlocksPerSeq, quant::Type::F32, nullptr,
-                        slots);
+                        slots, deterministic);
   }
   std::vector<std::vector<int32_t>> seqs_;  // longest first (150 tokens: three 64-chunks)
   Loaded loaded_;
@@ -119,6 +119,35 @@ TEST_F(HybridState, ChunkedAndTokenByTokenPrefillEqualOneStep) {
     }
     EXPECT_LE(rel_diff(got, ref), 1e-4f) << "chunks of " << chunk;
   }
+}
+
+// The deterministic mode (Backend::set_deterministic) takes the recurrence for every run of rows,
+// so that chunking (a prefix-cache hit, chunked prefill) and the batch change nothing: bitwise.
+TEST_F(HybridState, DeterministicModeChunkedPrefillAndBatchAreBitwise) {
+  const Model& m = *loaded_.model;
+  const std::vector<int32_t>& seq = seqs_[0];
+  const int32_t n = static_cast<int32_t>(seq.size());
+  ASSERT_GE(n, 128);  // runs of 64+ rows, which the default mode sends to the chunked form
+  TestForward whole = forward(1, true);
+  ASSERT_TRUE(whole.ok());
+  const std::vector<float> ref = step(whole, m, {{&seq, 0, 0, n}})[0];
+  for (int32_t chunk : {1, 37, 64, 100}) {
+    TestForward tf = forward(1, true);
+    ASSERT_TRUE(tf.ok());
+    std::vector<float> got;
+    for (int32_t from = 0; from < n; from += chunk) {
+      const std::vector<float> part = step(tf, m, {{&seq, 0, from, std::min(n, from + chunk)}})[0];
+      got.insert(got.end(), part.begin(), part.end());
+    }
+    EXPECT_TRUE(got == ref) << "chunks of " << chunk << ": " << rel_diff(got, ref);
+  }
+  TestForward batch = forward(3, true);
+  ASSERT_TRUE(batch.ok());
+  const auto s1 = step(batch, m,
+                       {{&seqs_[1], 0, 0, static_cast<int32_t>(seqs_[1].size())},
+                        {&seq, 2, 0, n},
+                        {&seqs_[2], 1, 0, 5}});
+  EXPECT_TRUE(s1[1] == ref) << rel_diff(s1[1], ref);
 }
 
 TEST_F(HybridState, SequencesInOtherSlotsDoNotDisturbEachOther) {

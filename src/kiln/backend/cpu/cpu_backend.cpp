@@ -344,7 +344,8 @@ void CpuBackend::gated_delta_rule(StateCache& st, int32_t layer, const StepArgs&
               alpha.cols == p.n_v_heads && beta.cols == p.n_v_heads &&
               out.cols == int64_t{p.n_v_heads} * p.head_v_dim);
   cpu::gated_delta_rule(state_view(st, layer), step.attn, step.state_slots, qkv.data, alpha.data,
-                        beta.data, ssm_a, dt_bias, out.data, p, pool_);
+                        beta.data, ssm_a, dt_bias, out.data, p, pool_,
+                        deterministic() ? cpu::DeltaForm::kRecurrent : cpu::DeltaForm::kAuto);
 }
 void CpuBackend::sigmoid_mul(Mat x, Mat gate, Mat out) {
   KILN_ASSERT(gate.size() == x.size() && out.size() == x.size());
