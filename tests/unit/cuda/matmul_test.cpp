@@ -872,3 +872,115 @@ TEST(CudaMatmul, MmqProducerQuantizedAndSwitch) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// The deterministic mode (matmul_set_deterministic): a token's row the same bits whatever
+// n_tokens and the other tokens, for every type (mmh with splits by shape on sm_90 for Q4_K,
+// Q5_K, Q6_K and Q8_0; the direct kernels in runs of 8 for the rest), and still within the
+// bound of the path against the reference. 300 tokens: more than the split-K scratch of a
+// context made for 1,024-row weights holds at 4 splits (so the tokens go in runs); n_in 4096:
+// 16 stages, up to 4 splits on 1,024 rows; sub-batches at odd offsets and lengths across the
+// 8-token groups and the 16/32/64-token tiles.
+TEST(CudaMatmul, DeterministicRowsDoNotDependOnTheBatch) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int64_t n_tokens = 300, n_in = 4096, n_out = 1024;
+  Ctx ctx(n_tokens, n_in, n_out);
+  ASSERT_NE(ctx.p, nullptr);
+  backend::cuda::matmul_set_deterministic(ctx.p, true);
+  const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
+  test::DeviceVec<float> dx(x);
+  const std::pair<int64_t, int64_t> subs[] = {{0, 1},  {5, 1},    {17, 2},   {3, 5},   {0, 8},
+                                              {40, 9}, {100, 16}, {7, 17},   {50, 33}, {64, 64},
+                                              {1, 65}, {10, 128}, {150, 150}};
+  for (Type t : {Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::Q8_0, Type::F16, Type::BF16, Type::Q4_0,
+                 Type::Q3_K, Type::F32}) {
+    SCOPED_TRACE(testing::Message() << quant::type_name(t) << " seed=" << seed);
+    const std::vector<uint8_t> wb = quantized_rows(t, n_out, n_in, rng);
+    test::DeviceVec<uint8_t> dw(wb);
+    const Weight hw = weight_view(t, n_in, n_out, wb.data());
+    const Weight w = weight_view(t, n_in, n_out, dw.get());
+    std::vector<float> ref(static_cast<size_t>(n_tokens * n_out));
+    backend::cpu::matmul_reference(hw, x.data(), ref.data(), n_tokens, nullptr);
+    test::DeviceVec<float> dy(ref.size());
+    KILN_CUDA_OK(cudaMemset(dy.get(), 0xff, ref.size() * sizeof(float)));
+    backend::cuda::matmul(ctx.p, w, dx.get(), dy.get(), n_tokens, nullptr);
+    KILN_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> all = dy.to_host();
+    const bool mmh = backend::cuda::mmh_supports(w);
+    EXPECT_LE(rel_error(all, ref), mmh ? kFp16GemmBound : kDirectBound) << "mmh " << mmh;
+    for (auto [off, n] : subs) {
+      SCOPED_TRACE(testing::Message() << "tokens " << off << ".." << off + n);
+      test::DeviceVec<float> ds(static_cast<size_t>(n * n_out));
+      backend::cuda::matmul(ctx.p, w, dx.get() + off * n_in, ds.get(), n, nullptr);
+      KILN_CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_EQ(ds.to_host(),
+                std::vector<float>(all.begin() + off * n_out, all.begin() + (off + n) * n_out));
+    }
+    // Beside another weight of the type in one call (mmh's shared launch): the same bits.
+    const std::vector<uint8_t> wb2 = quantized_rows(t, 256, n_in, rng);
+    test::DeviceVec<uint8_t> dw2(wb2);
+    const Weight w2 = weight_view(t, n_in, 256, dw2.get());
+    test::DeviceVec<float> dp(ref.size()), dq(static_cast<size_t>(n_tokens * 256));
+    const Weight* ws[2] = {&w2, &w};
+    float* ys[2] = {dq.get(), dp.get()};
+    EXPECT_FALSE(backend::cuda::matmul_shared(ctx.p, ws, ys, 2, dx.get(), n_tokens, nullptr));
+    KILN_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(dp.to_host(), all);
+  }
+}
+
+// matmul_id in the deterministic mode: a pair's row the same bits whatever the other pairs
+// (the direct kernels for every pair count, where the default takes matvec_id or mmq_id by
+// count), within the direct kernels' bound of the per-pair reference.
+TEST(CudaMatmul, DeterministicMatmulIdRowsDoNotDependOnThePairs) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int64_t n_in = 512, n_out = 96, n_expert = 6, n_rows = 60, n_pairs = 180;
+  Ctx ctx(n_rows, n_in, n_out, n_pairs, n_expert);
+  ASSERT_NE(ctx.p, nullptr);
+  backend::cuda::matmul_set_deterministic(ctx.p, true);
+  const std::vector<float> x = gaussian(static_cast<size_t>(n_rows * n_in), rng);
+  std::vector<int32_t> rows(n_pairs), ids(n_pairs);
+  for (int64_t p = 0; p < n_pairs; ++p) {
+    rows[p] = static_cast<int32_t>(p / 3);
+    ids[p] = static_cast<int32_t>(rng() % n_expert);
+  }
+  test::DeviceVec<float> dx(x);
+  test::DeviceVec<int32_t> drows(rows), dids(ids);
+  for (Type t : {Type::Q4_K, Type::Q8_0, Type::F16}) {
+    SCOPED_TRACE(testing::Message() << quant::type_name(t) << " seed=" << seed);
+    const std::vector<uint8_t> wb = quantized_rows(t, n_expert * n_out, n_in, rng);
+    test::DeviceVec<uint8_t> dw(wb);
+    Weight w = weight_view(t, n_in, n_out, dw.get());
+    w.n_mats = n_expert;
+    std::vector<float> ref(static_cast<size_t>(n_pairs * n_out));
+    for (int64_t p = 0; p < n_pairs; ++p) {
+      const Weight he = weight_view(t, n_in, n_out, wb.data() + ids[p] * n_out * w.row_bytes);
+      backend::cpu::matmul_reference(he, x.data() + rows[p] * n_in, ref.data() + p * n_out, 1,
+                                     nullptr);
+    }
+    test::DeviceVec<float> dy(ref.size());
+    EXPECT_FALSE(backend::cuda::matmul_id(ctx.p, w, n_expert, dx.get(), n_rows, drows.get(),
+                                          dids.get(), dy.get(), n_pairs, nullptr));
+    KILN_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> all = dy.to_host();
+    EXPECT_LE(rel_error(all, ref), kDirectBound);
+    for (auto [off, n] : {std::pair<int64_t, int64_t>{0, 1}, {7, 2}, {30, 64}, {100, 80}}) {
+      SCOPED_TRACE(testing::Message() << "pairs " << off << ".." << off + n);
+      test::DeviceVec<float> ds(static_cast<size_t>(n * n_out));
+      backend::cuda::matmul_id(ctx.p, w, n_expert, dx.get(), n_rows, drows.get() + off,
+                               dids.get() + off, ds.get(), n, nullptr);
+      KILN_CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_EQ(ds.to_host(),
+                std::vector<float>(all.begin() + off * n_out, all.begin() + (off + n) * n_out));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln

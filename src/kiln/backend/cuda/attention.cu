@@ -66,6 +66,12 @@ constexpr int kMinSplitBlocks = 4;   // KV blocks a split takes at least
 constexpr int kMaxSplitRows = 1024;  // n_splits * n_tokens the workspace holds
 constexpr int kPrefetchBlocks = 8;   // KV blocks a decode CTA asks into L2 before its wait
 constexpr int kMaxHeadDim = 256;     // check_layer's bound
+// The deterministic mode (AttnParams::deterministic): every row's context in at most kDetSplits
+// splits of at least kDetSplitBlocks KV blocks (a rule of the row's own length), over runs of
+// kDetSplitRows / kDetSplits rows.
+constexpr int kDetSplits = 16;
+constexpr int kDetSplitBlocks = 16;
+constexpr int kDetSplitRows = 4096;
 
 // ---- fp16 and Q8_0 conversion, bit-exact with the CPU's quant:: functions ------------------
 
@@ -390,6 +396,7 @@ struct AttnArgs {
   int8_t* xq;      // null, or out quantized as quantize_q8_32 does ([n_tokens][n_heads * dv])
   float2* xds;
   int32_t n_tokens, n_heads;
+  int32_t row0;       // decode: the step's row of this launch's row 0 (q, out, xq point at it)
   int32_t group;      // query heads per kv head
   int32_t n_hchunks;  // ceil(group / kHeadChunk): blockIdx.y = kv_head * n_hchunks + chunk
   int32_t n_splits;
@@ -597,9 +604,9 @@ __device__ __forceinline__ DecodeCta decode_cta(const AttnArgs& a) {
   c.h0 = c.kvh * a.group + hc * kHeadChunk;
   c.gc = min(kHeadChunk, a.group - hc * kHeadChunk);
   c.split = blockIdx.z;
-  const int s = seq_of_token(a.b.qo, a.b.num_seqs, c.t);
+  const int s = seq_of_token(a.b.qo, a.b.num_seqs, a.row0 + c.t);
   // The last key the row sees: its own position, or the sequence's last when not causal.
-  const int last_key = a.causal ? a.b.pos[c.t] : a.b.kv_len[s] - 1;
+  const int last_key = a.causal ? a.b.pos[a.row0 + c.t] : a.b.kv_len[s] - 1;
   c.blocks = a.b.kv_idx + a.b.kv_ptr[s];
   const int bt = a.block_tokens;
   // Keys [lo, last_key]; this split takes its share of the blocks they span.
@@ -1239,8 +1246,10 @@ int64_t counter_bytes(int32_t n_heads) {
   return int64_t{kMaxSplitRows} * n_heads * 4;
 }
 
-int64_t attention_workspace_bytes(int32_t n_heads, int32_t head_dim_v) {
-  return kMaxSplitRows * split_bytes_per_token(n_heads, head_dim_v) + counter_bytes(n_heads);
+int64_t attention_workspace_bytes(int32_t n_heads, int32_t head_dim_v, bool deterministic) {
+  return (deterministic ? kDetSplitRows : kMaxSplitRows) *
+             split_bytes_per_token(n_heads, head_dim_v) +
+         counter_bytes(n_heads);
 }
 
 void kv_write(const KvLayer& kv, const AttnBatch& b, int64_t n_tokens, const float* k,
@@ -1372,6 +1381,9 @@ bool attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
                     cudaStream_t s) {
   if (n_tokens <= 0 || b.num_seqs <= 0) return false;
   check_layer(kv);
+  // The deterministic mode: the decode kernels for every row.
+  if (p.deterministic && kernel == AttnKernel::Auto)
+    kernel = attention_decode_tc_supports(kv) ? AttnKernel::DecodeTc : AttnKernel::Decode;
   KILN_CUDA_ASSERT(p.n_heads > 0 && p.n_heads % kv.n_kv_heads == 0);
   KILN_CUDA_ASSERT(p.causal || p.sliding_window == 0);  // a window of what, without an order
   const bool decode = kernel == AttnKernel::Decode || kernel == AttnKernel::DecodeTc ||
@@ -1412,23 +1424,46 @@ bool attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
   if (!decode_tc) allow_smem(fn, decode, bucket);
   const unsigned gy = static_cast<unsigned>(kv.n_kv_heads * a.n_hchunks);
   if (decode) {
-    a.n_splits = attention_decode_splits(kv, n_tokens, p,
-                                         decode_tc ? AttnKernel::DecodeTc : AttnKernel::Decode);
+    const bool fixed = p.deterministic && p.workspace != nullptr;
+    a.n_splits = fixed
+                     ? kDetSplits
+                     : attention_decode_splits(
+                           kv, n_tokens, p, decode_tc ? AttnKernel::DecodeTc : AttnKernel::Decode);
     static const int min_split = [] {  // KILN_CUDA_ATTN_MIN_SPLIT=N (blocks) for comparisons
       const char* e = std::getenv("KILN_CUDA_ATTN_MIN_SPLIT");
       const int v = e == nullptr ? kMinSplitBlocks : std::atoi(e);
       return v >= 1 && v <= 64 ? v : kMinSplitBlocks;
     }();
-    a.min_split_blocks = min_split;
+    a.min_split_blocks = fixed ? kDetSplitBlocks : min_split;
     if (a.n_splits > 1) {
       a.counters = reinterpret_cast<int*>(static_cast<char*>(p.workspace) + p.workspace_bytes -
                                           counter_bytes(p.n_heads));
     }
     const bool q8 = p.xq != nullptr && p.xds != nullptr && kv.head_dim_v % 32 == 0;
     if (q8) a.xq = p.xq, a.xds = p.xds;
-    const dim3 grid(static_cast<unsigned>(n_tokens), gy, static_cast<unsigned>(a.n_splits));
     const size_t smem = decode_tc ? 0 : decode_smem_bytes(kv.head_dim_k, kv.head_dim_v);
-    launch_pdl(fn, grid, dim3(kThreads), smem, s, a);
+    // The fixed split count's partials for runs of rows the workspace holds (else one run: the
+    // split count fits the workspace, attention_decode_splits).
+    int64_t run = n_tokens;
+    if (fixed) {
+      const int64_t partial_rows = (p.workspace_bytes - counter_bytes(p.n_heads)) /
+                                   split_bytes_per_token(p.n_heads, kv.head_dim_v);
+      run = std::min<int64_t>(kMaxSplitRows, partial_rows / a.n_splits);
+      KILN_CUDA_ASSERT(run >= 1);
+    }
+    for (int64_t r0 = 0; r0 < n_tokens; r0 += run) {
+      AttnArgs ar = a;
+      ar.row0 = static_cast<int32_t>(r0);
+      ar.n_tokens = static_cast<int32_t>(std::min(run, n_tokens - r0));
+      ar.q = q + r0 * p.n_heads * kv.head_dim_k;
+      ar.out = out + r0 * p.n_heads * kv.head_dim_v;
+      if (q8) {
+        ar.xq = a.xq + r0 * p.n_heads * kv.head_dim_v;
+        ar.xds = a.xds + r0 * p.n_heads * kv.head_dim_v / 32;
+      }
+      const dim3 grid(static_cast<unsigned>(ar.n_tokens), gy, static_cast<unsigned>(a.n_splits));
+      launch_pdl(fn, grid, dim3(kThreads), smem, s, ar);
+    }
     return q8;
   }
   const int rows = bucket > 128 ? 32 : 64;

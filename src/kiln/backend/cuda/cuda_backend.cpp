@@ -373,7 +373,8 @@ class CudaBackend final : public Backend {
     iota_ = static_cast<const int32_t*>(ip);
     if (attn_workspace_ == nullptr && cap.n_heads > 0) {
       // Split-K scratch of the decode attention (long contexts over several CTAs).
-      attn_workspace_bytes_ = attention_workspace_bytes(cap.n_heads, cap.head_dim_v);
+      attn_workspace_bytes_ =
+          attention_workspace_bytes(cap.n_heads, cap.head_dim_v, deterministic());
       KILN_TRY(attn_workspace_, device_alloc(attn_workspace_bytes_, "attention scratch"));
       owned_.push_back(attn_workspace_);
       KILN_TRY_STATUS(
@@ -386,6 +387,7 @@ class CudaBackend final : public Backend {
           t, std::max<int64_t>(max_n_in_, 1), std::max<int64_t>(max_n_out_, 1),
           max_experts_ > 1 ? t * kMaxExpertsUsed : 0, max_experts_ > 1 ? max_experts_ : 0);
       if (matmul_ == nullptr) return err("cuda: could not create the matmul context (cuBLAS)");
+      matmul_set_deterministic(matmul_, deterministic());
       prepared_bytes_ += matmul_context_bytes(matmul_);
     }
     return {};
@@ -629,6 +631,7 @@ class CudaBackend final : public Backend {
     cp.workspace_bytes = attn_workspace_bytes_;
     cp.xq = t.xq;
     cp.xds = t.xds;
+    cp.deterministic = deterministic();
     const int ev = profile_begin();
     produced_q8(out, cuda::attention(static_cast<CudaKvCache&>(kv).layer(layer), step.attn,
                                      step.n_tokens, step.max_q_len, q.data, out.data, cp, stream_));
@@ -663,7 +666,7 @@ class CudaBackend final : public Backend {
     // The activation quantized for the down projection as it is written.
     const cuda::MatmulQ8 down_q = cuda::matmul_id_q8(matmul_, pairs, w.n_ff);
     bool act_q8 = false;
-    if (down_q.xq != nullptr && w.n_ff % 32 == 0) {  // groups of 32 within each pair's row
+    if (down_q.xq != nullptr && w.n_ff % 32 == 0 && !deterministic()) {  // groups of 32 per row
       act_q8 = cuda::swiglu_q8(s.gate.data, s.up.data, s.gate.data, pairs * w.n_ff, down_q.xq,
                                down_q.xds, stream_);
     } else {
@@ -695,9 +698,10 @@ class CudaBackend final : public Backend {
                 beta.cols == p.n_v_heads && out.cols == int64_t{p.n_v_heads} * p.head_v_dim);
     const DeltaShape shape{p.n_k_heads,  p.n_v_heads, p.head_k_dim,
                            p.head_v_dim, p.norm_eps,  p.tiled_heads};
-    cuda::gated_delta_rule(static_cast<CudaStateCache&>(st).layer(layer), step.attn,
-                           step.state_slots, step.n_tokens, qkv.data, alpha.data, beta.data, ssm_a,
-                           dt_bias, out.data, shape, delta_kernel_, stream_);
+    cuda::gated_delta_rule(
+        static_cast<CudaStateCache&>(st).layer(layer), step.attn, step.state_slots, step.n_tokens,
+        qkv.data, alpha.data, beta.data, ssm_a, dt_bias, out.data, shape,
+        deterministic() ? cuda::DeltaKernel::kRecurrent : delta_kernel_, stream_);
   }
   void sigmoid_mul(Mat x, Mat gate, Mat out) override {
     forget_q8();
@@ -713,6 +717,11 @@ class CudaBackend final : public Backend {
 
   // ---- profiling ----
   void set_profiling(bool on) override { profiling_ = on; }
+  // Before the first step (the attention workspace is sized for it at reserve_step).
+  void set_deterministic(bool on) override {
+    Backend::set_deterministic(on);
+    if (matmul_ != nullptr) matmul_set_deterministic(matmul_, on);
+  }
   std::vector<OpTime> profile_take() override {
     sync();
     for (const TimedOp& op : timed_) {
@@ -764,7 +773,8 @@ class CudaBackend final : public Backend {
   };
   Q8Target q8_target(Mat y) {
     forget_q8();
-    if (!int8_matvec_weights_) return {};  // e.g. an all-F16 model: nobody reads them
+    // Nobody reads them: e.g. an all-F16 model, or the deterministic mode's matmuls.
+    if (!int8_matvec_weights_ || deterministic()) return {};
     const cuda::MatmulQ8 q = cuda::matmul_q8(matmul_);
     if (y.rows > q.max_tokens || y.cols > q.max_cols) return {};
     return {q.xq, q.xds};

@@ -231,6 +231,13 @@ bool matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, cons
 // before a matmul_id call with x_quantized; nulls when the context has none or they hold fewer
 // values.
 MatmulQ8 matmul_id_q8(MatmulContext* ctx, int64_t n_rows, int64_t n_in);
+// The deterministic mode (Backend::set_deterministic): from now on matmul, matmul_shared and
+// matmul_id take one path per weight whatever the token count, so that y[t] is the same bits
+// whatever n_tokens and the other tokens: Q4_K/Q5_K/Q6_K/Q8_0 on sm_90 through mmh with each
+// weight's split count fixed by its shape (fp16 operands, as above); other types through the
+// direct kernels in runs of 8 tokens (fp32); matmul_id through the direct kernels always.
+// Nothing is read or left quantized to int8 (matmul_shared and matmul_id return false).
+void matmul_set_deterministic(MatmulContext* ctx, bool on);
 
 // ---- int8 matrix-vector products (matvec.cu) ------------------------------------------------
 
@@ -315,10 +322,16 @@ struct AttnParams {
   // that follows; attention() says whether it did (decode rows, head_dim_v % 32 == 0).
   int8_t* xq = nullptr;
   float2* xds = nullptr;
+  // The deterministic mode (Backend::set_deterministic): every row, decode or prefill, on the
+  // decode kernels with one split rule (a row's context cut by its own length alone), so that a
+  // row's output is the same bits whatever the batch, the prompt's chunking or a prefix-cache
+  // hit. Needs the workspace attention_workspace_bytes(.., true) sizes.
+  bool deterministic = false;
 };
 // Scratch that lets attention() split long decode contexts over several CTAs (a fixed
-// size: the split count shrinks as the token count grows).
-int64_t attention_workspace_bytes(int32_t n_heads, int32_t head_dim_v);
+// size: the split count shrinks as the token count grows; deterministic: room for the fixed
+// split count over runs of rows).
+int64_t attention_workspace_bytes(int32_t n_heads, int32_t head_dim_v, bool deterministic = false);
 
 // b: the step's CSR metadata (AttnBatch) with every pointer in device memory; n_tokens the
 // flat row count (qo_indptr[num_seqs]); max_q_len the longest query run of any sequence (host

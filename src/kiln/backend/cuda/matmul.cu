@@ -34,6 +34,14 @@
 // scratch) and each chunk is one GemmEx (fp16 operands, fp32 accumulation and output) on the tensor
 // cores. F32 weights stay fp32: one GemmEx in plain fp32 (no TF32), no scratch.
 //
+// Deterministic mode (matmul_set_deterministic): one of the paths above per weight for every
+// token count, each summing a token's products in one order whatever the batch: mmh with its
+// split count fixed by the weight's shape (MmqScratch::by_shape) for the types it takes, the
+// direct kernels in runs of 8 tokens for the rest, matmul_id's direct kernels always (a rare
+// weight the direct kernels cannot read goes to cuBLAS one token at a time: one shape, one
+// algorithm). Costs: prefill on mmh instead of cuBLAS, single-token decode on mmh instead of the
+// int8 matvec (docs/performance.md).
+//
 // Nothing here allocates or synchronises the host: the cuBLAS workspace is the context's
 // (cublasSetWorkspace after every cublasSetStream, which resets it), so a call can be captured.
 #include <cublas_v2.h>
@@ -83,6 +91,7 @@ struct MatmulContext {
   int64_t max_experts = 0;
   int64_t max_tiles = 0;
   uint64_t device_bytes = 0;
+  bool deterministic = false;  // matmul_set_deterministic
 };
 
 namespace {
@@ -102,7 +111,8 @@ constexpr int64_t kMmqSmallTokens = 16;
 constexpr int64_t kMmqLargeWeight = int64_t{4096} * 4096;
 // mmh's range (Q4_K, Q5_K, Q6_K, Q8_0), from CudaMatmulBench.Mmh on the H200
 // (docs/performance.md): 9..128 tokens for weights of 4096 x 4096 values or more (ahead of mmq
-// and cuBLAS there), 9..16 for smaller ones (a 1024 x 4096 projection has 8 row tiles of 128: mmq or cuBLAS win above 16).
+// and cuBLAS there), 9..16 for smaller ones (a 1024 x 4096 projection has 8 row tiles of 128: mmq
+// or cuBLAS win above 16).
 constexpr int64_t kMmhDefaultTokens = 128;
 constexpr int64_t kMmqPartialFloats = int64_t{4} << 20;  // split-K partial sums, at most
 constexpr int64_t kMmqCounters = 16384;
@@ -483,8 +493,7 @@ MatmulContext* create_matmul_context(int64_t max_tokens, int64_t max_n_in, int64
   ctx->workspace_bytes = kWorkspaceBytes;
   alloc(&ctx->workspace, ctx->workspace_bytes);
   // Rounded up to 8 tokens: mmh's activations come in groups of 8 (mmh.h).
-  ctx->x16_elems =
-      (std::max<int64_t>(1, max_tokens) + 7) / 8 * 8 * std::max<int64_t>(1, max_n_in);
+  ctx->x16_elems = (std::max<int64_t>(1, max_tokens) + 7) / 8 * 8 * std::max<int64_t>(1, max_n_in);
   alloc(reinterpret_cast<void**>(&ctx->x16), static_cast<size_t>(ctx->x16_elems) * 2);
   ctx->w16_elems = std::max<int64_t>(std::min<int64_t>(kW16Bytes / 2, max_n_in * max_n_out),
                                      std::max<int64_t>(1, max_n_in));
@@ -642,7 +651,71 @@ bool use_mmq(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
   return ctx->mmq_forced || n_tokens <= kMmqSmallTokens || w.n_in * w.n_out >= kMmqLargeWeight;
 }
 
+// The deterministic mode's paths (matmul.cu's top comment): the same for a weight whatever
+// n_tokens (runs of the tokens x16 holds, so that the choice does not depend on it).
+void matmul_deterministic(MatmulContext* ctx, const Weight* const* ws, float* const* ys, int n_w,
+                          const float* x, int64_t n_tokens, cudaStream_t s) {
+  const int64_t n_in = ws[0]->n_in;
+  const int64_t run = ctx->x16_elems / std::max<int64_t>(1, ctx->max_n_in) / 8 * 8;
+  if (n_tokens > run && run > 0) {
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += run) {
+      float* ry[kMaxShared];
+      for (int i = 0; i < n_w; ++i) ry[i] = ys[i] + t0 * ws[i]->n_out;
+      matmul_deterministic(ctx, ws, ry, n_w, x + t0 * n_in, std::min(run, n_tokens - t0), s);
+    }
+    return;
+  }
+  bool on_mmh[kMaxShared] = {};
+  int first = -1;
+  for (int i = 0; i < n_w; ++i) {
+    on_mmh[i] = ws[i]->n_out > 0 && supports_type(ws[i]->type) && ws[i]->n_in <= ctx->max_n_in &&
+                run > 0 && mmh_supports(*ws[i]);
+    if (on_mmh[i] && first < 0) first = i;
+  }
+  if (first >= 0) {
+    mmh_prepare(x, n_tokens, n_in, ctx->x16, s);
+    MmqScratch sc = ctx->mmh;
+    sc.by_shape = true;
+    sc.tile_tokens = 0;
+    sc.splits = 0;
+    bool launched[kMaxShared] = {};
+    for (int i = first; i < n_w; ++i) {
+      if (!on_mmh[i] || launched[i]) continue;
+      const Weight* gw[kMaxShared];
+      float* gy[kMaxShared];
+      int n = 0;
+      for (int j = i; j < n_w; ++j)
+        if (on_mmh[j] && !launched[j] && ws[j]->type == ws[i]->type) {
+          gw[n] = ws[j];
+          gy[n++] = ys[j];
+          launched[j] = true;
+        }
+      mmh_shared(gw, gy, n, ctx->x16, n_tokens, sc, s);
+    }
+  }
+  for (int i = 0; i < n_w; ++i) {
+    const Weight& w = *ws[i];
+    if (on_mmh[i] || w.n_out <= 0 || !supports_type(w.type)) continue;
+    const bool direct_shape = w.n_in % 8 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 1) == 0;
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += direct_shape ? kDirectTokens : 1) {
+      const int64_t nt = std::min<int64_t>(direct_shape ? kDirectTokens : 1, n_tokens - t0);
+      if (direct_shape) {
+        DirectArgs a = direct_args(w, x + t0 * n_in, ys[i] + t0 * w.n_out);
+        a.n_tokens = static_cast<int>(nt);
+        const dim3 grid(static_cast<unsigned>((w.n_out + kRowsPerCta - 1) / kRowsPerCta), 1);
+        dispatch_direct(w.type, a, static_cast<int>(nt), grid, s);
+      } else if (w.n_in <= ctx->max_n_in) {
+        matmul_cublas(ctx, w, x + t0 * n_in, ys[i] + t0 * w.n_out, 1, s);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+void matmul_set_deterministic(MatmulContext* ctx, bool on) {
+  ctx->deterministic = on;
+}
 
 void matmul(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64_t n_tokens,
             cudaStream_t s) {
@@ -655,9 +728,13 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
                    const float* x, int64_t n_tokens, cudaStream_t s, bool x_quantized) {
   if (n_w > kMaxShared) {  // in runs of kMaxShared (the same results: each weight's own)
     for (int i = 0; i < n_w; i += kMaxShared)
-      x_quantized = matmul_shared(ctx, ws + i, ys + i, std::min(kMaxShared, n_w - i), x,
-                                  n_tokens, s, x_quantized);
+      x_quantized = matmul_shared(ctx, ws + i, ys + i, std::min(kMaxShared, n_w - i), x, n_tokens,
+                                  s, x_quantized);
     return x_quantized;
+  }
+  if (ctx->deterministic) {
+    if (n_tokens > 0) matmul_deterministic(ctx, ws, ys, n_w, x, n_tokens, s);
+    return false;
   }
   bool quantized = x_quantized && n_tokens <= ctx->q8_tokens;
   // Decode-sized products the matvec kernels take are launched together after the loop: one
@@ -780,11 +857,15 @@ bool matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, cons
   int32_t* tiles = num_tiles + 1;
   const int mmq_pairs = ctx->mmq_id_tile_pairs > 0 ? std::min(ctx->mmq_id_tile_pairs, 64)
                                                    : mmq_id_tile_pairs(n_pairs, n_expert);
+  // The deterministic mode: the direct kernels for every pair count (x as fp32).
   const bool grouped =
+      !ctx->deterministic &&
       use_mmq_id(ctx, stacked, n_x_rows, n_pairs, moe_tile_slots(n_pairs, n_expert, mmq_pairs));
+  if (ctx->deterministic) x_quantized = false;
   // A decode step's few pairs: the int8 matvec per (output row, pair), with no plan.
-  const bool few = !grouped && n_pairs <= kMmqIdMinPairs && ctx->id_xq != nullptr &&
-                   matvec_supports(stacked) && n_x_rows * stacked.n_in <= ctx->id_values;
+  const bool few = !grouped && !ctx->deterministic && n_pairs <= kMmqIdMinPairs &&
+                   ctx->id_xq != nullptr && matvec_supports(stacked) &&
+                   n_x_rows * stacked.n_in <= ctx->id_values;
   // Both int8 paths read x quantized: rows the caller gives, or the context's rows (quantized
   // once for gate and up).
   const int8_t* xq = xq_given != nullptr ? xq_given : ctx->id_xq;

@@ -36,6 +36,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "kiln/backend/cuda/device.h"
 #include "kiln/backend/cuda/mmh.h"
@@ -52,9 +53,9 @@ using tile::lds4_a2;
 using tile::lds_u16;
 using tile::lds_u32;
 
-constexpr int kBM = 128;  // weight rows per CTA
+constexpr int kBM = 128;       // weight rows per CTA
 constexpr int kThreads = 256;  // 8 warps of 16 rows, two warpgroups of 64
-constexpr int kKStep = 256;  // values of K per stage
+constexpr int kKStep = 256;    // values of K per stage
 constexpr int kMaxSplits = 8;
 
 extern __shared__ __align__(128) uint8_t mmh_smem[];
@@ -145,8 +146,8 @@ struct MmhGroupArgs {
 template <class Q, int kBN>
 __device__ __forceinline__ void issue_step(const MmhArgs& a, int64_t row0, int tok0, int64_t step,
                                            int buf, bool weights, bool x) {
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(mmh_smem)) +
-                        buf * stage_bytes<Q, kBN>();
+  const uint32_t base =
+      static_cast<uint32_t>(__cvta_generic_to_shared(mmh_smem)) + buf * stage_bytes<Q, kBN>();
   if (weights) {
     constexpr int kTotal = kBM * Q::kWC;
 #pragma unroll
@@ -244,8 +245,8 @@ __device__ __forceinline__ void wgmma_wait_all() {
 // token-direction one (SBO) 4 KB.
 template <class Q, int kBN>
 __device__ __forceinline__ uint64_t x_desc(int buf) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(mmh_smem)) +
-                        buf * stage_bytes<Q, kBN>();
+  const uint32_t addr =
+      static_cast<uint32_t>(__cvta_generic_to_shared(mmh_smem)) + buf * stage_bytes<Q, kBN>();
   return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{128 >> 4} << 16 | uint64_t{4096 >> 4} << 32;
 }
 
@@ -288,12 +289,12 @@ __device__ __forceinline__ void row_offsets(const MmhArgs& a, int64_t step, int 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int r = 16 * warp + g + 8 * i;
-    const uintptr_t src = reinterpret_cast<uintptr_t>(a.w) +
-                          static_cast<uint64_t>(std::min<int64_t>(row0 + r, a.n_out - 1)) *
-                              a.row_bytes +
-                          static_cast<uint64_t>(step) * Q::kBlock;
-    woff[i] = buf * stage_bytes<Q, kBN>() + x_bytes<kBN>() + r * Q::kWS +
-              static_cast<int>(src & 15);
+    const uintptr_t src =
+        reinterpret_cast<uintptr_t>(a.w) +
+        static_cast<uint64_t>(std::min<int64_t>(row0 + r, a.n_out - 1)) * a.row_bytes +
+        static_cast<uint64_t>(step) * Q::kBlock;
+    woff[i] =
+        buf * stage_bytes<Q, kBN>() + x_bytes<kBN>() + r * Q::kWS + static_cast<int>(src & 15);
   }
 }
 
@@ -345,8 +346,8 @@ __device__ __forceinline__ void compute_q45k(const MmhArgs& a, int64_t step, int
           const uint32_t wd = uu == 0 ? q[i].x : uu == 1 ? q[i].y : uu == 2 ? q[i].z : q[i].w;
           __half2 lo, hi;
           if constexpr (kQ5) {
-            const uint32_t v = ((wd >> (4 * h)) & 0x0F0F0F0Fu) |
-                               (((qh[i] >> (2 * c + h)) & 0x01010101u) << 4);
+            const uint32_t v =
+                ((wd >> (4 * h)) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * c + h)) & 0x01010101u) << 4);
             lo = __hsub2(levels_1024<0x00FF00FFu>(v), k1024);
             hi = __hsub2(levels_1024<0x00FF00FFu>(v >> 8), k1024);
           } else {
@@ -557,22 +558,52 @@ __global__ void prepare_kernel(const float* x, __half* xh, int64_t n_quads, int6
 
 constexpr int kMaxSmem = 227 << 10;  // a CTA's dynamic shared memory on sm_90
 
+// MmqScratch::by_shape: the split count of a weight of n_out rows and n_steps stages by its shape
+// alone: what a launch of one tile of tokens takes at one CTA an SM, halved until 8 tokens'
+// partial sums fit the scratch (so that any token count can run in runs of 8 or more).
+int shape_splits(int64_t n_out, int64_t n_steps, const MmqScratch& scratch) {
+  if (scratch.partials == nullptr) return 1;
+  const int64_t row_tiles = (n_out + kBM - 1) / kBM;
+  int splits = 1;
+  while (splits < kMaxSplits && row_tiles * splits * 2 <= tile::sm_count() &&
+         n_steps >= 4 * splits * 2)
+    splits *= 2;
+  while (splits > 1 &&
+         (splits * 8 * n_out > scratch.partial_floats || row_tiles > scratch.n_counters))
+    splits /= 2;
+  return splits;
+}
+
+// The tokens of one by_shape run: as many as every weight's partial sums and tile counters fit
+// in the scratch at once (a multiple of 8, mmh_prepare's groups; at least 8, shape_splits'
+// bound).
+int64_t shape_run_tokens(const Weight* const* ws, int n_w, const MmqScratch& scratch) {
+  int64_t run = INT64_MAX;
+  for (int i = 0; i < n_w; ++i) {
+    const int splits = shape_splits(ws[i]->n_out, ws[i]->n_in / kKStep, scratch);
+    if (splits == 1) continue;
+    const int64_t row_tiles = (ws[i]->n_out + kBM - 1) / kBM;
+    run = std::min(run, scratch.partial_floats / (splits * ws[i]->n_out));
+    run = std::min(run, scratch.n_counters / row_tiles * 16);  // tiles of 16 tokens at least
+  }
+  return std::max<int64_t>(8, run / 8 * 8);
+}
+
 // Launches the weights ws[0..n_w) (one type, sharing xh) in as few launches as the split-K
 // scratch allows, at most kMaxGroup weights each. Each weight's split count is the one a launch
 // of it alone takes (its own tiles against the whole GPU) and its partial sums and counters get
 // their own ranges of the scratch, so that each output is summed exactly as a lone launch sums
 // it; a weight whose ranges no longer fit starts the next launch.
 template <class Q, int kBN, int kS>
-void launch_bn(const Weight* const* ws, float* const* ys, int n_w, const __half* xh,
-               int n_tokens, const MmqScratch& scratch, cudaStream_t s) {
-  static const bool attr_ok = cudaFuncSetAttribute(mmh_kernel<Q, kBN, kS>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   smem_bytes<Q, kBN, kS>()) == cudaSuccess;
+void launch_bn(const Weight* const* ws, float* const* ys, int n_w, const __half* xh, int n_tokens,
+               const MmqScratch& scratch, cudaStream_t s) {
+  static const bool attr_ok =
+      cudaFuncSetAttribute(mmh_kernel<Q, kBN, kS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           smem_bytes<Q, kBN, kS>()) == cudaSuccess;
   if (!attr_ok) return;
   const int64_t tok_tiles = (n_tokens + kBN - 1) / kBN;
   // CTAs resident per SM: shared-memory bound (1 to 3; 1 KiB of each CTA's is the system's).
-  const int per_sm =
-      std::max(1, std::min(3, (228 << 10) / (smem_bytes<Q, kBN, kS>() + 1024)));
+  const int per_sm = std::max(1, std::min(3, (228 << 10) / (smem_bytes<Q, kBN, kS>() + 1024)));
   MmhGroupArgs g{};
   g.n_in = ws[0]->n_in;
   g.n_steps = ws[0]->n_in / kKStep;
@@ -592,14 +623,15 @@ void launch_bn(const Weight* const* ws, float* const* ys, int n_w, const __half*
     const int64_t row_tiles = (w.n_out + kBM - 1) / kBM;
     const int64_t tiles = tok_tiles * row_tiles;
     const int64_t outputs = int64_t{n_tokens} * w.n_out;
-    const int splits = tile::splitk_count(tiles, per_sm, g.n_steps, outputs, scratch.splits,
-                                          kMaxSplits, scratch.partials, scratch.partial_floats,
-                                          scratch.n_counters);
+    const int splits =
+        scratch.by_shape
+            ? shape_splits(w.n_out, g.n_steps, scratch)
+            : tile::splitk_count(tiles, per_sm, g.n_steps, outputs, scratch.splits, kMaxSplits,
+                                 scratch.partials, scratch.partial_floats, scratch.n_counters);
     const int64_t floats = splits > 1 ? splits * outputs : 0;
     const int64_t counters = splits > 1 ? tiles : 0;
     if (g.n_parts == kMaxGroup || used_floats + floats > scratch.partial_floats ||
-        used_counters + counters > scratch.n_counters ||
-        grid_rows + row_tiles * splits > 65535)
+        used_counters + counters > scratch.n_counters || grid_rows + row_tiles * splits > 65535)
       flush();
     MmhPart& p = g.p[g.n_parts++];
     p.w = w.data;
@@ -633,8 +665,8 @@ void launch_stages(const Weight* const* ws, float* const* ys, int n_w, const __h
 }
 
 template <class Q>
-void launch_type(const Weight* const* ws, float* const* ys, int n_w, const __half* xh,
-                 int n_tokens, const MmqScratch& scratch, cudaStream_t s) {
+void launch_type(const Weight* const* ws, float* const* ys, int n_w, const __half* xh, int n_tokens,
+                 const MmqScratch& scratch, cudaStream_t s) {
   const int bn = scratch.tile_tokens > 0 ? scratch.tile_tokens
                  : n_tokens <= 16        ? 16
                  : n_tokens <= 32        ? 32
@@ -667,7 +699,8 @@ bool mmh_supports(const Weight& w) {
 void mmh_prepare(const float* x, int64_t n_tokens, int64_t n_in, __half* xh, cudaStream_t s) {
   const int64_t n_quads = n_tokens * n_in / 4;
   if (n_quads <= 0) return;
-  const int blocks = static_cast<int>(std::min<int64_t>((n_quads + 255) / 256, 4 * tile::sm_count()));
+  const int blocks =
+      static_cast<int>(std::min<int64_t>((n_quads + 255) / 256, 4 * tile::sm_count()));
   launch_pdl(prepare_kernel, dim3(blocks), dim3(256), 0, s, x, xh, n_quads, n_in);
 }
 
@@ -692,6 +725,17 @@ void mmh_shared(const Weight* const* ws, float* const* ys, int n_w, const __half
     gy[n++] = ys[i];
   }
   if (n == 0) return;
+  if (scratch.by_shape) {  // runs of tokens the scratch holds whole (each run's own launches)
+    const int64_t run = shape_run_tokens(gw, n, scratch);
+    if (n_tokens > run) {
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += run) {
+        float* ry[kMaxGroup * 4];
+        for (int i = 0; i < n; ++i) ry[i] = gy[i] + t0 * gw[i]->n_out;
+        mmh_shared(gw, ry, n, xh + t0 * gw[0]->n_in, std::min(run, n_tokens - t0), scratch, s);
+      }
+      return;
+    }
+  }
   const int t = static_cast<int>(n_tokens);
   switch (gw[0]->type) {
     case quant::Type::Q4_K:

@@ -22,7 +22,10 @@ void mmh_prepare(const float* x, int64_t n_tokens, int64_t n_in, __half* xh, cud
 // y [n_tokens, w.n_out] = w x for x as mmh_prepare wrote it: each weight dequantized to fp16
 // (one rounding), products summed in fp32 on the tensor cores, as dequantize + cuBLAS computes
 // it up to the order of the sums. The split-K scratch and forced tiling are mmq's
-// (MmqScratch; tile_tokens 16, 32 or 64). Meant for 9..~128 tokens; any count works.
+// (MmqScratch; tile_tokens 16, 32 or 64). Meant for 9..~128 tokens; any count works. With
+// scratch.by_shape a token's row is the same bits whatever n_tokens and the other tokens (the
+// split count by the weight's shape, tokens in runs the scratch holds; a column of wgmma's
+// product does not depend on the others).
 void mmh(const Weight& w, float* y, const __half* xh, int64_t n_tokens, const MmqScratch& scratch,
          cudaStream_t s);
 // ys[i] = ws[i] x for weights of one type sharing x (as mmh_prepare wrote it), up to 4 in one

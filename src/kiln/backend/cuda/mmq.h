@@ -25,6 +25,10 @@ struct MmqScratch {
   int64_t n_counters = 0;
   int tile_tokens = 0;
   int splits = 0;
+  // mmh: each weight's split count fixed by its shape and this scratch's size alone, never by
+  // the token count (the deterministic mode: a token's sums in one order whatever the batch);
+  // the tokens then go in runs whose partial sums the scratch holds.
+  bool by_shape = false;
 };
 // y = w x for n_tokens of x quantized by quantize_q8_32 (xq [n_tokens, w.n_in], xds [n_tokens,
 // w.n_in / 32]), with int8 MMA on the weights as stored (mmq.cu says how): the exact weights'
