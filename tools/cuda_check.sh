@@ -8,7 +8,11 @@
 #   ab      tg128 with each of AB_VARS (default KILN_CUDA_MATVEC KILN_CUDA_PDL) set to each of
 #           AB_VALUES (default 1 0), then with each build-dev/kiln-*.xz (another build)
 #   graphs  tg128 with and without CUDA graphs
-#   serve   kiln serve under kiln bench http; profile: ncu over decode steps
+#   serve   kiln serve under kiln bench http (SERVE_FLAGS: more serve flags); profile: ncu over
+#           decode steps
+#   det     --deterministic: its kernel, model and engine tests on CUDA, then its cost on the 8B
+#           Q4_K_M file (batch 1 tg128/pp512 and 16/64 sequences at depth 512, alternated with
+#           the default; bench models are made first when missing)
 #   e2e     the node e2e suites against kiln on the GPU (E2E=1 tools/cuda_pack.sh)
 #   llama   build llama.cpp (build-llama/llama-src.tar.xz, made by tools/llama_src.sh) in the background; side: kiln and
 #           llama-bench on each bench model in turn
@@ -24,7 +28,9 @@ if [ -z "${KEEP_UNPACKED:-}" ] || [ ! -x $D/bin/kiln ]; then
 fi
 export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 # The tests find fixtures at the source path they were built in and ../shared beside it.
-SRC=$(strings $D/bin/test_model | grep -m1 -o '/[^ ]*/tests/fixtures' | sed 's|/tests/fixtures||' || true)
+# (An absolute source path the binary holds; grep -a: the GPU machine has no `strings`.)
+SRC=$(grep -a -o '/[[:alnum:]_.+-][[:alnum:]_./+-]*/src/kiln/[a-z_/]*\.cpp' $D/bin/test_model |
+  grep -v '/\.\./' | head -1 | sed 's|/src/kiln/.*||' || true)
 [ -n "$SRC" ] || SRC=$ROOT
 mkdir -p "$(dirname "$SRC")"
 [ -e "$SRC" ] || ln -s "$ROOT" "$SRC"
@@ -148,13 +154,40 @@ if [[ " $WHAT " == *" graphs "* ]]; then
       grep -E "tg128|by repetition" | tee -a "$OUTDIR/bench.log"
   done
 fi
+if [[ " $WHAT " == *" det "* ]]; then
+  export KILN_TEST_LLAMA3_TOKENIZER=$D/tokenizer/llama3
+  timeout 120 $D/bin/test_cuda --gtest_brief=1 --gtest_filter='CudaMatmul.Deterministic*' \
+    > "$OUTDIR/det_cuda.log" 2>&1
+  echo "test_cuda deterministic rc=$?"; grep -E "FAILED|PASSED|Failure|Expected|Which" "$OUTDIR/det_cuda.log" | head -20
+  KILN_TEST_DEVICE=cuda timeout 120 $D/bin/test_model --gtest_brief=1 \
+    --gtest_filter='BatchInvariance.*:HybridState.*' > "$OUTDIR/det_model.log" 2>&1
+  echo "test_model(cuda) deterministic rc=$?"; grep -E "FAILED|PASSED|differ|Failure" "$OUTDIR/det_model.log" | head -20
+  KILN_TEST_DEVICE=cuda timeout 120 $D/bin/test_engine --gtest_brief=1 \
+    --gtest_filter='HybridEngine.*' > "$OUTDIR/det_engine.log" 2>&1
+  echo "test_engine(cuda) deterministic rc=$?"; grep -E "FAILED|PASSED|Failure" "$OUTDIR/det_engine.log" | head -10
+  f=/tmp/kiln-models/llama-8b-q4_k_m.gguf
+  mkdir -p /tmp/kiln-models
+  [ -f $f ] || $D/bin/kiln make-model --arch llama --layers 32 --hidden 4096 --heads 32 \
+    --kv-heads 8 --ffn 14336 --type q4_k_m --tokenizer $D/tokenizer/llama3 --distinct-rows 256 \
+    -o $f > /dev/null
+  for round in 1 2; do
+    for det in "" --deterministic; do
+      echo "== round $round ${det:-default}"
+      timeout 90 $D/bin/kiln bench -m $f --device cuda -p 512 -n 128 -r 3 $det 2>&1 | grep -E "pp512|tg128"
+      for p in 16 64; do
+        timeout 90 $D/bin/kiln bench -m $f --device cuda -p 0 -n 64 --parallel $p -d 512 -r 2 $det 2>&1 |
+          grep -E "^\| llama"
+      done
+    done
+  done 2>&1 | tee "$OUTDIR/det_bench.log"
+fi
 if [[ " $WHAT " == *" serve "* ]]; then
   # kiln serve on the GPU under kiln bench http (~400-token prompts, 256 out).
   f=$(ls /tmp/kiln-models/*.gguf | head -1)
   # One client (this host) opens up to 128 connections: past the per-client default of 64.
   $D/bin/kiln serve -m "$f" --device cuda --port 18080 --ctx 2048 --max-seqs ${SERVE_MAX_SEQS:-64} \
     --max-batch-tokens 2048 --step-prompt-tokens 0 --max-connections-per-client 256 \
-    > "$OUTDIR/serve.log" 2>&1 &
+    ${SERVE_FLAGS:-} > "$OUTDIR/serve.log" 2>&1 &
   SP=$!
   for i in $(seq 1 60); do curl -sf http://127.0.0.1:18080/health >/dev/null && break; sleep 1; done
   grep -E "memory plan|engine:" "$OUTDIR/serve.log"
