@@ -271,6 +271,9 @@ class Backend {
   virtual void copy(void* dst, const void* src, uint64_t bytes) = 0;
   // Waits for every op issued so far.
   virtual void sync() = 0;
+  // Whether ops return before their work is done (queued on a device, done by sync()): the
+  // host may do other work while a step runs. False where the ops compute on the calling thread.
+  virtual bool asynchronous() const { return false; }
 
   // ---- profiling ----
   // While on, the backend times each matmul, matmuls group, moe, attention and copy op it

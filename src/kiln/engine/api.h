@@ -176,12 +176,15 @@ struct EngineStats {
   // Where the engine thread's time went over its steps (seconds, summed): the host's work
   // before the forward (scheduling, the step's rows), queueing the forward (on the CPU the
   // forward itself) and the host's work meanwhile (grammar masks), waiting for the device to
-  // finish it, and the host's work after (sampling, stop checks, detokenizing, delivering
-  // events). The host's share of a GPU step is everything but the wait.
+  // finish it, the host's work after (sampling, stop checks, detokenizing), and handing the
+  // step's events to the requests' channels (on an asynchronous backend while the next step
+  // runs on the device, so not in the device's way). The host's share of a GPU step is
+  // schedule + launch + update (+ deliver where the backend is synchronous).
   double step_schedule_seconds = 0;
   double step_launch_seconds = 0;
   double step_wait_seconds = 0;
   double step_update_seconds = 0;
+  double step_deliver_seconds = 0;
   // Seconds since the engine thread last finished a step or idled (liveness for /health).
   double seconds_since_heartbeat = 0;
 };

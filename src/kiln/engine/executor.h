@@ -106,6 +106,9 @@ class Executor {
   // Rank 0's forward (a whole model's only one).
   model::Forward& forward() { return *ranks_[0].forward; }
   const model::Forward& forward() const { return *ranks_[0].forward; }
+  // Whether launch() returns before the device has run the step (wait() waits for it): the
+  // engine does other host work meanwhile.
+  bool asynchronous() const { return be_.asynchronous(); }
   // Whether a rank of the mesh failed (an error in a step after its checks, a peer that timed
   // out): the mesh is gone, every step fails. Never for one device.
   bool failed() const { return failed_; }

@@ -98,12 +98,14 @@ std::string Metrics::render(const engine::EngineStats& s, engine::EngineState st
   out +=
       "# HELP kiln_engine_step_seconds_total Engine thread time over its steps, by phase: "
       "schedule (host, before the forward), launch (queueing it; on the CPU the forward), "
-      "wait (for the device), update (host: sampling, stops, detokenizing, events).\n";
+      "wait (for the device), update (host: sampling, stops, detokenizing), deliver (events to "
+      "the requests; while the next step runs on a GPU).\n";
   out += "# TYPE kiln_engine_step_seconds_total counter\n";
   for (const auto& [phase, secs] : {std::pair{"schedule", s.step_schedule_seconds},
                                     {"launch", s.step_launch_seconds},
                                     {"wait", s.step_wait_seconds},
-                                    {"update", s.step_update_seconds}})
+                                    {"update", s.step_update_seconds},
+                                    {"deliver", s.step_deliver_seconds}})
     out += fmt::format("kiln_engine_step_seconds_total{{phase=\"{}\"}} {}\n", phase, secs);
   metric(&out, "kiln_engine_steps_total", "counter", "Engine steps (forward passes).",
          static_cast<double>(s.num_steps));

@@ -131,6 +131,7 @@ TEST(EngineFailure, AFailedStepFailsItsRequestsAndTheEngineGoesOn) {
   EXPECT_GT(st.step_launch_seconds, 0);
   EXPECT_GE(st.step_wait_seconds, 0);
   EXPECT_GT(st.step_update_seconds, 0);
+  EXPECT_GT(st.step_deliver_seconds, 0);  // every token event handed over
 }
 
 // A device mesh (--tp 2 on the CPU's collective backend) serves like one device; when a rank

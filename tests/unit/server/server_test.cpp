@@ -369,6 +369,7 @@ TEST_F(HttpTest, MetricsText) {
   stats.step_launch_seconds = 1.5;
   stats.step_wait_seconds = 3;
   stats.step_update_seconds = 0.75;
+  stats.step_deliver_seconds = 0.125;
   engine_.set_stats(stats);
   ASSERT_EQ(post("/v1/chat/completions", chat_body()).status, 200);
   ASSERT_EQ(get("/v1/nowhere").status, 404);
@@ -404,6 +405,7 @@ TEST_F(HttpTest, MetricsText) {
                            "kiln_engine_step_seconds_total{phase=\"launch\"} 1.5\n",
                            "kiln_engine_step_seconds_total{phase=\"wait\"} 3\n",
                            "kiln_engine_step_seconds_total{phase=\"update\"} 0.75\n",
+                           "kiln_engine_step_seconds_total{phase=\"deliver\"} 0.125\n",
                            "# TYPE kiln_time_to_first_token_seconds histogram\n",
                            "kiln_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1\n"})
     EXPECT_NE(m.find(line), std::string::npos) << line << "\n" << m;

@@ -439,6 +439,7 @@ class CudaBackend final : public Backend {
 
   // ---- graphs ----
   bool supports_graphs() const override { return true; }
+  bool asynchronous() const override { return true; }
   Status begin_capture() override {
     KILN_TRY_STATUS(check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
                           "begin graph capture"));
