@@ -82,7 +82,8 @@ int run_bench(BenchOptions o) {
   run.type_kv = quant::type_name(*kv_type);
   run.n_batch = o.plan.batch;
   run.test_time = test_time;
-  run.backend = (*be)->name() + (o.deterministic ? " deterministic" : "");
+  run.backend = (*be)->name();
+  run.deterministic = o.deterministic;
   const ThreadPlacement placement =
       current_thread_placement(threads, util::default_spin_us(threads));
   if (o.json) {

@@ -202,6 +202,7 @@ nlohmann::json bench_json(const BenchRunInfo& run, const ThreadPlacement& placem
         {"size_bytes", run.size_bytes},
         {"params", run.params},
         {"backend", run.backend},
+        {"deterministic", run.deterministic},
         {"threads", placement.n_threads},
         {"type_kv", run.type_kv},
         {"test", f.test},
@@ -238,7 +239,8 @@ void print_bench_table(const BenchRunInfo& run, const ThreadPlacement& placement
         "| {:<12} | {:>6.2f} MiB | {:>6.2f} M | {:<7} | {:>7} | {:>7} | {:>{}} | {:>11.2f} ± "
         "{:>6.2f} | {:>9.2f} | {:>9.2f} | {:>9.2f} | {:>9} |\n",
         run.arch, static_cast<double>(run.size_bytes) / 1048576.0,
-        static_cast<double>(run.params) / 1e6, run.backend, placement.n_threads, run.type_kv,
+        static_cast<double>(run.params) / 1e6,
+        run.deterministic ? run.backend + " det" : run.backend, placement.n_threads, run.type_kv,
         f.test, test_width, s.mean, s.stddev, s.min, s.median, s.max, gbs);
   }
   for (const BenchFigure& f : figures)

@@ -57,6 +57,7 @@ struct BenchRunInfo {
   uint64_t weight_bytes_per_token = 0;
   std::string test_time;        // when the run began, ISO 8601 UTC
   std::string backend = "cpu";  // the backend's name: cpu, cuda:0, ...
+  bool deterministic = false;   // --deterministic (the table's backend column says "det")
 };
 
 // One object per test, as llama-bench -o json prints them (with kiln's earlier field names
