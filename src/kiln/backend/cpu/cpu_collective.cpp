@@ -6,6 +6,9 @@
 
 #include <fmt/format.h>
 
+#include "kiln/util/spin.h"
+#include "kiln/util/thread_pool.h"
+
 namespace kiln::backend::cpu {
 
 class CpuCollective final : public Collective {
@@ -44,10 +47,10 @@ class CpuCollective final : public Collective {
     CpuCommunicator::Mailbox& m = c_.mail_[static_cast<size_t>(rank_ * c_.size_ + peer)];
     if (!c_.wait_until(lock, rank_, "send", [&] { return !m.full; })) return Error{c_.failure_};
     m = {data, bytes, true, false};
-    c_.cv_.notify_all();
+    c_.wake_locked();
     if (!c_.wait_until(lock, rank_, "send", [&] { return m.taken; })) return Error{c_.failure_};
     m = {};
-    c_.cv_.notify_all();
+    c_.wake_locked();
     return {};
   }
 
@@ -62,7 +65,7 @@ class CpuCollective final : public Collective {
                                         m.bytes, rank_, bytes));
     if (bytes > 0) std::memcpy(data, m.data, bytes);
     m.taken = true;
-    c_.cv_.notify_all();
+    c_.wake_locked();
     return {};
   }
 
@@ -87,6 +90,7 @@ class CpuCollective final : public Collective {
 CpuCommunicator::CpuCommunicator(int size, std::chrono::milliseconds timeout)
     : size_(std::max(1, size)),
       timeout_(timeout),
+      spin_us_(util::default_spin_us(size_)),
       posted_(static_cast<size_t>(size_)),
       sizes_(static_cast<size_t>(size_)),
       ops_(static_cast<size_t>(size_), ""),
@@ -102,12 +106,31 @@ Status CpuCommunicator::fail_locked(std::string why) {
     failed_ = true;
     failure_ = "collective: " + std::move(why);
   }
-  cv_.notify_all();
+  wake_locked();
   return Error{failure_};
 }
 
 bool CpuCommunicator::wait_until(std::unique_lock<std::mutex>& lock, int rank, const char* what,
                                  const std::function<bool()>& done) {
+  if (failed_ || done()) return !failed_;
+  // Spin first, without the lock, until the state changes (the epoch read under the lock: a
+  // change after it bumps it) or the spin time is up; then test again under the lock.
+  if (spin_us_ > 0) {
+    const auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+    for (;;) {
+      const uint64_t seen = epoch_.load(std::memory_order_acquire);
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+                            spin_end - std::chrono::steady_clock::now())
+                            .count();
+      if (left <= 0) break;
+      lock.unlock();
+      const bool changed = util::spin_until(
+          static_cast<int>(left), [&] { return epoch_.load(std::memory_order_acquire) != seen; });
+      lock.lock();
+      if (failed_ || done()) return !failed_;
+      if (!changed) break;
+    }
+  }
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   if (!cv_.wait_until(lock, deadline, [&] { return failed_ || done(); }))
     (void)fail_locked(
@@ -143,7 +166,7 @@ Status CpuCommunicator::rendezvous(int rank, const char* op, bool post, int64_t 
       scratch_.resize(static_cast<size_t>(n));
   }
   ++generation_;
-  cv_.notify_all();
+  wake_locked();
   return {};
 }
 
