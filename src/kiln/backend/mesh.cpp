@@ -16,7 +16,10 @@
 namespace kiln::backend {
 
 Mesh::~Mesh() {
-  if (!ranks_.empty()) ranks_[0]->set_mesh(nullptr, nullptr);  // the caller's backend stays
+  if (ranks_.empty()) return;
+  ranks_[0]->set_mesh(nullptr, nullptr);  // the caller's backend stays, with its threads
+  if (auto* cpu = dynamic_cast<cpu::CpuBackend*>(ranks_[0]); cpu != nullptr && first_threads_ > 0)
+    cpu->set_threads(first_threads_);
 }
 
 Expected<std::unique_ptr<Mesh>> Mesh::create(Backend& first, int tp, int pp,
@@ -57,6 +60,13 @@ Expected<std::unique_ptr<Mesh>> Mesh::create(Backend& first, int tp, int pp,
   }
   const int threads =
       opts.threads > 0 ? opts.threads : std::max(1, util::default_num_threads() / n);
+  // Rank 0 takes its share of the cores too (else its pool's threads and the other ranks'
+  // outnumber the cores: 3 threads on 2 cores at --tp 2, each rank's spinning workers taking
+  // the core another rank computes on).
+  if (auto* cpu = dynamic_cast<cpu::CpuBackend*>(&first); cpu != nullptr && n > 1) {
+    m->first_threads_ = cpu->threads();
+    cpu->set_threads(threads);
+  }
   for (int r = 1; r < n; ++r) {
     if (gpu) {
       KILN_TRY(std::unique_ptr<Backend> be, create_backend({fmt::format("cuda:{}", gpus[r]),

@@ -19,7 +19,8 @@ class Mesh {
  public:
   // tp x pp ranks: rank 0 is `first` (the caller's backend, which outlives the mesh), the
   // others new backends of the same device kind (CPU: opts.threads threads each, 0: the
-  // machine's cores shared out). Every CPU collective wait gives up after `timeout`.
+  // machine's cores shared out; rank 0 takes the same count for the mesh's life, when its pool
+  // is its own). Every CPU collective wait gives up after `timeout`.
   // GPUs: `devices` names each rank's (rank 0's must be first's), else rank r takes the r-th
   // GPU after first's.
   static Expected<std::unique_ptr<Mesh>> create(
@@ -38,6 +39,7 @@ class Mesh {
   Mesh() = default;
   std::vector<std::unique_ptr<Backend>> owned_;  // ranks 1 ..
   std::vector<Backend*> ranks_;
+  int first_threads_ = 0;  // a CPU mesh: rank 0's threads before it took its share (restored)
   // The communicators (type-erased: the CPU's), and each rank's ends of them.
   std::vector<std::shared_ptr<void>> comms_;
   std::vector<std::unique_ptr<Collective>> ends_;

@@ -328,5 +328,18 @@ TEST(Mesh, PlacementFollowsTheManifest) {
   EXPECT_EQ(place("token_embd.weight", 1).split, model::Split::kReplicate);
 }
 
+// A CPU mesh shares the cores out to every rank, rank 0 (the caller's backend) included, so
+// that the ranks' threads do not outnumber the cores; rank 0 gets its own count back after.
+TEST(Mesh, ACpuMeshSharesTheThreadsOutToRankZeroToo) {
+  backend::cpu::CpuBackend first(5);
+  {
+    auto mesh = backend::Mesh::create(first, 2, 1, {"cpu", 3});
+    ASSERT_TRUE(mesh.ok()) << mesh.error().message;
+    EXPECT_EQ(first.threads(), 3);
+    EXPECT_EQ(static_cast<backend::cpu::CpuBackend&>((*mesh)->rank(1)).threads(), 3);
+  }
+  EXPECT_EQ(first.threads(), 5);
+}
+
 }  // namespace
 }  // namespace kiln::engine

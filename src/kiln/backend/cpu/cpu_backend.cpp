@@ -112,6 +112,12 @@ CpuBackend::CpuBackend(int threads)
 
 CpuBackend::CpuBackend(util::ThreadPool* pool) : pool_(pool) {}
 
+void CpuBackend::set_threads(int n) {
+  if (own_pool_ == nullptr || n < 1 || n == own_pool_->num_threads()) return;
+  own_pool_ = std::make_unique<util::ThreadPool>(n);
+  pool_ = own_pool_.get();
+}
+
 std::string CpuBackend::description() const {
   return fmt::format("cpu: {} threads, {} kernels, weights packed: {}",
                      pool_ != nullptr ? pool_->num_threads() : 1, path_name(best_kernel_path()),

@@ -90,6 +90,10 @@ class CpuBackend final : public Backend {
   void recv(Mat x, int stage) override;
 
   util::ThreadPool* pool() const { return pool_; }
+  int threads() const { return pool_ != nullptr ? pool_->num_threads() : 1; }
+  // A pool of n threads in place of the one this backend made (a borrowed pool stays): a CPU
+  // mesh shares the cores out, rank 0 (the caller's backend) included. Not during a step.
+  void set_threads(int n);
   // The view of one layer of a cache this backend made (tests compare kernels with it).
   static KvLayerView layer_view(KvCache& kv, int32_t layer);
   // The view of one layer of a recurrent state this backend made.
