@@ -107,8 +107,9 @@ class Executor {
   model::Forward& forward() { return *ranks_[0].forward; }
   const model::Forward& forward() const { return *ranks_[0].forward; }
   // Whether launch() returns before the device has run the step (wait() waits for it): the
-  // engine does other host work meanwhile.
-  bool asynchronous() const { return be_.asynchronous(); }
+  // engine does other host work meanwhile. Not on a mesh: each rank's thread runs its part of
+  // the step to the end.
+  bool asynchronous() const { return mesh_ == nullptr && be_.asynchronous(); }
   // Whether a rank of the mesh failed (an error in a step after its checks, a peer that timed
   // out): the mesh is gone, every step fails. Never for one device.
   bool failed() const { return failed_; }
