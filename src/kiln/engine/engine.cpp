@@ -384,7 +384,6 @@ struct Engine::Impl {
     // A step that fails (an error, or an exception such as bad_alloc) fails its requests;
     // the engine goes on with the next step.
     std::string failure;
-    const bool overlap = overlap_events;
     std::vector<SeqOutput> outputs;
     size_t num_sampled = 0;  // outputs of generation sequences (embed ones follow)
     try {
@@ -400,7 +399,7 @@ struct Engine::Impl {
         launch_s += since(t);
         // While the device runs the step: the last step's events, and the grammar masks this
         // one's sampling will apply.
-        if (overlap) flush_events();
+        if (overlap_events) flush_events();
         t = Clock::now();
         prefetch_masks(plan);
         launch_s += since(t);
@@ -427,7 +426,7 @@ struct Engine::Impl {
     }
     report_finished(sched.update(plan, outputs));
     update_s += since(t);
-    if (!overlap) flush_events();
+    if (!overlap_events) flush_events();
     {
       std::lock_guard<std::mutex> lock(engine.stats_mu_);
       engine.stats_.num_generated_tokens += static_cast<int64_t>(num_sampled);
