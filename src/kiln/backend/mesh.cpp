@@ -64,10 +64,11 @@ Expected<std::unique_ptr<Mesh>> Mesh::create(Backend& first, int tp, int pp,
   // The CPU collective sums in rank order whatever the count; NCCL picks its algorithm and
   // chunking by the message's size, so a sum's order can follow the batch.
   if (gpu && tp > 1 && first.deterministic())
-    log::warn("--deterministic with --tp {} on GPUs: NCCL's all-reduce order depends on the "
-              "step's size, so outputs may still vary with the batch (the mode holds on one GPU "
-              "and with --pp)",
-              tp);
+    log::warn(
+        "--deterministic with --tp {} on GPUs: NCCL's all-reduce order depends on the "
+        "step's size, so outputs may still vary with the batch (the mode holds on one GPU "
+        "and with --pp)",
+        tp);
   // Rank 0 takes its share of the cores too (else its pool's threads and the other ranks'
   // outnumber the cores: 3 threads on 2 cores at --tp 2, each rank's spinning workers taking
   // the core another rank computes on).
