@@ -1,19 +1,12 @@
 #include "kiln/engine/executor.h"
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <cstdlib>
-#include <functional>
-#include <mutex>
 #include <string_view>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "kiln/kv/kv_cache.h"
-#include "kiln/util/spin.h"
-#include "kiln/util/thread_pool.h"
 
 namespace kiln::engine {
 namespace {
@@ -56,75 +49,6 @@ std::string MemoryPlan::to_string() const {
   return s;
 }
 
-// The threads of ranks 1 .. n - 1 of a mesh, made with the executor (before: made and joined
-// every step, ~50 us a step): run() hands each the step's job with its rank, runs rank 0's on
-// the caller and returns when every rank's is done. Between steps a worker spins for spin_us
-// (as the thread pools' workers) before it sleeps, so that back-to-back steps need no wake.
-class RankThreads {
- public:
-  RankThreads(int n_workers, int spin_us) : spin_us_(spin_us) {
-    for (int r = 1; r <= n_workers; ++r) threads_.emplace_back([this, r] { work(r); });
-  }
-  ~RankThreads() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_.store(true, std::memory_order_release);
-      epoch_.fetch_add(1, std::memory_order_release);
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-  // job(r) for every rank r; job must not throw.
-  void run(const std::function<void(size_t)>& job) {
-    job_ = &job;
-    pending_.store(static_cast<int>(threads_.size()), std::memory_order_relaxed);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      epoch_.fetch_add(1, std::memory_order_release);
-    }
-    cv_.notify_all();
-    job(0);
-    auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
-    if (util::spin_until(spin_us_, done)) return;
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, done);
-  }
-
- private:
-  void work(size_t rank) {
-    uint64_t seen = 0;
-    for (;;) {
-      auto fresh = [&] { return epoch_.load(std::memory_order_acquire) != seen; };
-      if (!util::spin_until(spin_us_, fresh)) {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, fresh);
-      }
-      seen = epoch_.load(std::memory_order_acquire);
-      if (stop_.load(std::memory_order_acquire)) return;
-      (*job_)(rank);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard<std::mutex> lock(mu_);
-        done_cv_.notify_one();
-      }
-    }
-  }
-
-  const int spin_us_;
-  std::mutex mu_;
-  std::condition_variable cv_;       // workers: a new epoch (a job, or stop)
-  std::condition_variable done_cv_;  // the caller: pending_ reached 0
-  std::atomic<uint64_t> epoch_{0};
-  std::atomic<int> pending_{0};
-  std::atomic<bool> stop_{false};
-  const std::function<void(size_t)>* job_ = nullptr;
-  std::vector<std::thread> threads_;
-};
-
-Executor::Executor(const model::Model& model, backend::Backend& be, const ExecutorOptions& opts)
-    : model_(model), be_(be), opts_(opts) {}
-
-Executor::~Executor() = default;
-
 Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
                                                      backend::Backend& be,
                                                      const ExecutorOptions& opts) {
@@ -155,8 +79,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(const model::Model& model,
       rank.be = &ex->mesh_->rank(r);
     }
     ex->out_rank_ = static_cast<size_t>((mesh.pp - 1) * mesh.tp);
-    ex->rank_threads_ =
-        std::make_unique<RankThreads>(mesh.ranks() - 1, util::default_spin_us(mesh.ranks()));
+    ex->rank_threads_ = std::make_unique<util::ThreadPool>(mesh.ranks());
     ex->plan_.mesh = fmt::format("--tp {} --pp {}{}", mesh.tp, mesh.pp, mesh.ep ? " --ep" : "");
   } else {
     Rank& rank = ex->ranks_.emplace_back();
@@ -379,7 +302,7 @@ Status Executor::launch_mesh(const model::StepInput& in, float* logits, float* h
   const std::vector<MicroBatch> parts = micro_batches(in, opts_.mesh.pp);
   const size_t vocab = model_.hparams().n_vocab;
   std::vector<Status> st(ranks_.size());
-  const std::function<void(size_t)> run = [&](size_t r) {
+  auto run = [&](size_t r) {
     Rank& rank = ranks_[r];
     const bool out = r == out_rank_;
     auto step = [&](const model::StepInput& whole_or_part, int64_t first_out) {
@@ -404,7 +327,9 @@ Status Executor::launch_mesh(const model::StepInput& in, float* logits, float* h
     // The others may be waiting for this rank in a collective: they give up now.
     if (!st[r].ok()) mesh_->abort(fmt::format("rank {}: {}", r, st[r].error().message));
   };
-  rank_threads_->run(run);
+  // Ranks as many as the pool's threads: each thread's static range is its one rank.
+  rank_threads_->parallel_for(static_cast<int64_t>(ranks_.size()),
+                              [&](int64_t r, int64_t, int) { run(static_cast<size_t>(r)); });
   for (const Status& s : st) {
     if (s.ok()) continue;
     failed_ = true;

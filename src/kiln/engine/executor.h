@@ -15,10 +15,9 @@
 #include "kiln/model/mesh.h"
 #include "kiln/model/model.h"
 #include "kiln/util/status.h"
+#include "kiln/util/thread_pool.h"
 
 namespace kiln::engine {
-
-class RankThreads;  // executor.cpp: a mesh's rank threads, made once
 
 struct ExecutorOptions {
   int32_t max_tokens = 512;     // rows per step
@@ -76,7 +75,6 @@ class Executor {
  public:
   static Expected<std::unique_ptr<Executor>> create(const model::Model& model, backend::Backend& be,
                                                     const ExecutorOptions& opts);
-  ~Executor();
 
   // Runs one step: launch, then wait. On a mesh every rank runs it; a rank that fails after the
   // step's checks fails the mesh (failed()): this and every later step return an error. Its
@@ -126,7 +124,8 @@ class Executor {
   const ExecutorOptions& options() const { return opts_; }
 
  private:
-  Executor(const model::Model& model, backend::Backend& be, const ExecutorOptions& opts);
+  Executor(const model::Model& model, backend::Backend& be, const ExecutorOptions& opts)
+      : model_(model), be_(be), opts_(opts) {}
   std::span<const float> logits_out_;
   std::span<const int32_t> ids_out_;
 
@@ -135,7 +134,7 @@ class Executor {
   Expected<uint64_t> kv_room(backend::Backend& be, const backend::KvSpec& spec,
                              uint64_t blocks_per_seq, uint64_t* blocks) const;
   // The step on every rank of a mesh, each on a thread of its own (rank 0 on the caller's,
-  // the others on rank_threads_).
+  // the others on rank_threads_'s).
   Status launch_mesh(const model::StepInput& in, float* logits, float* hidden, int32_t* ids);
 
   const model::Model& model_;
@@ -162,8 +161,9 @@ class Executor {
   std::unique_ptr<backend::Buffer> ids_;         // host memory, [max_logit_rows] int32
   std::unique_ptr<backend::Buffer> hidden_buf_;  // host memory, [max_hidden_rows, n_embd]
   std::span<const float> hidden_;
-  // Last: stopped and joined before the ranks they run go.
-  std::unique_ptr<RankThreads> rank_threads_;
+  // A mesh's rank threads, made once: a pool of one thread per rank whose static ranges give
+  // each thread one rank (rank 0 the caller's). Last: joined before the ranks they run go.
+  std::unique_ptr<util::ThreadPool> rank_threads_;
   MemoryPlan plan_;
   int32_t num_blocks_ = 0;
 };
