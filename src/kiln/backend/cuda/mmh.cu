@@ -562,16 +562,8 @@ constexpr int kMaxSmem = 227 << 10;  // a CTA's dynamic shared memory on sm_90
 // alone: what a launch of one tile of tokens takes at one CTA an SM, halved until 8 tokens'
 // partial sums fit the scratch (so that any token count can run in runs of 8 or more).
 int shape_splits(int64_t n_out, int64_t n_steps, const MmqScratch& scratch) {
-  if (scratch.partials == nullptr) return 1;
-  const int64_t row_tiles = (n_out + kBM - 1) / kBM;
-  int splits = 1;
-  while (splits < kMaxSplits && row_tiles * splits * 2 <= tile::sm_count() &&
-         n_steps >= 4 * splits * 2)
-    splits *= 2;
-  while (splits > 1 &&
-         (splits * 8 * n_out > scratch.partial_floats || row_tiles > scratch.n_counters))
-    splits /= 2;
-  return splits;
+  return tile::splitk_count((n_out + kBM - 1) / kBM, 1, n_steps, 8 * n_out, 0, kMaxSplits,
+                            scratch.partials, scratch.partial_floats, scratch.n_counters);
 }
 
 // The tokens of one by_shape run: as many as every weight's partial sums and tile counters fit
