@@ -651,6 +651,43 @@ bool use_mmq(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
   return ctx->mmq_forced || n_tokens <= kMmqSmallTokens || w.n_in * w.n_out >= kMmqLargeWeight;
 }
 
+// Whether the direct kernels read w's rows in place.
+bool direct_shape(const Weight& w) {
+  return w.n_in % 8 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 1) == 0;
+}
+
+// y = w x for up to kDirectTokens tokens on the direct kernels (w of direct_shape).
+void direct(const Weight& w, const float* x, float* y, int64_t n_tokens, cudaStream_t s) {
+  DirectArgs a = direct_args(w, x, y);
+  a.n_tokens = static_cast<int>(n_tokens);
+  const dim3 grid(static_cast<unsigned>((w.n_out + kRowsPerCta - 1) / kRowsPerCta), 1);
+  dispatch_direct(w.type, a, static_cast<int>(n_tokens), grid, s);
+}
+
+// The weights marked on_mmh (at least one) on mmh: x rounded into x16 once, then one mmh_shared
+// launch per type (grouped) or per weight.
+void launch_mmh(MatmulContext* ctx, const Weight* const* ws, float* const* ys, int n_w,
+                const bool* on_mmh, const float* x, int64_t n_tokens, bool grouped,
+                const MmqScratch& scratch, cudaStream_t s) {
+  int first = 0;
+  while (!on_mmh[first]) ++first;
+  mmh_prepare(x, n_tokens, ws[first]->n_in, ctx->x16, s);
+  bool launched[kMaxShared] = {};
+  for (int i = first; i < n_w; ++i) {
+    if (!on_mmh[i] || launched[i]) continue;
+    const Weight* gw[kMaxShared];
+    float* gy[kMaxShared];
+    int n = 0;
+    for (int j = i; j < n_w && (grouped || n == 0); ++j)
+      if (on_mmh[j] && !launched[j] && ws[j]->type == ws[i]->type) {
+        gw[n] = ws[j];
+        gy[n++] = ys[j];
+        launched[j] = true;
+      }
+    mmh_shared(gw, gy, n, ctx->x16, n_tokens, scratch, s);
+  }
+}
+
 // The deterministic mode's paths (matmul.cu's top comment): the same for a weight whatever
 // n_tokens (runs of the tokens x16 holds, so that the choice does not depend on it).
 void matmul_deterministic(MatmulContext* ctx, const Weight* const* ws, float* const* ys, int n_w,
@@ -666,44 +703,26 @@ void matmul_deterministic(MatmulContext* ctx, const Weight* const* ws, float* co
     return;
   }
   bool on_mmh[kMaxShared] = {};
-  int first = -1;
+  bool any_mmh = false;
   for (int i = 0; i < n_w; ++i) {
     on_mmh[i] = ws[i]->n_out > 0 && supports_type(ws[i]->type) && ws[i]->n_in <= ctx->max_n_in &&
                 run > 0 && mmh_supports(*ws[i]);
-    if (on_mmh[i] && first < 0) first = i;
+    any_mmh = any_mmh || on_mmh[i];
   }
-  if (first >= 0) {
-    mmh_prepare(x, n_tokens, n_in, ctx->x16, s);
+  if (any_mmh) {
     MmqScratch sc = ctx->mmh;
     sc.by_shape = true;
     sc.tile_tokens = 0;
     sc.splits = 0;
-    bool launched[kMaxShared] = {};
-    for (int i = first; i < n_w; ++i) {
-      if (!on_mmh[i] || launched[i]) continue;
-      const Weight* gw[kMaxShared];
-      float* gy[kMaxShared];
-      int n = 0;
-      for (int j = i; j < n_w; ++j)
-        if (on_mmh[j] && !launched[j] && ws[j]->type == ws[i]->type) {
-          gw[n] = ws[j];
-          gy[n++] = ys[j];
-          launched[j] = true;
-        }
-      mmh_shared(gw, gy, n, ctx->x16, n_tokens, sc, s);
-    }
+    launch_mmh(ctx, ws, ys, n_w, on_mmh, x, n_tokens, true, sc, s);
   }
   for (int i = 0; i < n_w; ++i) {
     const Weight& w = *ws[i];
     if (on_mmh[i] || w.n_out <= 0 || !supports_type(w.type)) continue;
-    const bool direct_shape = w.n_in % 8 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 1) == 0;
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += direct_shape ? kDirectTokens : 1) {
-      const int64_t nt = std::min<int64_t>(direct_shape ? kDirectTokens : 1, n_tokens - t0);
-      if (direct_shape) {
-        DirectArgs a = direct_args(w, x + t0 * n_in, ys[i] + t0 * w.n_out);
-        a.n_tokens = static_cast<int>(nt);
-        const dim3 grid(static_cast<unsigned>((w.n_out + kRowsPerCta - 1) / kRowsPerCta), 1);
-        dispatch_direct(w.type, a, static_cast<int>(nt), grid, s);
+    const int64_t step = direct_shape(w) ? kDirectTokens : 1;
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += step) {
+      if (step > 1) {
+        direct(w, x + t0 * n_in, ys[i] + t0 * w.n_out, std::min(step, n_tokens - t0), s);
       } else if (w.n_in <= ctx->max_n_in) {
         matmul_cublas(ctx, w, x + t0 * n_in, ys[i] + t0 * w.n_out, 1, s);
       }
@@ -746,26 +765,8 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
   int n_q = 0, n_h = 0;
   // mmh's weights first, one launch per type (mmh_shared), before anything else takes x16.
   bool on_mmh[kMaxShared] = {};
-  if (n_tokens > kMatvecMaxTokens && mmh_members(ctx, ws, n_w, n_tokens, on_mmh) > 0) {
-    int first = 0;
-    while (!on_mmh[first]) ++first;
-    mmh_prepare(x, n_tokens, ws[first]->n_in, ctx->x16, s);
-    bool launched[kMaxShared] = {};
-    const bool grouped = mmh_group_enabled();
-    for (int i = 0; i < n_w; ++i) {
-      if (!on_mmh[i] || launched[i]) continue;
-      const Weight* gw[kMaxShared];
-      float* gy[kMaxShared];
-      int n = 0;
-      for (int j = i; j < n_w && (grouped || n == 0); ++j)
-        if (on_mmh[j] && !launched[j] && ws[j]->type == ws[i]->type) {
-          gw[n] = ws[j];
-          gy[n++] = ys[j];
-          launched[j] = true;
-        }
-      mmh_shared(gw, gy, n, ctx->x16, n_tokens, ctx->mmh, s);
-    }
-  }
+  if (n_tokens > kMatvecMaxTokens && mmh_members(ctx, ws, n_w, n_tokens, on_mmh) > 0)
+    launch_mmh(ctx, ws, ys, n_w, on_mmh, x, n_tokens, mmh_group_enabled(), ctx->mmh, s);
   for (int i = 0; i < n_w; ++i) {
     const Weight& w = *ws[i];
     float* y = ys[i];
@@ -787,12 +788,8 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
       mmq(w, y, ctx->xq, ctx->xds, n_tokens, ctx->mmq, s);
       continue;
     }
-    const bool direct_shape = w.n_in % 8 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 1) == 0;
-    if (n_tokens <= kDirectTokens && direct_shape) {
-      DirectArgs a = direct_args(w, x, y);
-      a.n_tokens = static_cast<int>(n_tokens);
-      const dim3 grid(static_cast<unsigned>((w.n_out + kRowsPerCta - 1) / kRowsPerCta), 1);
-      dispatch_direct(w.type, a, static_cast<int>(n_tokens), grid, s);
+    if (n_tokens <= kDirectTokens && direct_shape(w)) {
+      direct(w, x, y, n_tokens, s);
       continue;
     }
     if (w.n_in > ctx->max_n_in) continue;  // outside the context's bounds: scratch too small
