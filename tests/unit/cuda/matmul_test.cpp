@@ -620,6 +620,48 @@ TEST(CudaMatmul, StreamMatvecRingsAndLongRows) {
   }
 }
 
+// Weights of the given types and heights over n_in (Gaussian rows, quantized): host bytes, device
+// copies and views; what matmul_shared gives each of them on one input, and what matmul gives
+// one alone (read back to the host).
+struct WeightSet {
+  std::vector<std::vector<uint8_t>> host;
+  std::deque<test::DeviceVec<uint8_t>> dev;
+  std::vector<Weight> ws;
+
+  WeightSet(const std::vector<Type>& types, const std::vector<int64_t>& outs, int64_t n_in,
+            std::mt19937_64& rng) {
+    for (size_t i = 0; i < types.size(); ++i) {
+      host.push_back(quantized_rows(types[i], outs[i], n_in, rng));
+      dev.emplace_back(host[i]);
+      ws.push_back(weight_view(types[i], n_in, outs[i], dev[i].get()));
+    }
+  }
+  std::vector<std::vector<float>> shared(backend::cuda::MatmulContext* ctx, const float* dx,
+                                         int64_t n_tokens) const {
+    std::deque<test::DeviceVec<float>> ys;
+    std::vector<const Weight*> wp;
+    std::vector<float*> yp;
+    for (const Weight& w : ws) {
+      ys.emplace_back(static_cast<size_t>(n_tokens * w.n_out));
+      wp.push_back(&w);
+      yp.push_back(ys.back().get());
+    }
+    backend::cuda::matmul_shared(ctx, wp.data(), yp.data(), static_cast<int>(ws.size()), dx,
+                                 n_tokens, nullptr);
+    EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize()) << cudaGetErrorString(cudaGetLastError());
+    std::vector<std::vector<float>> out;
+    for (const auto& y : ys) out.push_back(y.to_host());
+    return out;
+  }
+  std::vector<float> lone(backend::cuda::MatmulContext* ctx, size_t i, const float* dx,
+                          int64_t n_tokens) const {
+    test::DeviceVec<float> y(static_cast<size_t>(n_tokens * ws[i].n_out));
+    backend::cuda::matmul(ctx, ws[i], dx, y.get(), n_tokens, nullptr);
+    EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize()) << cudaGetErrorString(cudaGetLastError());
+    return y.to_host();
+  }
+};
+
 // matmul_shared (one input quantized once for several weights, of mixed paths) equals a matmul
 // per weight, bitwise.
 TEST(CudaMatmul, SharedInputEqualsSeparateCalls) {
@@ -631,30 +673,14 @@ TEST(CudaMatmul, SharedInputEqualsSeparateCalls) {
   ASSERT_NE(ctx.p, nullptr);
   // Weights of one type share a launch (rows numbered across them; a CTA's warps may span
   // two weights): three Q4_K of ragged heights, two F16, one Q6_K between them.
-  constexpr int kW = 6;
-  const Type types[kW] = {Type::Q4_K, Type::Q6_K, Type::Q4_K, Type::F16, Type::Q4_K, Type::F16};
-  const int64_t outs[kW] = {300, 77, 61, 64, 5, 33};
-  std::vector<std::vector<uint8_t>> host;
-  std::deque<test::DeviceVec<uint8_t>> dev;
-  std::vector<Weight> ws;
-  for (int i = 0; i < kW; ++i) host.push_back(quantized_rows(types[i], outs[i], n_in, rng));
-  for (int i = 0; i < kW; ++i) dev.emplace_back(host[i]);
-  for (int i = 0; i < kW; ++i) ws.push_back(weight_view(types[i], n_in, outs[i], dev[i].get()));
+  const WeightSet set({Type::Q4_K, Type::Q6_K, Type::Q4_K, Type::F16, Type::Q4_K, Type::F16},
+                      {300, 77, 61, 64, 5, 33}, n_in, rng);
   for (int64_t n_tokens : {1, 3, 8, 16, 64}) {
     const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
     test::DeviceVec<float> dx(x);
-    std::deque<test::DeviceVec<float>> shared, single;
-    for (int i = 0; i < kW; ++i) shared.emplace_back(static_cast<size_t>(n_tokens * outs[i]));
-    for (int i = 0; i < kW; ++i) single.emplace_back(static_cast<size_t>(n_tokens * outs[i]));
-    const Weight* wp[kW];
-    float* yp[kW];
-    for (int i = 0; i < kW; ++i) wp[i] = &ws[i], yp[i] = shared[i].get();
-    backend::cuda::matmul_shared(ctx.p, wp, yp, kW, dx.get(), n_tokens, nullptr);
-    for (int i = 0; i < kW; ++i)
-      backend::cuda::matmul(ctx.p, ws[i], dx.get(), single[i].get(), n_tokens, nullptr);
-    KILN_CUDA_OK(cudaDeviceSynchronize());
-    for (int i = 0; i < kW; ++i)
-      EXPECT_EQ(shared[i].to_host(), single[i].to_host())
+    const std::vector<std::vector<float>> shared = set.shared(ctx.p, dx.get(), n_tokens);
+    for (size_t i = 0; i < set.ws.size(); ++i)
+      EXPECT_EQ(shared[i], set.lone(ctx.p, i, dx.get(), n_tokens))
           << "weight " << i << " n_tokens=" << n_tokens << " seed=" << seed;
   }
 }
@@ -678,36 +704,21 @@ TEST(CudaMatmul, SharedInputGroupedMmhEqualsLoneMmh) {
   backend::cuda::matmul_set_mmh(lone.p, 128);
   // Two long weights (4,096 rows: Q4_K and Q6_K), short ones of both types (ragged heights:
   // a partial 128-row tile), an F16 between them.
-  constexpr int kW = 6;
-  const Type types[kW] = {Type::Q4_K, Type::Q6_K, Type::Q4_K, Type::F16, Type::Q4_K, Type::Q6_K};
-  const int64_t outs[kW] = {4096, 77, 1024, 33, 61, 4096};
-  std::vector<std::vector<uint8_t>> host;
-  std::deque<test::DeviceVec<uint8_t>> dev;
-  std::vector<Weight> ws;
-  for (int i = 0; i < kW; ++i) host.push_back(quantized_rows(types[i], outs[i], n_in, rng));
-  for (int i = 0; i < kW; ++i) dev.emplace_back(host[i]);
-  for (int i = 0; i < kW; ++i) ws.push_back(weight_view(types[i], n_in, outs[i], dev[i].get()));
+  const WeightSet set({Type::Q4_K, Type::Q6_K, Type::Q4_K, Type::F16, Type::Q4_K, Type::Q6_K},
+                      {4096, 77, 1024, 33, 61, 4096}, n_in, rng);
   for (int64_t n_tokens : {9, 16, 17, 64, 100, 128}) {
     const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
     test::DeviceVec<float> dx(x);
-    std::deque<test::DeviceVec<float>> shared, single;
-    for (int i = 0; i < kW; ++i) shared.emplace_back(static_cast<size_t>(n_tokens * outs[i]));
-    for (int i = 0; i < kW; ++i) single.emplace_back(static_cast<size_t>(n_tokens * outs[i]));
-    const Weight* wp[kW];
-    float* yp[kW];
-    for (int i = 0; i < kW; ++i) wp[i] = &ws[i], yp[i] = shared[i].get();
-    backend::cuda::matmul_shared(ctx.p, wp, yp, kW, dx.get(), n_tokens, nullptr);
-    for (int i = 0; i < kW; ++i)
-      backend::cuda::matmul(types[i] == Type::F16 ? ctx.p : lone.p, ws[i], dx.get(),
-                            single[i].get(), n_tokens, nullptr);
-    KILN_CUDA_OK(cudaDeviceSynchronize());
-    for (int i = 0; i < kW; ++i)
-      EXPECT_EQ(shared[i].to_host(), single[i].to_host())
+    const std::vector<std::vector<float>> shared = set.shared(ctx.p, dx.get(), n_tokens);
+    for (size_t i = 0; i < set.ws.size(); ++i)
+      EXPECT_EQ(shared[i],
+                set.lone(set.ws[i].type == Type::F16 ? ctx.p : lone.p, i, dx.get(), n_tokens))
           << "weight " << i << " n_tokens=" << n_tokens << " seed=" << seed;
-    std::vector<float> ref(static_cast<size_t>(n_tokens * outs[4]));
-    backend::cpu::matmul_reference(weight_view(types[4], n_in, outs[4], host[4].data()), x.data(),
-                                   ref.data(), n_tokens, nullptr);
-    EXPECT_LE(rel_error(shared[4].to_host(), ref), kFp16GemmBound)
+    std::vector<float> ref(static_cast<size_t>(n_tokens * set.ws[4].n_out));
+    backend::cpu::matmul_reference(
+        weight_view(set.ws[4].type, n_in, set.ws[4].n_out, set.host[4].data()), x.data(),
+        ref.data(), n_tokens, nullptr);
+    EXPECT_LE(rel_error(shared[4], ref), kFp16GemmBound)
         << "n_tokens=" << n_tokens << " seed=" << seed;
   }
 }
