@@ -237,8 +237,6 @@ class Client {
  public:
   Client(const Target& target, const HttpBenchOptions& o) : target_(target), o_(o), stream_(ioc_) {}
 
-  // Sends one request and reads its stream. A request that failed on a reused connection
-  // before any byte of its response is sent once more on a fresh connection.
   // GET path: the body of a 200 answer, else an error.
   Expected<std::string> get(const std::string& path) {
     if (const std::string why = connect(); !why.empty()) return err("{}", why);
@@ -256,6 +254,8 @@ class Client {
     return res.body();
   }
 
+  // Sends one request and reads its stream. A request that failed on a reused connection
+  // before any byte of its response is sent once more on a fresh connection.
   RequestResult request(const std::string& path, const std::string& body) {
     const bool reused = connected_;
     RequestResult r = attempt(path, body);
