@@ -133,6 +133,9 @@ test('bad constraints are 400s naming the problem', async () => {
     [{ guided_regex: '(?=x)' }, /lookaround/],
     [{ guided_choice: [] }, /non-empty/],
     [{ guided_regex: 'a', guided_choice: ['b'] }, /both constrain/],
+    // A few bytes asking for millions of rules, or for a billion live alternatives.
+    [{ guided_regex: 'a{0,100000}'.repeat(11) }, /too large once its repetitions are expanded/],
+    [{ guided_regex: '((a{0,1000}){0,1000}){0,1000}' }, /too ambiguous/],
   ];
   for (const [extra, re] of cases) {
     await assert.rejects(

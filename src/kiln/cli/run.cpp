@@ -404,8 +404,13 @@ int run(RunOptions o) {
       fmt::print(stderr, "kiln run: {}: {}\n", file, g.error().message);
       return 2;
     }
-    rt->constraint = std::make_shared<grammar::CompiledGrammar>(
+    auto compiled = grammar::CompiledGrammar::create(
         std::move(g).value(), grammar::TokenIndex::create(rt->tokenizer, rt->eog));
+    if (!compiled.ok()) {
+      fmt::print(stderr, "kiln run: {}: {}\n", file, compiled.error().message);
+      return 2;
+    }
+    rt->constraint = std::move(compiled).value();
   }
   auto sampler =
       engine::Sampler::create(o.sampling, static_cast<int32_t>(rt->model->hparams().n_vocab));

@@ -297,7 +297,10 @@ struct Engine::Impl {
       }
       if (a.grammar_dead_end) {
         ev.reason = FinishReason::kLength;
-        ev.error = "the output constraint allows no further token (dead end)";
+        ev.error = a.gate->matcher().exhausted()
+                       ? "the output constraint became too ambiguous to follow (its automaton "
+                         "ran out of room)"
+                       : "the output constraint allows no further token (dead end)";
         log::warn("request {}: {}", a.req.request_id, ev.error);
       }
       finish(f.id, std::move(ev));

@@ -100,7 +100,9 @@ Expected<std::shared_ptr<CompiledGrammar>> GrammarCache::get(const ConstraintSpe
   }
   auto g = compile_constraint(spec);
   if (!g.ok()) return std::move(g).take_error();
-  auto compiled = std::make_shared<CompiledGrammar>(std::move(g).value(), vocab_);
+  auto made = CompiledGrammar::create(std::move(g).value(), vocab_);
+  if (!made.ok()) return std::move(made).take_error();
+  std::shared_ptr<CompiledGrammar> compiled = std::move(made).value();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = index_.find(key);
   if (it != index_.end()) return it->second->second;  // compiled twice meanwhile

@@ -220,6 +220,9 @@ class Lowerer {
   }
 
   Grammar take() { return std::move(g_); }
+  // A repetition would have made the grammar larger than kMaxLoweredSize (lowering stopped
+  // making repetitions at that point: the grammar taken is incomplete).
+  bool too_large() const { return too_large_; }
 
  private:
   int32_t new_rule(const std::string& hint) {
@@ -343,7 +346,16 @@ class Lowerer {
         return;
       }
       case Expr::Kind::kRepeat: {
-        if (e.max_count == 0) return;
+        if (e.max_count == 0 || too_large_) return;
+        // What the loops below add: min_count elements, and a rule of up to three elements
+        // (counted as four) per optional count.
+        const int64_t num_optional =
+            e.max_count == kUnbounded ? 1 : int64_t{e.max_count} - e.min_count;
+        lowered_size_ += int64_t{e.min_count} + 4 * num_optional;
+        if (lowered_size_ > kMaxLoweredSize) {
+          too_large_ = true;
+          return;
+        }
         const int32_t item = element_for(e.kids[0], hint);
         for (int32_t i = 0; i < e.min_count; ++i) out->push_back(item);
         if (e.max_count == kUnbounded) {
@@ -370,6 +382,8 @@ class Lowerer {
   }
 
   Grammar g_;
+  int64_t lowered_size_ = 0;  // what the repetitions lowered so far added (kMaxLoweredSize)
+  bool too_large_ = false;
   int helper_count_ = 1;
   std::map<std::array<uint64_t, 4>, int32_t> terminal_ids_;
   std::map<std::string, int32_t> token_ids_;
@@ -379,25 +393,41 @@ class Lowerer {
 // Fails naming a rule that can reach itself without consuming a byte.
 Status check_left_recursion(const Grammar& g) {
   const int32_t n = g.num_rules();
+  // Nullable rules by propagation (linear in the grammar's size: a fixed-point loop over the
+  // rules takes a pass per link of a chain r1 ::= r2, r2 ::= r3 ... written in the wrong order).
+  // pending[alt]: elements of the alternative not yet known nullable (alternatives with a
+  // terminal are left out: they never are).
   std::vector<bool> nullable(n, false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (int32_t r = 0; r < n; ++r) {
-      if (nullable[r]) continue;
-      for (int32_t a : g.rule_alts[r]) {
-        bool all = true;
-        for (int32_t p = a; g.elements[p] != Grammar::kEnd; ++p) {
-          const int32_t el = g.elements[p];
-          if (Grammar::is_terminal(el) || !nullable[el]) {
-            all = false;
-            break;
-          }
-        }
-        if (all) {
-          nullable[r] = true;
-          changed = true;
-          break;
-        }
+  std::vector<int32_t> alt_rule, pending;
+  std::vector<std::vector<int32_t>> uses(n);  // per rule: the alternatives it stands in
+  std::vector<int32_t> ready;                 // rules found nullable, to propagate
+  for (int32_t r = 0; r < n; ++r) {
+    for (int32_t a : g.rule_alts[r]) {
+      bool has_terminal = false;
+      for (int32_t p = a; g.elements[p] != Grammar::kEnd && !has_terminal; ++p) {
+        has_terminal = Grammar::is_terminal(g.elements[p]);
+      }
+      if (has_terminal) continue;  // never nullable
+      const auto alt = static_cast<int32_t>(alt_rule.size());
+      int32_t count = 0;
+      for (int32_t p = a; g.elements[p] != Grammar::kEnd; ++p, ++count) {
+        uses[g.elements[p]].push_back(alt);
+      }
+      alt_rule.push_back(r);
+      pending.push_back(count);
+      if (count == 0 && !nullable[r]) {
+        nullable[r] = true;
+        ready.push_back(r);
+      }
+    }
+  }
+  while (!ready.empty()) {
+    const int32_t r = ready.back();
+    ready.pop_back();
+    for (int32_t alt : uses[r]) {
+      if (--pending[alt] == 0 && !nullable[alt_rule[alt]]) {
+        nullable[alt_rule[alt]] = true;
+        ready.push_back(alt_rule[alt]);
       }
     }
   }
@@ -467,6 +497,12 @@ Expected<Grammar> GrammarBuilder::build(int32_t root) const {
   }
   Lowerer lw(names_);
   for (size_t r = 0; r < names_.size(); ++r) lw.lower_rule(static_cast<int32_t>(r), exprs_[r]);
+  if (lw.too_large()) {
+    return err(
+        "grammar: too large once its repetitions are expanded (more than {} elements); use "
+        "smaller repetition counts",
+        kMaxLoweredSize);
+  }
   Grammar g = lw.take();
   g.root = root;
   if (auto st = check_left_recursion(g); !st.ok()) return std::move(st).take_error();

@@ -56,6 +56,12 @@ inline constexpr uint32_t kMaxCodepoint = 0x10FFFF;
 // "No upper bound" for Expr::max_count.
 inline constexpr int32_t kUnbounded = -1;
 
+// The most a grammar may lower to, counting each element and four per rule: what bounded
+// repetitions expand to is the only part of a lowered grammar not proportional to its source
+// (a 23-byte regex "(a{0,99999}){0,99999}" asks for 200,000 rules), so build() counts them
+// before it makes them and fails past this (~16 MB of elements, or a million helper rules).
+inline constexpr int64_t kMaxLoweredSize = int64_t{1} << 22;
+
 struct Expr {
   enum class Kind : uint8_t {
     kEmpty,       // matches the empty string
@@ -139,7 +145,8 @@ class GrammarBuilder {
   void define(int32_t rule, Expr e);
   const std::string& name(int32_t rule) const { return names_[rule]; }
 
-  // Lowers every rule; fails naming a declared rule never defined, or a left-recursive rule.
+  // Lowers every rule; fails naming a declared rule never defined, or a left-recursive rule,
+  // or when the repetitions expand past kMaxLoweredSize.
   Expected<Grammar> build(int32_t root) const;
 
  private:

@@ -27,14 +27,28 @@ Automaton::Automaton(Grammar g) : g_(std::move(g)) {
   std::vector<int32_t> out;
   ++cur_stamp_;
   for (int32_t a : g_.rule_alts[g_.root]) expand(node(a, 0), &out);
+  if (exhausted_) return;  // initial_ stays kDead; CompiledGrammar::create reports it
   initial_ = intern(std::move(out));
 }
+
+namespace {
+// Automaton::num_bytes_ counts a node (its entry in nodes_, in node_ids_ with the hash table's
+// overhead, and in stamp_) and each stack in a state's list (the list and set_ids_'s key).
+// States themselves are left out: their number grows with the output read (a{100000} has
+// 100,000), which max_tokens bounds, not with a grammar's ambiguity.
+constexpr int64_t kNodeBytes = sizeof(int32_t) * 2 + 48 + sizeof(uint32_t) * 2;
+constexpr int64_t kSetEntryBytes = 2 * sizeof(int32_t);
+}  // namespace
 
 int32_t Automaton::node(int32_t pos, int32_t parent) {
   const uint64_t key =
       (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
   auto [it, fresh] = node_ids_.emplace(key, static_cast<int32_t>(nodes_.size()));
-  if (fresh) nodes_.push_back({pos, parent});
+  if (fresh) {
+    nodes_.push_back({pos, parent});
+    num_bytes_ += kNodeBytes;
+    if (num_bytes_ > kMaxBytes) exhausted_ = true;
+  }
   return it->second;
 }
 
@@ -42,6 +56,10 @@ void Automaton::expand(int32_t start, std::vector<int32_t>* out) {
   work_.clear();
   work_.push_back(start);
   while (!work_.empty()) {
+    if (exhausted_) {  // the caller drops `out`
+      work_.clear();
+      return;
+    }
     const int32_t n = work_.back();
     work_.pop_back();
     if (stamp_.size() < nodes_.size()) stamp_.resize(nodes_.size() * 2, 0);
@@ -83,6 +101,8 @@ int32_t Automaton::intern(std::vector<int32_t> nodes) {
   s.token_terminals.erase(std::unique(s.token_terminals.begin(), s.token_terminals.end()),
                           s.token_terminals.end());
   s.nodes = nodes;
+  num_bytes_ += kSetEntryBytes * static_cast<int64_t>(nodes.size());
+  if (num_bytes_ > kMaxBytes) exhausted_ = true;
   const int32_t id = static_cast<int32_t>(sets_.size());
   sets_.push_back(std::move(s));
   set_ids_.emplace(std::move(nodes), id);
@@ -90,7 +110,7 @@ int32_t Automaton::intern(std::vector<int32_t> nodes) {
 }
 
 int32_t Automaton::step_new(int32_t state, uint8_t byte) {
-  if (!sets_[state].first.has(byte)) return kDead;
+  if (!sets_[state].first.has(byte) || exhausted_) return kDead;
   std::vector<int32_t> out;
   ++cur_stamp_;
   // Bytes that every stack of the set treats like `byte` lead to the same successor: fill the
@@ -106,6 +126,7 @@ int32_t Automaton::step_new(int32_t state, uint8_t byte) {
     for (int w = 0; w < 4; ++w) same.bits[w] &= hit ? t.bits[w] : ~t.bits[w];
     if (hit) expand(node(nd.pos + 1, nd.parent), &out);
   }
+  if (exhausted_) return kDead;  // `out` may lack stacks: not a state
   const int32_t next = intern(std::move(out));
   Set& s2 = sets_[state];
   if (!s2.next) {
@@ -125,7 +146,7 @@ int32_t Automaton::step_token(int32_t state, int32_t terminal) {
     if (t == terminal) return next;
   }
   const auto& terms = sets_[state].token_terminals;
-  if (!std::binary_search(terms.begin(), terms.end(), terminal)) return kDead;
+  if (!std::binary_search(terms.begin(), terms.end(), terminal) || exhausted_) return kDead;
   std::vector<int32_t> out;
   ++cur_stamp_;
   const std::vector<int32_t> nodes = sets_[state].nodes;  // sets_ may grow in intern()
@@ -134,6 +155,7 @@ int32_t Automaton::step_token(int32_t state, int32_t terminal) {
     const Node nd = nodes_[n];
     if (g_.elements[nd.pos] == terminal) expand(node(nd.pos + 1, nd.parent), &out);
   }
+  if (exhausted_) return kDead;
   const int32_t next = intern(std::move(out));
   sets_[state].token_next.emplace_back(terminal, next);
   return next;
@@ -343,6 +365,23 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenIndex> vo
     if (!lowered.terminal_tokens[k].empty())
       terminal_token_ids_[k] = vocab_->tokens_with_text(lowered.terminal_tokens[k]);
   }
+}
+
+Expected<std::shared_ptr<CompiledGrammar>> CompiledGrammar::create(
+    Grammar g, std::shared_ptr<const TokenIndex> vocab) {
+  auto compiled = std::make_shared<CompiledGrammar>(std::move(g), std::move(vocab));
+  if (compiled->exhausted()) {
+    return err(
+        "grammar: too ambiguous to run (its first position alone keeps more alternatives "
+        "alive than {} MiB hold)",
+        Automaton::kMaxBytes >> 20);
+  }
+  return compiled;
+}
+
+bool CompiledGrammar::exhausted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return automaton_.exhausted();
 }
 
 void CompiledGrammar::add_token_terminals(int32_t state, std::span<uint64_t> mask) {

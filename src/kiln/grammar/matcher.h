@@ -106,6 +106,15 @@ class Automaton {
   int32_t num_states() const { return static_cast<int32_t>(sets_.size()); }
   int32_t num_stacks() const { return static_cast<int32_t>(nodes_.size()); }
 
+  // The memory an automaton's stacks may take (the stacks, and the states' lists of them,
+  // counted roughly). An ambiguous grammar can keep more stacks alive at once than any request
+  // should pay for ("(a{0,999}){0,999}" has a million after its first byte): past this the
+  // automaton stops growing, and every transition it has not computed yet leads to kDead (the
+  // output ends there; what it allowed so far was exact).
+  static constexpr int64_t kMaxBytes = int64_t{64} << 20;
+  bool exhausted() const { return exhausted_; }
+  int64_t num_bytes() const { return num_bytes_; }
+
  private:
   struct Node {
     int32_t pos;     // next element in g_.elements
@@ -144,6 +153,8 @@ class Automaton {
   uint32_t cur_stamp_ = 0;
   std::vector<int32_t> work_;
   int32_t initial_ = kDead;
+  int64_t num_bytes_ = 0;   // roughly: nodes_, node_ids_, stamp_, the sets' lists of nodes
+  bool exhausted_ = false;  // num_bytes_ passed kMaxBytes
 };
 
 // A grammar compiled for one vocabulary, with its caches. Shared by the matchers of every
@@ -151,10 +162,16 @@ class Automaton {
 class CompiledGrammar {
  public:
   CompiledGrammar(Grammar g, std::shared_ptr<const TokenIndex> vocab);
+  // The constructor, failing when the grammar's first state alone exhausts its automaton
+  // (Automaton::kMaxBytes: a grammar too ambiguous to run).
+  static Expected<std::shared_ptr<CompiledGrammar>> create(Grammar g,
+                                                           std::shared_ptr<const TokenIndex> vocab);
   const TokenIndex& vocab() const { return *vocab_; }
   const Grammar& grammar() const { return automaton_.grammar(); }
   // Whether masks walk the UTF-8 class trie (no terminal splits a class) or the byte trie.
   bool walks_class_trie() const { return trie_ == &vocab_->class_trie(); }
+  // The automaton reached Automaton::kMaxBytes: transitions not computed before lead nowhere.
+  bool exhausted();
 
  private:
   friend class Matcher;
@@ -229,6 +246,9 @@ class Matcher {
   bool finished() const { return finished_; }
   // No byte and no end is possible (a grammar that matches nothing).
   bool dead() const;
+  // The grammar's automaton ran out of room (CompiledGrammar::exhausted): a dead end here may
+  // be that, not the grammar.
+  bool exhausted() const { return grammar_->exhausted(); }
   int32_t num_accepted() const { return static_cast<int32_t>(history_.size()); }
   void reset();
 

@@ -130,6 +130,48 @@ TEST(Gbnf, RejectsLeftRecursion) {
   EXPECT_NE(e.error().message.find("left-recursive"), std::string::npos) << e.error().message;
 }
 
+// Bounded repetitions expand into elements and helper rules: a few bytes of pattern can ask
+// for millions, so lowering counts them first and fails past kMaxLoweredSize (in about the time
+// the limit's worth takes), while a single large count still builds.
+TEST(GrammarLimits, RepetitionsThatExpandPastTheLimitAreErrors) {
+  std::string pattern;
+  for (int i = 0; i < 11; ++i) pattern += "a{0,100000}";
+  auto r = compile_regex(pattern);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("too large"), std::string::npos) << r.error().message;
+  std::string rules = "root ::= x x x x x x x x x x x\nx ::= \"a\"{100000}\n";
+  EXPECT_TRUE(parse_gbnf(rules).ok());  // x is one rule, referenced 11 times
+  auto g = parse_gbnf("root ::= (\"a\"{0,99999}){0,99999}\n");
+  ASSERT_TRUE(g.ok()) << g.error().message;  // 200,000 rules: within the limit
+  auto big = parse_gbnf(
+      "root ::= (\"a\"{0,99999}){0,99999} \"b\"{0,99999} \"c\"{0,99999} "
+      "\"d\"{0,99999} \"e\"{0,99999} \"f\"{0,99999} \"g\"{0,99999} "
+      "\"h\"{0,99999} \"i\"{0,99999} \"j\"{0,99999} \"k\"{0,99999}\n");
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.error().message.find("too large"), std::string::npos) << big.error().message;
+  const Grammar many = regex("a{100000}");
+  EXPECT_TRUE(matches(many, std::string(100000, 'a')));
+  EXPECT_FALSE(matches(many, std::string(99999, 'a')));
+}
+
+// Nullable rules are found by propagation: a chain of 100,000 rules written so that each
+// becomes nullable only after the one below it (a fixed-point loop over the rules would make a
+// pass per link) is checked at once, and left recursion through the chain is still caught.
+TEST(GrammarLimits, LongNullableChainsAreCheckedInLinearTime) {
+  constexpr int kLinks = 100000;
+  std::string text = "root ::= r0 \"x\"\n";
+  for (int i = 0; i < kLinks; ++i) text += fmt::format("r{} ::= r{}\n", i, i + 1);
+  std::string ok = text + fmt::format("r{} ::= \"\"\n", kLinks);
+  const Grammar g = gbnf(ok);
+  EXPECT_TRUE(matches(g, "x"));
+  EXPECT_FALSE(matches(g, "xx"));
+  // The end of the chain calls its head: nullable all the way, so r0 reaches itself.
+  auto looped = parse_gbnf(text + fmt::format("r{} ::= \"\" | r0 \"y\"\n", kLinks));
+  ASSERT_FALSE(looped.ok());
+  EXPECT_NE(looped.error().message.find("left-recursive"), std::string::npos)
+      << looped.error().message;
+}
+
 TEST(Regex, AcceptsAndRejects) {
   const Grammar g = regex("(ab|c)+[0-9]{2,3}\\.?x*");
   EXPECT_TRUE(matches(g, "ab12"));

@@ -354,5 +354,41 @@ TEST(GrammarCache, ReusesCompiledGrammars) {
   EXPECT_FALSE(cache.get(bad).ok());
 }
 
+// Hostile constraints cost bounded memory and time: an ambiguous grammar whose first position
+// keeps a billion stacks alive is refused when compiled (a 400 from the server), and one that
+// grows past the budget only later ends the output there (the engine's "too ambiguous" error)
+// having allowed only what the grammar allows.
+TEST(GrammarCache, TooAmbiguousGrammarsAreRefusedOrStopWithinTheBudget) {
+  auto index = testing::npm_index("llama3");
+  GrammarCache cache(index, 4);
+  ConstraintSpec cube{ConstraintSpec::Kind::kRegex, "((a{0,1000}){0,1000}){0,1000}", {}, {}};
+  auto refused = cache.get(cube);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("too ambiguous"), std::string::npos)
+      << refused.error().message;
+
+  // 'b', then up to a million a's: after 'b' each 'a' leaves more of the 1,000 x 1,000 ways to
+  // count alive, until the automaton's budget runs out a few hundred a's in.
+  auto later = compile_regex("b(a{0,1000}){0,1000}");
+  ASSERT_TRUE(later.ok()) << later.error().message;
+  auto cg = CompiledGrammar::create(std::move(later).value(), index);
+  ASSERT_TRUE(cg.ok()) << cg.error().message;
+  Matcher m(*cg);
+  EXPECT_FALSE((*cg)->exhausted());
+  ASSERT_TRUE(m.accept_bytes("b"));
+  int num_accepted = 0;
+  while (num_accepted < 1000 && m.accept_bytes("a")) ++num_accepted;
+  EXPECT_LT(num_accepted, 1000);
+  EXPECT_GT(num_accepted, 0);
+  EXPECT_TRUE(m.exhausted());
+  EXPECT_TRUE(m.can_end());  // "b" and the a's accepted so far are in the language
+  // The state reached stays usable: its mask (computed within what is known) allows no token
+  // outside the grammar.
+  std::vector<uint64_t> mask(m.mask_words());
+  m.fill_mask(mask);
+  const auto& tok = testing::npm_tokenizer("llama3");
+  EXPECT_FALSE(has(mask, *tok.find_token("b")));
+}
+
 }  // namespace
 }  // namespace kiln::grammar
