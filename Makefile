@@ -4,7 +4,7 @@ RELEASE := build/release
 ASAN := build/asan
 CMAKE_FLAGS ?=
 
-.PHONY: test run setup build build-asan unit fuzz fuzz-requests fuzz-websocket format clean
+.PHONY: test run setup build build-asan unit fuzz fuzz-requests fuzz-websocket fuzz-grammar format clean
 
 setup:
 	@scripts/setup.sh
@@ -47,6 +47,14 @@ fuzz-websocket: setup
 	@cmake --build build/fuzz -j $(JOBS) --target fuzz_websocket_frames
 	@mkdir -p fuzz/corpus-work-websocket
 	build/fuzz/fuzz_websocket_frames fuzz/corpus-work-websocket -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048
+
+# The output constraints (JSON Schema, regex, GBNF, tools) compiled and run over kiln-tiny's
+# vocabulary, each mask checked against accepting tokens one by one.
+fuzz-grammar: setup
+	@CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_TESTS=OFF >/dev/null
+	@cmake --build build/fuzz -j $(JOBS) --target fuzz_grammar
+	@mkdir -p fuzz/corpus-work-grammar
+	build/fuzz/fuzz_grammar fuzz/corpus-work-grammar fuzz/corpus/grammar -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048
 
 format:
 	@git ls-files '*.cpp' '*.h' | xargs clang-format -i
