@@ -136,6 +136,7 @@ test('bad constraints are 400s naming the problem', async () => {
     // A few bytes asking for millions of rules, or for a billion live alternatives.
     [{ guided_regex: 'a{0,100000}'.repeat(11) }, /too large once its repetitions are expanded/],
     [{ guided_regex: '((a{0,1000}){0,1000}){0,1000}' }, /too ambiguous/],
+    [{ guided_regex: '('.repeat(50000) + 'a' + ')'.repeat(50000) }, /nested deeper than 256/],
   ];
   for (const [extra, re] of cases) {
     await assert.rejects(

@@ -157,9 +157,13 @@ class GbnfParser {
         ++pos_;
         item = codepoints({{0, kMaxCodepoint}});
       } else if (c == '(') {
+        if (++depth_ > kMaxNesting) {
+          return error("parentheses nested deeper than " + std::to_string(kMaxNesting) + " levels");
+        }
         ++pos_;
         skip_space(true);
         if (!parse_alternatives(true, &item)) return false;
+        --depth_;
         if (pos_ >= s_.size() || s_[pos_] != ')') return error("expected ')'");
         ++pos_;
       } else if (is_word(c)) {
@@ -331,6 +335,7 @@ class GbnfParser {
 
   std::string_view s_;
   size_t pos_ = 0;
+  int depth_ = 0;  // parentheses open at pos_
   std::string error_;
   GrammarBuilder b_;
   std::unordered_map<std::string, int32_t> names_;

@@ -62,6 +62,11 @@ inline constexpr int32_t kUnbounded = -1;
 // before it makes them and fails past this (~16 MB of elements, or a million helper rules).
 inline constexpr int64_t kMaxLoweredSize = int64_t{1} << 22;
 
+// The deepest nesting of groups the front ends parse (regex and GBNF parentheses): their
+// parsers, the lowering and Expr's destructor recurse once per level, and a request's
+// "((((...a...))))" must not run its thread out of stack (50,000 levels did).
+inline constexpr int kMaxNesting = 256;
+
 struct Expr {
   enum class Kind : uint8_t {
     kEmpty,       // matches the empty string

@@ -376,6 +376,18 @@ class SchemaCompiler {
   static bool constrains(const std::string& key) { return kAnnotations.count(key) == 0; }
 
   Opt schema(const Json& s, const std::string& ptr) {
+    // Subschemas nest through the JSON and through chains of distinct $refs (a flat $defs of
+    // 20,000 refs each to the next recursed 20,000 deep): bounded like the other front ends.
+    struct DepthGuard {
+      int& depth;
+      ~DepthGuard() { --depth; }
+    } guard{++depth_};
+    if (depth_ > kMaxNesting) {
+      return fail(
+          fmt::format("schema at {} nested deeper than {} levels (through subschemas and "
+                      "$refs)",
+                      ptr, kMaxNesting));
+    }
     if (s.is_boolean()) {
       if (s.get<bool>()) return ref(value_rule());
       return fail("schema 'false' at " + ptr + " allows no value");
@@ -665,10 +677,17 @@ class SchemaCompiler {
     return alt(std::move(alts));
   }
 
+  // One rule per distinct range (a tool's schema often has many integer fields; each range's
+  // expression is ~150 elements lowered).
   Opt integer_schema(const Json& s, const std::string& ptr) {
     std::optional<int64_t> lo, hi;
     if (!int_bounds(s, ptr, &lo, &hi)) return std::nullopt;
-    return int_expr(lo, hi);
+    const auto key = std::make_pair(lo, hi);
+    if (auto it = int_rules_.find(key); it != int_rules_.end()) return ref(it->second);
+    const int32_t r = b_.fresh_rule("integer");
+    b_.define(r, int_expr(lo, hi));
+    int_rules_.emplace(key, r);
+    return ref(r);
   }
 
   Opt number_schema(const Json& s, const std::string& ptr) {
@@ -740,8 +759,17 @@ class SchemaCompiler {
         auto v = schema(*it, ptr + "/properties/" + escape_pointer(it.key()));
         if (!v) return std::nullopt;
         listed.insert(it.key());
-        props.emplace_back(seq({literal(Json(it.key()).dump()), punct(":"), std::move(*v)}),
-                           required.count(it.key()) > 0);
+        Expr pair = seq({literal(Json(it.key()).dump()), punct(":"), std::move(*v)});
+        const bool is_required = required.count(it.key()) > 0;
+        if (!is_required) {
+          // An optional property is written in two rules below (after a comma or not): one
+          // rule of its own keeps that a reference, not two copies of its value's expression
+          // (8,000 optional integers took 195 MB as copies).
+          const int32_t r = b_.fresh_rule("prop");
+          b_.define(r, std::move(pair));
+          pair = ref(r);
+        }
+        props.emplace_back(std::move(pair), is_required);
       }
     }
     for (const std::string& r : required) {
@@ -762,30 +790,42 @@ class SchemaCompiler {
     } else if (!s.contains("properties")) {
       extra = seq({any_string(), punct(":"), ref(value_rule())});  // {"type":"object"}
     }
-    // tail(i, comma): properties i.. given whether one was written already.
+    // rules[i][comma]: properties i.. given whether one was written already. Made for the
+    // pairs the object's start reaches, from the last property back, so each definition's
+    // references exist (a recursion over the properties nested as deep as the object is wide:
+    // 8,000 properties ran out of stack).
     const int32_t n = static_cast<int32_t>(props.size());
-    std::vector<std::array<int32_t, 2>> rules(n + 1, {-1, -1});
-    std::function<Expr(int32_t, bool)> tail = [&](int32_t i, bool comma) -> Expr {
-      int32_t& r = rules[i][comma];
-      if (r >= 0) return ref(r);
-      r = b_.fresh_rule("obj");
-      Expr e;
-      if (i == n) {
-        if (!extra) {
-          e = empty();
-        } else if (comma) {
-          e = star(seq({punct(","), *extra}));
-        } else {
-          e = opt(seq({*extra, star(seq({punct(","), *extra}))}));
-        }
-      } else {
-        Expr take = seq({comma ? punct(",") : empty(), props[i].first, tail(i + 1, true)});
-        e = props[i].second ? std::move(take) : alt({std::move(take), tail(i + 1, comma)});
+    std::vector<std::array<bool, 2>> reached(n + 1, {false, false});
+    reached[0][0] = true;
+    for (int32_t i = 0; i < n; ++i) {
+      for (int comma = 0; comma < 2; ++comma) {
+        if (!reached[i][comma]) continue;
+        reached[i + 1][1] = true;
+        if (!props[i].second) reached[i + 1][comma] = true;  // optional: may be left out
       }
-      b_.define(r, std::move(e));
-      return ref(r);
-    };
-    return seq({literal("{"), ws(), tail(0, false), ws(), literal("}")});
+    }
+    std::vector<std::array<int32_t, 2>> rules(n + 1, {-1, -1});
+    for (int32_t i = n; i >= 0; --i) {
+      for (int comma = 0; comma < 2; ++comma) {
+        if (!reached[i][comma]) continue;
+        Expr e;
+        if (i == n) {
+          if (!extra) {
+            e = empty();
+          } else if (comma) {
+            e = star(seq({punct(","), *extra}));
+          } else {
+            e = opt(seq({*extra, star(seq({punct(","), *extra}))}));
+          }
+        } else {
+          Expr take = seq({comma ? punct(",") : empty(), props[i].first, ref(rules[i + 1][1])});
+          e = props[i].second ? std::move(take) : alt({std::move(take), ref(rules[i + 1][comma])});
+        }
+        rules[i][comma] = b_.fresh_rule("obj");
+        b_.define(rules[i][comma], std::move(e));
+      }
+    }
+    return seq({literal("{"), ws(), ref(rules[0][0]), ws(), literal("}")});
   }
 
   // A string schema with nothing but its type (and annotations).
@@ -1011,6 +1051,8 @@ class SchemaCompiler {
   std::map<std::string, int32_t> ref_rules_;
   int32_t ws_rule_ = -1, char_rule_ = -1, string_rule_ = -1, number_rule_ = -1;
   int32_t value_rule_ = -1, object_rule_ = -1, raw_text_rule_ = -1;
+  int depth_ = 0;  // schema() calls open
+  std::map<std::pair<std::optional<int64_t>, std::optional<int64_t>>, int32_t> int_rules_;
 };
 
 }  // namespace

@@ -299,7 +299,11 @@ class RegexParser {
           return error("lookaround and inline flags are not supported");
         }
       }
+      if (++depth_ > kMaxNesting) {
+        return error(fmt::format("groups nested deeper than {} levels", kMaxNesting));
+      }
       if (!parse_alt(out)) return false;
+      --depth_;
       if (!at(')')) return error("expected ')'");
       ++pos_;
       return true;
@@ -328,6 +332,7 @@ class RegexParser {
   std::string_view s_;
   bool json_;
   size_t pos_ = 0;
+  int depth_ = 0;  // groups open at pos_
   std::string error_;
 };
 

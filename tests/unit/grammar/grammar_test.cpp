@@ -2,6 +2,8 @@
 // what they should and reject what they should not; errors name the place.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "helpers.h"
 #include "kiln/grammar/constraint.h"
 #include "kiln/grammar/gbnf.h"
@@ -13,6 +15,7 @@ namespace kiln::grammar {
 namespace {
 
 using testing::matches;
+using Json = nlohmann::ordered_json;
 
 Grammar gbnf(std::string_view text) {
   auto g = parse_gbnf(text);
@@ -170,6 +173,53 @@ TEST(GrammarLimits, LongNullableChainsAreCheckedInLinearTime) {
   ASSERT_FALSE(looped.ok());
   EXPECT_NE(looped.error().message.find("left-recursive"), std::string::npos)
       << looped.error().message;
+}
+
+// Input nested or chained past kMaxNesting is an error naming it, not a stack overflow: the
+// parsers and the JSON Schema compiler recursed once per level (50,000 parentheses, or a $defs
+// chain of 20,000 refs each to the next, crashed the server).
+TEST(GrammarLimits, DeepNestingIsAnErrorNotACrash) {
+  const std::string deep = std::string(50000, '(') + "a" + std::string(50000, ')');
+  auto r = compile_regex(deep);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("nested deeper than 256"), std::string::npos)
+      << r.error().message;
+  auto g = parse_gbnf("root ::= " + std::string(50000, '(') + "\"a\"" + std::string(50000, ')'));
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.error().message.find("nested deeper than 256"), std::string::npos)
+      << g.error().message;
+  auto p = compile_json_schema(R"({"type":"string","pattern":")" + deep + R"("})");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error().message.find("nested deeper"), std::string::npos) << p.error().message;
+  Json defs = Json::object();
+  for (int i = 0; i < 20000; ++i) {
+    defs["a" + std::to_string(i)] = {{"type", "array"},
+                                     {"items", {{"$ref", "#/$defs/a" + std::to_string(i + 1)}}}};
+  }
+  defs["a20000"] = {{"type", "string"}};
+  const Json chain = {{"$defs", defs}, {"$ref", "#/$defs/a0"}};
+  auto c = compile_json_schema(chain.dump());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("nested deeper than 256"), std::string::npos)
+      << c.error().message;
+  // Within the bound nesting still works.
+  const std::string ok = std::string(200, '(') + "ab" + std::string(200, ')') + "+";
+  EXPECT_TRUE(matches(regex(ok), "abab"));
+}
+
+// An object of 8,000 optional properties (written order, any subset): the compiler made the
+// rules for properties i.. by recursing once per property (it ran out of stack), and copied
+// each optional value's expression twice.
+TEST(JsonSchema, WideObjectsCompile) {
+  Json props = Json::object();
+  for (int i = 0; i < 8000; ++i) props["p" + std::to_string(i)] = {{"type", "integer"}};
+  const Grammar g = schema(Json{{"type", "object"}, {"properties", props}}.dump());
+  EXPECT_TRUE(matches(g, R"({"p0":1,"p7999":-5})"));
+  EXPECT_TRUE(matches(g, R"({})"));
+  EXPECT_TRUE(matches(g, R"({"p17":0,"p18":12})"));
+  EXPECT_FALSE(matches(g, R"({"p7999":1,"p0":2})"));  // written order
+  EXPECT_FALSE(matches(g, R"({"p1":1,"p1":2})"));
+  EXPECT_FALSE(matches(g, R"({"p8000":1})"));
 }
 
 TEST(Regex, AcceptsAndRejects) {
