@@ -4,7 +4,7 @@ RELEASE := build/release
 ASAN := build/asan
 CMAKE_FLAGS ?=
 
-.PHONY: test run setup build build-asan unit fuzz fuzz-requests fuzz-websocket fuzz-grammar format clean
+.PHONY: test run setup build build-asan unit fuzz fuzz-requests fuzz-websocket fuzz-grammar fuzz-jinja fuzz-output-parser format clean
 
 setup:
 	@scripts/setup.sh
@@ -55,6 +55,21 @@ fuzz-grammar: setup
 	@cmake --build build/fuzz -j $(JOBS) --target fuzz_grammar
 	@mkdir -p fuzz/corpus-work-grammar
 	build/fuzz/fuzz_grammar fuzz/corpus-work-grammar fuzz/corpus/grammar -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048
+
+# The Jinja interpreter on arbitrary templates (seeded with the real ones in ../shared/templates).
+fuzz-jinja: setup
+	@CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_TESTS=OFF >/dev/null
+	@cmake --build build/fuzz -j $(JOBS) --target fuzz_jinja
+	@mkdir -p fuzz/corpus-work-jinja
+	build/fuzz/fuzz_jinja fuzz/corpus-work-jinja ../shared/templates -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048 -max_len=65536
+
+# The output parsers on arbitrary model output in every tool-call format: any chunking must
+# give parse_all()'s result.
+fuzz-output-parser: setup
+	@CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_TESTS=OFF >/dev/null
+	@cmake --build build/fuzz -j $(JOBS) --target fuzz_output_parser
+	@mkdir -p fuzz/corpus-work-output
+	build/fuzz/fuzz_output_parser fuzz/corpus-work-output fuzz/corpus/output -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048
 
 format:
 	@git ls-files '*.cpp' '*.h' | xargs clang-format -i

@@ -1,7 +1,7 @@
 // libFuzzer target for the request parsers: arbitrary bytes as the body of a POST to each
-// API surface (chat, completions, tokenize, detokenize), dispatched through the real router
-// and handlers over an engine stub that finishes every request at once. Request input must
-// never produce a 5xx: one traps, as does anything ASan or UBSan sees.
+// API surface (chat, completions, tokenize, detokenize, Anthropic messages, responses), dispatched
+// through the real router and handlers over an engine stub that finishes every request at once.
+// Request input must never produce a 5xx: one traps, as does anything ASan or UBSan sees.
 //   make fuzz-requests FUZZ_SECONDS=60
 // The first input byte picks the path; the rest is the body. The tokenizer and chat template
 // are kiln-tiny's (models/kiln-tiny.gguf, vocab only is read).
@@ -90,6 +90,7 @@ Fixture* fixture() {
     server::register_completions_routes(*fx->router, *fx->ctx);
     server::register_tokenize_routes(*fx->router, *fx->ctx);
     server::register_anthropic_routes(*fx->router, *fx->ctx);
+    server::register_responses_routes(*fx->router, *fx->ctx);
     return fx;
   }();
   return f;
@@ -100,12 +101,14 @@ Fixture* fixture() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   static const char* const kPaths[] = {
-      "/v1/chat/completions", "/v1/completions", "/tokenize",
-      "/detokenize",          "/v1/messages",    "/v1/messages/count_tokens"};
+      "/v1/chat/completions", "/v1/completions",      "/tokenize",
+      "/detokenize",          "/v1/messages",         "/v1/messages/count_tokens",
+      "/v1/responses",        "/v1/responses/compact"};
+  constexpr size_t kNumPaths = sizeof(kPaths) / sizeof(kPaths[0]);
   Fixture* fx = fixture();
   server::HttpRequest req;
   req.method = "POST";
-  req.path = req.target = kPaths[data[0] % 6];
+  req.path = req.target = kPaths[data[0] % kNumPaths];
   req.body.assign(reinterpret_cast<const char*>(data + 1), size - 1);
   RecordingExchange ex;
   fx->router->dispatch(req, ex);

@@ -143,9 +143,8 @@ class OutputParser {
   int num_calls_ = 0;
   bool after_call_ = false;  // Llama: ';' between calls is a separator
   bool finished_ = false;
-  bool open_tag_checked_ = false;
-  detail::ScanCache scan_cache_;  // resumable scans of a waiting block  // a repeated think_open at
-                                  // the start was dropped
+  bool open_tag_checked_ = false;  // a repeated think_open at the start was dropped
+  detail::ScanCache scan_cache_;   // resumable scans of a waiting block
 };
 
 // The non-streaming parse: one feed of the whole text, then finish().
