@@ -85,8 +85,9 @@ Expected<Grammar> compile_constraint(const ConstraintSpec& spec) {
   return out;
 }
 
-GrammarCache::GrammarCache(std::shared_ptr<const TokenIndex> vocab, size_t capacity)
-    : vocab_(std::move(vocab)), capacity_(capacity) {}
+GrammarCache::GrammarCache(std::shared_ptr<const TokenIndex> vocab, size_t capacity,
+                           int64_t max_bytes)
+    : vocab_(std::move(vocab)), capacity_(capacity), max_bytes_(max_bytes) {}
 
 Expected<std::shared_ptr<CompiledGrammar>> GrammarCache::get(const ConstraintSpec& spec) {
   const std::string key = spec_key(spec);
@@ -108,7 +109,13 @@ Expected<std::shared_ptr<CompiledGrammar>> GrammarCache::get(const ConstraintSpe
   if (it != index_.end()) return it->second->second;  // compiled twice meanwhile
   lru_.emplace_front(key, compiled);
   index_[key] = lru_.begin();
-  while (lru_.size() > capacity_) {
+  int64_t num_bytes = 0;  // the entries' keys and grammars, newest first
+  for (const Entry& e : lru_) {
+    num_bytes += static_cast<int64_t>(e.first.size()) + e.second->memory_bytes();
+  }
+  while (lru_.size() > 1 && (lru_.size() > capacity_ || num_bytes > max_bytes_)) {
+    num_bytes -=
+        static_cast<int64_t>(lru_.back().first.size()) + lru_.back().second->memory_bytes();
     index_.erase(lru_.back().first);
     lru_.pop_back();
   }

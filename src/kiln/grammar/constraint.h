@@ -43,11 +43,16 @@ Expected<Grammar> compile_constraint(const ConstraintSpec& spec);
 // One of `choices` exactly (an empty list is an error).
 Expected<Grammar> compile_choice(const std::vector<std::string>& choices);
 
-// Compiled grammars for one vocabulary, least recently used evicted past `capacity`. Reusing
-// an entry reuses its automaton and remembered masks (the expensive part of the first request).
+// Compiled grammars for one vocabulary, least recently used evicted past `capacity` entries or
+// past `max_bytes` of what they hold (CompiledGrammar::memory_bytes, summed when an entry is
+// added: each may hold up to ~130 MiB of stacks and masks, and requests choose them). Reusing
+// an entry reuses its automaton and remembered masks (the expensive part of the first request);
+// an evicted grammar lives on in the requests that still use it.
 class GrammarCache {
  public:
-  GrammarCache(std::shared_ptr<const TokenIndex> vocab, size_t capacity = 64);
+  static constexpr int64_t kDefaultMaxBytes = int64_t{1} << 30;
+  GrammarCache(std::shared_ptr<const TokenIndex> vocab, size_t capacity = 64,
+               int64_t max_bytes = kDefaultMaxBytes);
   Expected<std::shared_ptr<CompiledGrammar>> get(const ConstraintSpec& spec);
   const std::shared_ptr<const TokenIndex>& vocab() const { return vocab_; }
 
@@ -55,6 +60,7 @@ class GrammarCache {
   using Entry = std::pair<std::string, std::shared_ptr<CompiledGrammar>>;
   std::shared_ptr<const TokenIndex> vocab_;
   size_t capacity_;
+  int64_t max_bytes_;
   std::mutex mu_;
   std::list<Entry> lru_;  // most recent first
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;

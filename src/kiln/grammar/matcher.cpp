@@ -40,6 +40,14 @@ constexpr int64_t kNodeBytes = sizeof(int32_t) * 2 + 48 + sizeof(uint32_t) * 2;
 constexpr int64_t kSetEntryBytes = 2 * sizeof(int32_t);
 }  // namespace
 
+int64_t Automaton::memory_bytes() const {
+  const auto count = [](size_t n) { return static_cast<int64_t>(n); };
+  return num_bytes_ + count(sets_.size()) * count(sizeof(Set) + 64) +
+         num_next_tables_ * count(256 * sizeof(int32_t)) +
+         count(g_.elements.size() * sizeof(int32_t)) + count(g_.rule_alts.size()) * 64 +
+         count(g_.terminals.size() * sizeof(ByteSet));
+}
+
 int32_t Automaton::node(int32_t pos, int32_t parent) {
   const uint64_t key =
       (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
@@ -131,6 +139,7 @@ int32_t Automaton::step_new(int32_t state, uint8_t byte) {
   Set& s2 = sets_[state];
   if (!s2.next) {
     s2.next.reset(new int32_t[256]);
+    ++num_next_tables_;
     std::fill(s2.next.get(), s2.next.get() + 256, -1);
   }
   for (int w = 0; w < 4; ++w) {
@@ -382,6 +391,11 @@ Expected<std::shared_ptr<CompiledGrammar>> CompiledGrammar::create(
 bool CompiledGrammar::exhausted() {
   std::lock_guard<std::mutex> lock(mu_);
   return automaton_.exhausted();
+}
+
+int64_t CompiledGrammar::memory_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return automaton_.memory_bytes() + mask_bytes_;
 }
 
 void CompiledGrammar::add_token_terminals(int32_t state, std::span<uint64_t> mask) {

@@ -114,6 +114,9 @@ class Automaton {
   static constexpr int64_t kMaxBytes = int64_t{64} << 20;
   bool exhausted() const { return exhausted_; }
   int64_t num_bytes() const { return num_bytes_; }
+  // Roughly all the automaton holds: its stacks (num_bytes()), its states and their transition
+  // tables, and the grammar (for caches that keep automata within a budget).
+  int64_t memory_bytes() const;
 
  private:
   struct Node {
@@ -153,8 +156,9 @@ class Automaton {
   uint32_t cur_stamp_ = 0;
   std::vector<int32_t> work_;
   int32_t initial_ = kDead;
-  int64_t num_bytes_ = 0;   // roughly: nodes_, node_ids_, stamp_, the sets' lists of nodes
-  bool exhausted_ = false;  // num_bytes_ passed kMaxBytes
+  int64_t num_bytes_ = 0;        // roughly: nodes_, node_ids_, stamp_, the sets' lists of nodes
+  bool exhausted_ = false;       // num_bytes_ passed kMaxBytes
+  int64_t num_next_tables_ = 0;  // states with a transition table (Set::next)
 };
 
 // A grammar compiled for one vocabulary, with its caches. Shared by the matchers of every
@@ -172,6 +176,9 @@ class CompiledGrammar {
   bool walks_class_trie() const { return trie_ == &vocab_->class_trie(); }
   // The automaton reached Automaton::kMaxBytes: transitions not computed before lead nowhere.
   bool exhausted();
+  // Roughly what this grammar holds now: its automaton (Automaton::memory_bytes) and the masks
+  // it remembers. Grows as matchers use it.
+  int64_t memory_bytes();
 
  private:
   friend class Matcher;

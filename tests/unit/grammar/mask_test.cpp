@@ -354,6 +354,39 @@ TEST(GrammarCache, ReusesCompiledGrammars) {
   EXPECT_FALSE(cache.get(bad).ok());
 }
 
+// The cache also keeps what its grammars hold under a byte budget: requests choose them, and
+// each may grow to ~130 MiB of stacks and masks.
+TEST(GrammarCache, EvictsPastItsByteBudget) {
+  auto index = testing::npm_index("llama3");
+  ConstraintSpec a{ConstraintSpec::Kind::kRegex, "[a-z]{1,40}", {}, {}};
+  ConstraintSpec b{ConstraintSpec::Kind::kRegex, "[0-9]{1,40}", {}, {}};
+  auto measure = [&](const ConstraintSpec& spec) {
+    GrammarCache one(index);
+    return (*one.get(spec))->memory_bytes();
+  };
+  const int64_t bytes_a = measure(a), bytes_b = measure(b);
+  ASSERT_GT(bytes_a, 0);
+  // Room for both: both stay.
+  GrammarCache roomy(index, 64, bytes_a + bytes_b + 4096);
+  auto ra = roomy.get(a);
+  ASSERT_TRUE(ra.ok());
+  ASSERT_TRUE(roomy.get(b).ok());
+  EXPECT_EQ(ra->get(), roomy.get(a)->get());
+  // Room for one: adding b evicts a (the newest entry always stays).
+  GrammarCache tight(index, 64, std::max(bytes_a, bytes_b) + 1024);
+  auto ta = tight.get(a);
+  ASSERT_TRUE(ta.ok());
+  auto tb = tight.get(b);
+  ASSERT_TRUE(tb.ok());
+  EXPECT_EQ(tb->get(), tight.get(b)->get());
+  EXPECT_NE(ta->get(), tight.get(a)->get());  // compiled again
+  // A grammar's size grows as it is used (states, transition tables).
+  Matcher m(*ta);
+  const int64_t before = (*ta)->memory_bytes();
+  ASSERT_TRUE(m.accept_bytes("abcdefghij"));
+  EXPECT_GT((*ta)->memory_bytes(), before);
+}
+
 // Hostile constraints cost bounded memory and time: an ambiguous grammar whose first position
 // keeps a billion stacks alive is refused when compiled (a 400 from the server), and one that
 // grows past the budget only later ends the output there (the engine's "too ambiguous" error)
