@@ -94,7 +94,12 @@ Expected<std::shared_ptr<CompiledGrammar>> GrammarCache::get(const ConstraintSpe
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = index_.find(key);
-    if (it != index_.end()) {
+    if (it != index_.end() && it->second->second->exhausted()) {
+      // Out of room: what it still allows depends on what earlier requests walked. A new
+      // request gets a fresh automaton (the same answers as if it had run alone).
+      lru_.erase(it->second);
+      index_.erase(it);
+    } else if (it != index_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
       return it->second->second;
     }

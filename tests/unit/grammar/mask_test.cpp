@@ -421,6 +421,22 @@ TEST(GrammarCache, TooAmbiguousGrammarsAreRefusedOrStopWithinTheBudget) {
   m.fill_mask(mask);
   const auto& tok = testing::npm_tokenizer("llama3");
   EXPECT_FALSE(has(mask, *tok.find_token("b")));
+
+  // The cache hands a request an exhausted grammar's fresh copy, not the automaton whose
+  // remaining transitions depend on what earlier requests walked.
+  ConstraintSpec spec{ConstraintSpec::Kind::kRegex, "b(a{0,1000}){0,1000}", {}, {}};
+  auto first = cache.get(spec);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->get(), cache.get(spec)->get());
+  Matcher walker(*first);
+  ASSERT_TRUE(walker.accept_bytes("b"));
+  for (int i = 0; i < 1000 && walker.accept_bytes("a"); ++i) {
+  }
+  ASSERT_TRUE((*first)->exhausted());
+  auto fresh = cache.get(spec);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_NE(first->get(), fresh->get());
+  EXPECT_FALSE((*fresh)->exhausted());
 }
 
 }  // namespace
