@@ -390,7 +390,8 @@ class Lowerer {
   std::map<std::vector<std::pair<uint32_t, uint32_t>>, int32_t> class_rules_;
 };
 
-// Fails naming a rule that can reach itself without consuming a byte.
+// Fails naming a rule that can reach itself without consuming a byte through a call that pushes
+// a return position (left recursion the top-down automaton would expand forever).
 Status check_left_recursion(const Grammar& g) {
   const int32_t n = g.num_rules();
   // Nullable rules by propagation (linear in the grammar's size: a fixed-point loop over the
@@ -431,41 +432,74 @@ Status check_left_recursion(const Grammar& g) {
       }
     }
   }
-  std::vector<std::vector<int32_t>> edges(n);
+  // The calls a rule can make before matching anything, and whether each is in tail position
+  // (the last element of its alternative: expand() pushes no return position for it).
+  struct Call {
+    int32_t to;
+    bool tail;
+  };
+  std::vector<std::vector<Call>> calls(n);
   for (int32_t r = 0; r < n; ++r) {
     for (int32_t a : g.rule_alts[r]) {
       for (int32_t p = a; g.elements[p] != Grammar::kEnd; ++p) {
         const int32_t el = g.elements[p];
         if (Grammar::is_terminal(el)) break;
-        edges[r].push_back(el);
+        calls[r].push_back({el, g.elements[p + 1] == Grammar::kEnd});
         if (!nullable[el]) break;
       }
     }
   }
-  std::vector<uint8_t> color(n, 0);  // 0 new, 1 on the DFS path, 2 done
-  std::vector<std::pair<int32_t, size_t>> stack;
+  // A cycle of such calls is left recursion the automaton cannot run only when one of its
+  // calls is not in tail position (each pass pushes a return position: the stack grows without
+  // end). A cycle of tail calls revisits the same stack, so x* of a nullable x (R ::= x R | "",
+  // regex "(a*)*") runs. Cycles are the strongly connected components (Tarjan's algorithm,
+  // iterative: grammars have up to a million rules).
+  std::vector<int32_t> index(n, -1), low(n, 0), component(n, -1);
+  std::vector<int32_t> open;  // Tarjan's stack
+  std::vector<bool> is_open(n, false);
+  std::vector<std::pair<int32_t, size_t>> dfs;  // (rule, next call to follow)
+  int32_t next_index = 0, num_components = 0;
+  auto visit = [&](int32_t r) {
+    index[r] = low[r] = next_index++;
+    open.push_back(r);
+    is_open[r] = true;
+    dfs.emplace_back(r, 0);
+  };
   for (int32_t s = 0; s < n; ++s) {
-    if (color[s]) continue;
-    stack.emplace_back(s, 0);
-    color[s] = 1;
-    while (!stack.empty()) {
-      auto& [r, i] = stack.back();
-      if (i == edges[r].size()) {
-        color[r] = 2;
-        stack.pop_back();
+    if (index[s] >= 0) continue;
+    visit(s);
+    while (!dfs.empty()) {
+      const int32_t r = dfs.back().first;
+      const size_t i = dfs.back().second++;
+      if (i < calls[r].size()) {
+        const int32_t t = calls[r][i].to;
+        if (index[t] < 0) {
+          visit(t);
+        } else if (is_open[t]) {
+          low[r] = std::min(low[r], index[t]);
+        }
         continue;
       }
-      const int32_t t = edges[r][i++];
-      if (color[t] == 1) {
-        return err(
-            "grammar: rule '{}' is left-recursive (it can reach itself before matching "
-            "any character)",
-            g.rule_names[t]);
+      if (low[r] == index[r]) {
+        for (int32_t x = -1; x != r;) {
+          x = open.back();
+          open.pop_back();
+          is_open[x] = false;
+          component[x] = num_components;
+        }
+        ++num_components;
       }
-      if (color[t] == 0) {
-        color[t] = 1;
-        stack.emplace_back(t, 0);
-      }
+      dfs.pop_back();
+      if (!dfs.empty()) low[dfs.back().first] = std::min(low[dfs.back().first], low[r]);
+    }
+  }
+  for (int32_t r = 0; r < n; ++r) {
+    for (const Call& c : calls[r]) {
+      if (c.tail || component[c.to] != component[r]) continue;
+      return err(
+          "grammar: rule '{}' is left-recursive (it calls '{}', which can reach '{}' again, "
+          "before matching any character)",
+          g.rule_names[r], g.rule_names[c.to], g.rule_names[r]);
     }
   }
   return {};

@@ -131,6 +131,34 @@ TEST(Gbnf, RejectsLeftRecursion) {
   auto e = parse_gbnf("root ::= x\nx ::= y \"a\" | \"b\"\ny ::= \"\" | x\n");
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.error().message.find("left-recursive"), std::string::npos) << e.error().message;
+  for (const char* text : {"root ::= root \"a\" | \"b\"\n", "root ::= (\"a\"? root \"b\")?\n",
+                           "root ::= x \"c\"\nx ::= \"\" | y\ny ::= x \"d\"\n"}) {
+    auto r = parse_gbnf(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.error().message.find("left-recursive"), std::string::npos) << r.error().message;
+  }
+}
+
+// A repetition of something that may match nothing ((a*)*, ("a"?)*) is R ::= x R | "": R
+// reaches itself before matching anything, but in tail position, where the automaton pushes no
+// return position; it was refused as left recursion, though a valid pattern.
+TEST(Grammar, RepetitionsOfNullableItemsRun) {
+  const Grammar star_of_star = regex("(a*)*b");
+  EXPECT_TRUE(matches(star_of_star, "b"));
+  EXPECT_TRUE(matches(star_of_star, "aaab"));
+  EXPECT_FALSE(matches(star_of_star, "aaa"));
+  const Grammar words = regex("^(\\s*[a-z]*,?)*$");
+  EXPECT_TRUE(matches(words, "ab, cd,ef"));
+  EXPECT_TRUE(matches(words, ""));
+  EXPECT_FALSE(matches(words, "ab;"));
+  const Grammar g = gbnf("root ::= (\"a\"? \"b\"?)* \"c\"\n");
+  EXPECT_TRUE(matches(g, "abbac"));
+  EXPECT_TRUE(matches(g, "c"));
+  EXPECT_FALSE(matches(g, "abd"));
+  // Tail calls in a cycle that matches nothing: the empty language's rules, not a hang.
+  const Grammar loop = gbnf("root ::= x | \"z\"\nx ::= y\ny ::= x\n");
+  EXPECT_TRUE(matches(loop, "z"));
+  EXPECT_FALSE(matches(loop, ""));
 }
 
 // Bounded repetitions expand into elements and helper rules: a few bytes of pattern can ask
