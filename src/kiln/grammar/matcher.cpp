@@ -374,6 +374,8 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenIndex> vo
     if (!lowered.terminal_tokens[k].empty())
       terminal_token_ids_[k] = vocab_->tokens_with_text(lowered.terminal_tokens[k]);
   }
+  exhausted_ = automaton_.exhausted();
+  memory_bytes_ = automaton_.memory_bytes();
 }
 
 Expected<std::shared_ptr<CompiledGrammar>> CompiledGrammar::create(
@@ -388,15 +390,21 @@ Expected<std::shared_ptr<CompiledGrammar>> CompiledGrammar::create(
   return compiled;
 }
 
-bool CompiledGrammar::exhausted() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return automaton_.exhausted();
-}
+class CompiledGrammar::GrowLock {
+ public:
+  explicit GrowLock(CompiledGrammar& g) : g_(g), lock_(g.mu_) {}
+  ~GrowLock() {  // runs before lock_ is released
+    g_.exhausted_.store(g_.automaton_.exhausted(), std::memory_order_relaxed);
+    g_.memory_bytes_.store(g_.automaton_.memory_bytes() + g_.mask_bytes_,
+                           std::memory_order_relaxed);
+  }
+  GrowLock(const GrowLock&) = delete;
+  GrowLock& operator=(const GrowLock&) = delete;
 
-int64_t CompiledGrammar::memory_bytes() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return automaton_.memory_bytes() + mask_bytes_;
-}
+ private:
+  CompiledGrammar& g_;
+  std::lock_guard<std::mutex> lock_;
+};
 
 void CompiledGrammar::add_token_terminals(int32_t state, std::span<uint64_t> mask) {
   for (int32_t t : automaton_.token_terminals(state)) {
@@ -652,7 +660,7 @@ Matcher::Matcher(std::shared_ptr<CompiledGrammar> grammar)
     : grammar_(std::move(grammar)), state_(grammar_->automaton_.initial()) {}
 
 void Matcher::fill_mask(std::span<uint64_t> mask) {
-  std::lock_guard<std::mutex> lock(grammar_->mu_);
+  CompiledGrammar::GrowLock lock(*grammar_);
   if (finished_) {
     std::fill(mask.begin(), mask.begin() + mask_words(), 0);
     return;
@@ -663,7 +671,7 @@ void Matcher::fill_mask(std::span<uint64_t> mask) {
 bool Matcher::accept_token(int32_t token) {
   if (finished_) return false;
   const TokenIndex& v = grammar_->vocab();
-  std::lock_guard<std::mutex> lock(grammar_->mu_);
+  CompiledGrammar::GrowLock lock(*grammar_);
   if (v.is_end_token(token)) {
     if (!grammar_->automaton_.accepting(state_)) return false;
     history_.emplace_back(state_, finished_);
@@ -686,7 +694,7 @@ bool Matcher::accept_token(int32_t token) {
 
 bool Matcher::accept_bytes(std::string_view bytes) {
   if (finished_) return false;
-  std::lock_guard<std::mutex> lock(grammar_->mu_);
+  CompiledGrammar::GrowLock lock(*grammar_);
   const int32_t next = grammar_->automaton_.step_text(state_, bytes);
   if (next == Automaton::kDead) return false;
   history_.emplace_back(state_, finished_);

@@ -30,6 +30,7 @@
 // are guarded by a mutex.
 #pragma once
 
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <memory>
@@ -175,10 +176,10 @@ class CompiledGrammar {
   // Whether masks walk the UTF-8 class trie (no terminal splits a class) or the byte trie.
   bool walks_class_trie() const { return trie_ == &vocab_->class_trie(); }
   // The automaton reached Automaton::kMaxBytes: transitions not computed before lead nowhere.
-  bool exhausted();
+  bool exhausted() const { return exhausted_.load(std::memory_order_relaxed); }
   // Roughly what this grammar holds now: its automaton (Automaton::memory_bytes) and the masks
   // it remembers. Grows as matchers use it.
-  int64_t memory_bytes();
+  int64_t memory_bytes() const { return memory_bytes_.load(std::memory_order_relaxed); }
 
  private:
   friend class Matcher;
@@ -212,6 +213,12 @@ class CompiledGrammar {
   bool text_survives(int32_t state, const ByteSet& below, int32_t num_chars);
 
   std::mutex mu_;
+  // Holds mu_ for work that may grow the automaton or the masks (a matcher's steps and mask
+  // walks), and publishes what the grammar then holds before releasing it: exhausted() and
+  // memory_bytes() read the copies without mu_, so the cache never waits on a mask walk.
+  class GrowLock;
+  std::atomic<bool> exhausted_{false};
+  std::atomic<int64_t> memory_bytes_{0};
   Automaton automaton_;
   std::shared_ptr<const TokenIndex> vocab_;
   const TokenIndex::Trie* trie_;
