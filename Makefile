@@ -28,48 +28,49 @@ run: build
 	@sed -e 's/@PORT@/$(PORT)/g' -e 's|@KILN@|$(CURDIR)/$(RELEASE)/kiln|g' tools/tiny/make_run.txt
 	@$(RELEASE)/kiln serve --port $(PORT)
 
-fuzz: setup
-	@CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_TESTS=OFF >/dev/null
-	@cmake --build build/fuzz -j $(JOBS)
-	@mkdir -p fuzz/corpus-work
-	build/fuzz/fuzz_gguf_reader fuzz/corpus-work fuzz/corpus/gguf -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048
+# Fuzzing: a clang build with -DKILN_FUZZ=ON in build/fuzz, then one libFuzzer target for
+# FUZZ_SECONDS (default 60) with a 2 GiB RSS limit, new inputs in fuzz/<work dir> (ignored).
+FUZZ_CONFIGURE := CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_TESTS=OFF >/dev/null
+# $(call run_fuzzer,target,work dir,seed dirs,extra flags)
+define run_fuzzer
+	@mkdir -p fuzz/$(2)
+	build/fuzz/fuzz_$(1) fuzz/$(2) $(3) -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048 $(4)
+endef
+# $(call fuzz_one,target,work dir,seed dirs,extra flags): builds that target alone, then runs it.
+define fuzz_one
+	@$(FUZZ_CONFIGURE)
+	@cmake --build build/fuzz -j $(JOBS) --target fuzz_$(1)
+	$(call run_fuzzer,$(1),$(2),$(3),$(4))
+endef
 
-# The request parsers (chat, completions, tokenize, detokenize bodies through the router).
+# The GGUF reader (builds every fuzz target).
+fuzz: setup
+	@$(FUZZ_CONFIGURE)
+	@cmake --build build/fuzz -j $(JOBS)
+	$(call run_fuzzer,gguf_reader,corpus-work,fuzz/corpus/gguf)
+
+# The request parsers (chat, completions, tokenize, detokenize, Anthropic messages and responses
+# bodies through the router).
 fuzz-requests: setup
-	@CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_TESTS=OFF >/dev/null
-	@cmake --build build/fuzz -j $(JOBS) --target fuzz_request_parser
-	@mkdir -p fuzz/corpus-work-requests
-	build/fuzz/fuzz_request_parser fuzz/corpus-work-requests fuzz/corpus/requests -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048
+	$(call fuzz_one,request_parser,corpus-work-requests,fuzz/corpus/requests)
 
 # The WebSocket frame reader: arbitrary client byte streams, fed in arbitrary pieces.
 fuzz-websocket: setup
-	@CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_TESTS=OFF >/dev/null
-	@cmake --build build/fuzz -j $(JOBS) --target fuzz_websocket_frames
-	@mkdir -p fuzz/corpus-work-websocket
-	build/fuzz/fuzz_websocket_frames fuzz/corpus-work-websocket -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048
+	$(call fuzz_one,websocket_frames,corpus-work-websocket,)
 
 # The output constraints (JSON Schema, regex, GBNF, tools) compiled and run over kiln-tiny's
 # vocabulary, each mask checked against accepting tokens one by one.
 fuzz-grammar: setup
-	@CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_TESTS=OFF >/dev/null
-	@cmake --build build/fuzz -j $(JOBS) --target fuzz_grammar
-	@mkdir -p fuzz/corpus-work-grammar
-	build/fuzz/fuzz_grammar fuzz/corpus-work-grammar fuzz/corpus/grammar -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048
+	$(call fuzz_one,grammar,corpus-work-grammar,fuzz/corpus/grammar)
 
 # The Jinja interpreter on arbitrary templates (seeded with the real ones in ../shared/templates).
 fuzz-jinja: setup
-	@CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_TESTS=OFF >/dev/null
-	@cmake --build build/fuzz -j $(JOBS) --target fuzz_jinja
-	@mkdir -p fuzz/corpus-work-jinja
-	build/fuzz/fuzz_jinja fuzz/corpus-work-jinja ../shared/templates -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048 -max_len=65536
+	$(call fuzz_one,jinja,corpus-work-jinja,../shared/templates,-max_len=65536)
 
 # The output parsers on arbitrary model output in every tool-call format: any chunking must
 # give parse_all()'s result.
 fuzz-output-parser: setup
-	@CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_TESTS=OFF >/dev/null
-	@cmake --build build/fuzz -j $(JOBS) --target fuzz_output_parser
-	@mkdir -p fuzz/corpus-work-output
-	build/fuzz/fuzz_output_parser fuzz/corpus-work-output fuzz/corpus/output -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=2048
+	$(call fuzz_one,output_parser,corpus-work-output,fuzz/corpus/output)
 
 format:
 	@git ls-files '*.cpp' '*.h' | xargs clang-format -i

