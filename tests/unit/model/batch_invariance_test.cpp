@@ -61,11 +61,15 @@ std::vector<std::vector<float>> step(Forward& fwd, backend::KvCache& cache, cons
 }
 
 // Bitwise on the CPU, and on every device in the deterministic mode (Backend::set_deterministic:
-// one reduction order per op whatever the batch). The CUDA default takes the int8 matvec for up
-// to 8 rows, mmh or cuBLAS tiles above and other attention kernels for prefill rows, so a row's
-// logits there depend on the batch within rounding: 1e-4 of the largest logit (measured ~1e-6
-// on the H200).
-void expect_same(const std::vector<float>& a, const std::vector<float>& b, bool deterministic) {
+// one reduction order per op whatever the batch). The CUDA default takes other kernels for
+// other row counts, so a row's logits there depend on the batch within their precision:
+// `bound` of the largest logit. For stories260K's F32 weights (fp32 direct kernels, fp16 cuBLAS
+// tiles) 1e-4 (measured ~1e-6 on the H200); for a quantized model 5e-2, as the fast kernels
+// against the reference (hf_goldens_test): alone, a row's quantized weights meet int8
+// activations (the matvec rounds them to 8 bits per 32 values), in a batch fp16 ones (mmh), and
+// the random model's logits carry that difference (2.1% of the largest measured on the H200).
+void expect_same(const std::vector<float>& a, const std::vector<float>& b, bool deterministic,
+                 float bound) {
   if (test_device() == "cpu" || deterministic) {
     ASSERT_EQ(a.size(), b.size());
     size_t differ = 0;
@@ -79,7 +83,7 @@ void expect_same(const std::vector<float>& a, const std::vector<float>& b, bool 
     max_ref = std::max(max_ref, std::fabs(b[i]));
     max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
   }
-  EXPECT_LE(max_diff, 1e-4f * max_ref);
+  EXPECT_LE(max_diff, bound * max_ref);
 }
 
 // A random Llama-shaped Q4_K_M model whose matmuls are wide enough for the GPU's tiled kernels
@@ -114,7 +118,7 @@ std::unique_ptr<Model> quantized_model(std::string* why) {
   return model.ok() ? std::move(*model) : nullptr;
 }
 
-void alone_equals_inside_mixed_batch(const Model& m, bool deterministic) {
+void alone_equals_inside_mixed_batch(const Model& m, bool deterministic, float bound = 1e-4f) {
   SCOPED_TRACE(testing::Message() << (deterministic ? "deterministic" : "default"));
   util::ThreadPool pool(2);
   TestForward tf = make_forward(m, 256, 64, quant::Type::F16, &pool, 1, deterministic);
@@ -150,7 +154,7 @@ void alone_equals_inside_mixed_batch(const Model& m, bool deterministic) {
     start.push_back(0);
   }
   auto batched = step(fwd, *cache, m, batch, start);
-  expect_same(batched[4], alone[0], deterministic);
+  expect_same(batched[4], alone[0], deterministic, bound);
 
   // A decode step: subject + 1 token alone, and inside a batch where others also decode.
   subject.tokens.push_back(337);
@@ -161,14 +165,15 @@ void alone_equals_inside_mixed_batch(const Model& m, bool deterministic) {
     start[s] = static_cast<int32_t>(batch[s].tokens.size()) - 1;
   }
   auto batched2 = step(fwd, *cache, m, batch, start);
-  expect_same(batched2[4], alone2[0], deterministic);
+  expect_same(batched2[4], alone2[0], deterministic, bound);
 }
 
 // A prompt prefilled in one step, or in chunks (as chunked prefill or a prefix-cache hit
 // leaves it: the earlier tokens' KV already in the cache), gives the same logits for its last
 // token and for a decode step after it: each row's KV is written alike whatever the chunk, and
 // each query row reads its keys in the same order.
-void prefill_chunking_does_not_change_the_logits(const Model& m, bool deterministic) {
+void prefill_chunking_does_not_change_the_logits(const Model& m, bool deterministic,
+                                                 float bound = 1e-4f) {
   SCOPED_TRACE(testing::Message() << (deterministic ? "deterministic" : "default"));
   util::ThreadPool pool(2);
   TestForward tf = make_forward(m, 256, 64, quant::Type::F16, &pool, 1, deterministic);
@@ -191,9 +196,9 @@ void prefill_chunking_does_not_change_the_logits(const Model& m, bool determinis
     last = step(*tf.fwd, *tf.kv, m, {part}, {end == 7 ? 0 : end == 23 ? 7 : 23});
   }
   ASSERT_EQ(last[0].size(), m.hparams().n_vocab);
-  expect_same(last[0], one_step[0], deterministic);
+  expect_same(last[0], one_step[0], deterministic, bound);
   chunked.tokens.push_back(5);
-  expect_same(step(*tf.fwd, *tf.kv, m, {chunked}, {40})[0], decode[0], deterministic);
+  expect_same(step(*tf.fwd, *tf.kv, m, {chunked}, {40})[0], decode[0], deterministic, bound);
 }
 
 TEST(BatchInvariance, AloneEqualsInsideMixedBatch) {
@@ -216,8 +221,8 @@ TEST(BatchInvariance, QuantizedModelAloneEqualsInsideBatchAndChunked) {
   if (m == nullptr && !why.empty()) GTEST_SKIP() << why;
   ASSERT_NE(m, nullptr);
   for (bool deterministic : {false, true}) {
-    alone_equals_inside_mixed_batch(*m, deterministic);
-    prefill_chunking_does_not_change_the_logits(*m, deterministic);
+    alone_equals_inside_mixed_batch(*m, deterministic, 5e-2f);
+    prefill_chunking_does_not_change_the_logits(*m, deterministic, 5e-2f);
   }
 }
 
