@@ -32,7 +32,10 @@
 // cuBLAS (n_tokens > 8, and above the mmq range): activations are rounded to fp16 into scratch; F16
 // weights are used in place, other types are dequantized to fp16 in chunks of rows (<= 64 MiB of
 // scratch) and each chunk is one GemmEx (fp16 operands, fp32 accumulation and output) on the tensor
-// cores. F32 weights stay fp32: one GemmEx in plain fp32 (no TF32), no scratch.
+// cores. F32 weights stay fp32: one GemmEx in plain fp32 (no TF32), no scratch. The weights of a
+// matmul_shared call on this path round x to fp16 once. A weight whose `prepared` holds its fp16
+// copy (the CUDA backend makes them at load, cuda_backend.cpp add_f16_copy) is one GemmEx on it,
+// no dequantization.
 //
 // Deterministic mode (matmul_set_deterministic): one of the paths above per weight for every
 // token count, each summing a token's products in one order whatever the batch: mmh with its
@@ -446,14 +449,17 @@ void gemm(MatmulContext* ctx, const void* a, cudaDataType_t type, int64_t lda, c
                CUBLAS_GEMM_DEFAULT);
 }
 
-void matmul_cublas(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64_t n_tokens,
-                   cudaStream_t s) {
+// x16_holds_x: the context's x16 already holds x rounded to fp16, row-major (the previous call
+// of the same matmul_shared converted it). Returns whether x16 holds x afterwards (x in one
+// token chunk).
+bool matmul_cublas(MatmulContext* ctx, const Weight& w, const float* x, float* y, int64_t n_tokens,
+                   cudaStream_t s, bool x16_holds_x = false) {
   cublasSetStream(ctx->cublas, s);
   cublasSetWorkspace(ctx->cublas, ctx->workspace, ctx->workspace_bytes);
   const int64_t n_in = w.n_in, n_out = w.n_out;
   if (w.type == quant::Type::F32) {  // plain fp32 (the handle's default math mode: no TF32)
     gemm(ctx, w.data, CUDA_R_32F, n_in, x, y, n_out, n_tokens, n_in, n_out);
-    return;
+    return x16_holds_x;
   }
   // Token chunks that fit the fp16 activation scratch (one chunk when within max_tokens).
   const int64_t tok_chunk = std::max<int64_t>(1, ctx->x16_elems / n_in);
@@ -463,10 +469,14 @@ void matmul_cublas(MatmulContext* ctx, const Weight& w, const float* x, float* y
   for (int64_t t0 = 0; t0 < n_tokens; t0 += tok_chunk) {
     const int64_t nt = std::min(tok_chunk, n_tokens - t0);
     const int64_t n = nt * n_in;
-    to_half_kernel<<<static_cast<int>(std::min<int64_t>((n + 255) / 256, 1 << 16)), 256, 0, s>>>(
-        x + t0 * n_in, ctx->x16, n);
-    if (w.type == quant::Type::F16) {
-      gemm(ctx, w.data, CUDA_R_16F, n_in, ctx->x16, y + t0 * n_out, n_out, nt, n_in, n_out);
+    if (!(x16_holds_x && nt == n_tokens)) {
+      to_half_kernel<<<static_cast<int>(std::min<int64_t>((n + 255) / 256, 1 << 16)), 256, 0, s>>>(
+          x + t0 * n_in, ctx->x16, n);
+    }
+    // F16 rows in place, or the backend's fp16 copy of a quantized weight (Weight::prepared).
+    const void* whole = w.type == quant::Type::F16 ? w.data : w.n_mats <= 1 ? w.prepared : nullptr;
+    if (whole != nullptr) {
+      gemm(ctx, whole, CUDA_R_16F, n_in, ctx->x16, y + t0 * n_out, n_out, nt, n_in, n_out);
       continue;
     }
     for (int64_t r0 = 0; r0 < n_out; r0 += row_chunk) {
@@ -475,6 +485,7 @@ void matmul_cublas(MatmulContext* ctx, const Weight& w, const float* x, float* y
       gemm(ctx, ctx->w16, CUDA_R_16F, n_in, ctx->x16, y + t0 * n_out + r0, nr, nt, n_in, n_out);
     }
   }
+  return n_tokens <= tok_chunk;
 }
 
 }  // namespace
@@ -763,10 +774,13 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
   const Weight* mh[8];
   float* yh[8];
   int n_q = 0, n_h = 0;
-  // mmh's weights first, one launch per type (mmh_shared), before anything else takes x16.
+  // mmh's weights first, one launch per type (mmh_shared), before anything else takes x16 (it
+  // leaves x there in its own layout); then x16 holds x for cuBLAS from the first such weight
+  // on.
   bool on_mmh[kMaxShared] = {};
   if (n_tokens > kMatvecMaxTokens && mmh_members(ctx, ws, n_w, n_tokens, on_mmh) > 0)
     launch_mmh(ctx, ws, ys, n_w, on_mmh, x, n_tokens, mmh_group_enabled(), ctx->mmh, s);
+  bool x16_holds_x = false;
   for (int i = 0; i < n_w; ++i) {
     const Weight& w = *ws[i];
     float* y = ys[i];
@@ -793,7 +807,7 @@ bool matmul_shared(MatmulContext* ctx, const Weight* const* ws, float* const* ys
       continue;
     }
     if (w.n_in > ctx->max_n_in) continue;  // outside the context's bounds: scratch too small
-    matmul_cublas(ctx, w, x, y, n_tokens, s);
+    x16_holds_x = matmul_cublas(ctx, w, x, y, n_tokens, s, x16_holds_x);
   }
   if (n_q > 0) {
     if (!quantized) quantize_q8_32(x, n_tokens, mq[0]->n_in, ctx->xq, ctx->xds, s);
