@@ -505,6 +505,47 @@ TEST(CudaMatmul, GraphReplayEqualsEager) {
   }
 }
 
+// A quantized weight whose `prepared` holds its fp16 copy (the CUDA backend's, made at load)
+// is multiplied in place on the cuBLAS path: the bits of dequantizing it there (one chunk: the
+// same GEMM shape), and within the fp16 GEMM's bound of the reference; decode sizes ignore it.
+TEST(CudaMatmul, Fp16CopyEqualsDequantizedChunks) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int64_t n_in = 1024, n_out = 300;
+  Ctx ctx(300, n_in, n_out);
+  ASSERT_NE(ctx.p, nullptr);
+  for (Type type : {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::Q4_0}) {
+    SCOPED_TRACE(testing::Message() << quant::type_name(type) << " seed=" << seed);
+    const std::vector<uint8_t> wb = quantized_rows(type, n_out, n_in, rng);
+    test::DeviceVec<uint8_t> dw(wb);
+    const Weight w = weight_view(type, n_in, n_out, dw.get());
+    test::DeviceVec<uint16_t> copy(static_cast<size_t>(n_out * n_in));
+    backend::cuda::dequantize_rows_f16(w, 0, n_out, copy.get(), nullptr);
+    Weight wc = w;
+    wc.prepared = copy.get();
+    for (int64_t n_tokens : {1, 300}) {
+      const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
+      test::DeviceVec<float> dx(x);
+      test::DeviceVec<float> dy(static_cast<size_t>(n_tokens * n_out));
+      auto run = [&](const Weight& ww) -> std::vector<float> {
+        EXPECT_EQ(cudaSuccess,
+                  cudaMemset(dy.get(), 0xff, static_cast<size_t>(n_tokens * n_out) * 4));
+        backend::cuda::matmul(ctx.p, ww, dx.get(), dy.get(), n_tokens, nullptr);
+        EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
+        return dy.to_host();
+      };
+      const std::vector<float> chunked = run(w), copied = run(wc);
+      EXPECT_EQ(std::memcmp(chunked.data(), copied.data(), chunked.size() * sizeof(float)), 0)
+          << "n_tokens=" << n_tokens;
+      std::vector<float> ref(static_cast<size_t>(n_tokens * n_out));
+      backend::cpu::matmul_reference(weight_view(type, n_in, n_out, wb.data()), x.data(),
+                                     ref.data(), n_tokens, nullptr);
+      EXPECT_LE(rel_error(copied, ref), n_tokens == 1 ? kMatvecBound : kFp16GemmBound);
+    }
+  }
+}
+
 TEST(CudaMatmul, ContextReportsItsBytes) {
   KILN_REQUIRE_GPU();
   Ctx ctx(16, 4096, 4096);
@@ -669,13 +710,14 @@ TEST(CudaMatmul, SharedInputEqualsSeparateCalls) {
   const uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);
   const int64_t n_in = 1024;
-  Ctx ctx(64, n_in, 300);
+  Ctx ctx(200, n_in, 300);
   ASSERT_NE(ctx.p, nullptr);
   // Weights of one type share a launch (rows numbered across them; a CTA's warps may span
-  // two weights): three Q4_K of ragged heights, two F16, one Q6_K between them.
+  // two weights): three Q4_K of ragged heights, two F16, one Q6_K between them. At 200 tokens
+  // every weight takes cuBLAS, the activations rounded to fp16 once for all of them.
   const WeightSet set({Type::Q4_K, Type::Q6_K, Type::Q4_K, Type::F16, Type::Q4_K, Type::F16},
                       {300, 77, 61, 64, 5, 33}, n_in, rng);
-  for (int64_t n_tokens : {1, 3, 8, 16, 64}) {
+  for (int64_t n_tokens : {1, 3, 8, 16, 64, 200}) {
     const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
     test::DeviceVec<float> dx(x);
     const std::vector<std::vector<float>> shared = set.shared(ctx.p, dx.get(), n_tokens);

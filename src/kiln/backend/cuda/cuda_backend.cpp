@@ -250,7 +250,7 @@ class CudaBackend final : public Backend {
     }
   }
 
-  Expected<Weight> prepare_weight(const Weight& fw, WeightUse) override {
+  Expected<Weight> prepare_weight(const Weight& fw, WeightUse use) override {
     if (fw.empty()) return fw;
     const auto key = std::make_pair(fw.data, fw.n_out * fw.n_mats);
     auto it = weights_.find(key);
@@ -264,13 +264,50 @@ class CudaBackend final : public Backend {
     Weight w = fw;
     w.data = static_cast<const uint8_t*>(p);
     w.prepared = nullptr;
-    weights_.emplace(key, w);
     prepared_bytes_ += bytes;
     max_n_in_ = std::max(max_n_in_, w.n_in);
     max_n_out_ = std::max(max_n_out_, w.n_out);
     max_experts_ = std::max(max_experts_, w.n_mats);
     if (w.n_mats <= 1 && cuda::matvec_supports(w)) int8_matvec_weights_ = true;
+    KILN_TRY_STATUS(add_f16_copy(&w, use));
+    weights_[key] = w;
     return w;
+  }
+  // KILN_CUDA_F16_WEIGHTS=1: each quantized matmul weight is also kept dequantized to fp16
+  // (Weight::prepared), which the cuBLAS path (prefill chunks, and short weights in large
+  // batches) multiplies in place instead of dequantizing it chunk by chunk every step (a third of
+  // a 512-token prefill step on an 8B Q4_K_M model, docs/performance.md); decode keeps reading
+  // the quantized rows. Not the embedding table (gathered by rows), stacked experts, nor
+  // vocabulary-sized heads (over 65,536 rows: a prefill wants the logits of a few rows). Only
+  // while the copies stay within a quarter of the device memory free when the first weight is
+  // prepared (in preparation order: a model too large for that gets copies for its first layers
+  // only), the rest left to the KV cache. Off by default until measured on a GPU.
+  Status add_f16_copy(Weight* w, WeightUse use) {
+    static const bool on = [] {
+      const char* e = std::getenv("KILN_CUDA_F16_WEIGHTS");
+      return e != nullptr && std::string_view(e) == "1";
+    }();
+    if (!on || use != WeightUse::kMatmul || w->n_mats > 1 || w->n_out > 65536 ||
+        w->type == quant::Type::F16 || w->type == quant::Type::F32)
+      return {};
+    const uint64_t bytes = static_cast<uint64_t>(w->n_out) * static_cast<uint64_t>(w->n_in) * 2;
+    if (!f16_budget_set_) {
+      f16_budget_set_ = true;
+      f16_budget_ = memory().free_bytes / 4;
+    }
+    if (f16_copy_bytes_ + bytes > f16_budget_) return {};
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+      cudaGetLastError();  // out of memory: no copy, the chunked path
+      return {};
+    }
+    owned_.push_back(p);
+    cuda::dequantize_rows_f16(*w, 0, w->n_out, static_cast<uint16_t*>(p), stream_);
+    KILN_TRY_STATUS(check(cudaStreamSynchronize(stream_), "fp16 copy of a weight"));
+    w->prepared = p;
+    prepared_bytes_ += bytes;
+    f16_copy_bytes_ += bytes;
+    return {};
   }
   Expected<const float*> prepare_vector(const float* host, int64_t n) override {
     if (host == nullptr) return static_cast<const float*>(nullptr);
@@ -827,6 +864,8 @@ class CudaBackend final : public Backend {
   std::vector<void*> owned_;
   std::vector<cudaGraphExec_t> graphs_;
   uint64_t prepared_bytes_ = 0;
+  uint64_t f16_copy_bytes_ = 0, f16_budget_ = 0;  // add_f16_copy
+  bool f16_budget_set_ = false;
   int64_t max_n_in_ = 0, max_n_out_ = 0, max_experts_ = 1;
   bool int8_matvec_weights_ = false;  // a prepared weight the int8 matvec reads
   // KILN_CUDA_DELTA=recurrent|chunked forces the gated delta rule's form (A/B timing; default:
