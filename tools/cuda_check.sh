@@ -8,8 +8,12 @@
 #   ab      tg128 with each of AB_VARS (default KILN_CUDA_MATVEC KILN_CUDA_PDL) set to each of
 #           AB_VALUES (default 1 0), then with each build-dev/kiln-*.xz (another build)
 #   graphs  tg128 with and without CUDA graphs
-#   serve   kiln serve under kiln bench http (SERVE_FLAGS: more serve flags); profile: ncu over
-#           decode steps
+#   serve   kiln serve under kiln bench http (SERVE_FLAGS: more serve flags; SERVE_BATCH: the
+#           step's token flags, default --max-batch-tokens 2048 --step-prompt-tokens 0);
+#           profile: ncu over decode steps (PROFILE_BENCH: other kiln bench flags, e.g. a
+#           prefill's; NCU_SKIP / NCU_COUNT: the launches skipped and profiled)
+#   prefill pp512 and pp4096 with AB_VAR (default KILN_CUDA_DEQUANT_OVERLAP) set to each of
+#           AB_VALUES (default 1 0), alternated over two rounds, on the first bench model
 #   det     --deterministic: its kernel, model and engine tests on CUDA, then its cost on the 8B
 #           Q4_K_M file (batch 1 tg128/pp512 and 16/64 sequences at depth 512, alternated with
 #           the default; bench models are made first when missing)
@@ -145,6 +149,18 @@ if [[ " $WHAT " == *" ab "* ]]; then
   done
   done
 fi
+if [[ " $WHAT " == *" prefill "* ]]; then
+  f=$(ls /tmp/kiln-models/*.gguf | head -1)
+  for round in 1 2; do
+    for v in ${AB_VALUES:-1 0}; do
+      echo "== round $round ${AB_VAR:-KILN_CUDA_DEQUANT_OVERLAP}=$v $(basename $f)"
+      env ${AB_VAR:-KILN_CUDA_DEQUANT_OVERLAP}=$v timeout 120 $D/bin/kiln bench -m "$f" \
+        --device cuda -p 512 -n 0 -r 3 2>&1 | grep -E "pp512"
+      env ${AB_VAR:-KILN_CUDA_DEQUANT_OVERLAP}=$v timeout 120 $D/bin/kiln bench -m "$f" \
+        --device cuda -p 4096 -n 0 -b 4096 -r 3 2>&1 | grep -E "pp4096"
+    done
+  done 2>&1 | tee -a "$OUTDIR/prefill.log"
+fi
 if [[ " $WHAT " == *" graphs "* ]]; then
   # Decode with and without CUDA graphs on the first bench model.
   f=$(ls /tmp/kiln-models/*.gguf | head -1)
@@ -186,7 +202,7 @@ if [[ " $WHAT " == *" serve "* ]]; then
   f=$(ls /tmp/kiln-models/*.gguf | head -1)
   # One client (this host) opens up to 128 connections: past the per-client default of 64.
   $D/bin/kiln serve -m "$f" --device cuda --port 18080 --ctx 2048 --max-seqs ${SERVE_MAX_SEQS:-64} \
-    --max-batch-tokens 2048 --step-prompt-tokens 0 --max-connections-per-client 256 \
+    ${SERVE_BATCH:---max-batch-tokens 2048 --step-prompt-tokens 0} --max-connections-per-client 256 \
     ${SERVE_FLAGS:-} > "$OUTDIR/serve.log" 2>&1 &
   SP=$!
   for i in $(seq 1 60); do curl -sf http://127.0.0.1:18080/health >/dev/null && break; sleep 1; done
@@ -217,7 +233,7 @@ if [[ " $WHAT " == *" profile "* ]]; then
   echo "== $(basename $f)"
   KILN_CUDA_GRAPHS=0 timeout 240 ncu --clock-control none --launch-skip ${NCU_SKIP:-3000} \
     --launch-count ${NCU_COUNT:-400} --print-units base --metrics gpu__time_duration.sum,dram__bytes_read.sum \
-    --csv $D/bin/kiln bench -m "$f" --device cuda -p 0 -n 64 -r 1 > "$OUTDIR/ncu.csv" 2>/dev/null
+    --csv $D/bin/kiln bench -m "$f" --device cuda ${PROFILE_BENCH:--p 0 -n 64 -r 1} > "$OUTDIR/ncu.csv" 2>/dev/null
   python3 - "$OUTDIR/ncu.csv" <<'PY' | tee -a "$OUTDIR/ncu_summary.txt"
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
