@@ -72,6 +72,10 @@ int cuda_device_count() {
 #endif
 }
 
+bool device_is_gpu(const std::string& device) {
+  return device == "auto" ? cuda_device_count() > 0 : device.rfind("cuda", 0) == 0;
+}
+
 CudaInfo cuda_info() {
   CudaInfo info;
 #ifdef KILN_HAVE_CUDA
@@ -92,7 +96,7 @@ namespace {
 Expected<std::unique_ptr<Backend>> create_device(const BackendOptions& opts) {
   const std::string& d = opts.device;
   if (d == "cpu") return std::unique_ptr<Backend>(new cpu::CpuBackend(opts.threads));
-  if (d == "auto" && cuda_device_count() == 0)
+  if (d == "auto" && !device_is_gpu(d))
     return std::unique_ptr<Backend>(new cpu::CpuBackend(opts.threads));
   int index = 0;
   if (d != "auto" && d != "cuda") {

@@ -501,6 +501,9 @@ struct BackendOptions {
 // Whether this build has the CUDA backend, and how many GPUs it sees.
 bool cuda_compiled();
 int cuda_device_count();
+// Whether create_backend puts `device` on a GPU: "cuda", "cuda:N", or "auto" when a GPU is
+// found (said before it is opened).
+bool device_is_gpu(const std::string& device);
 
 // What kiln doctor reports of the GPUs.
 struct GpuInfo {

@@ -61,13 +61,6 @@ void on_signal(int sig) {
   g_signal = sig;
 }
 
-// Whether the engine will run on a GPU: "cuda", "cuda:N", or "auto" where one is found (the
-// rule backend::create_backend applies).
-bool on_gpu(const std::string& device) {
-  if (device == "auto") return backend::cuda_compiled() && backend::cuda_device_count() > 0;
-  return device.rfind("cuda", 0) == 0;
-}
-
 // The step flags a GPU gets unless given (the engine's defaults suit the CPU): 64 sequences at
 // once and 1,024-token steps that take prompts up to the budget. Measured on an H200 with an 8B
 // Q4_K_M model, 400-token prompts (docs/performance.md, session 20): at 16 streams TTFT p50
@@ -252,7 +245,7 @@ RunFn add_serve(CLI::App& app) {
                 "in system prompts (default: removed, so that turns share their cached prefix)");
   return [o, batch, prompt, seqs]() {
     ServeOptions run = *o;
-    if (on_gpu(run.engine.device))
+    if (backend::device_is_gpu(run.engine.device))
       apply_gpu_defaults(&run.engine, seqs->count() > 0, batch->count() > 0, prompt->count() > 0);
     return run_serve(std::move(run));
   };

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -291,16 +292,11 @@ class CudaBackend final : public Backend {
         w->type == quant::Type::F16 || w->type == quant::Type::F32)
       return {};
     const uint64_t bytes = static_cast<uint64_t>(w->n_out) * static_cast<uint64_t>(w->n_in) * 2;
-    if (!f16_budget_set_) {
-      f16_budget_set_ = true;
-      f16_budget_ = memory().free_bytes / 4;
-    }
-    if (f16_copy_bytes_ + bytes > f16_budget_) return {};
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) {
-      cudaGetLastError();  // out of memory: no copy, the chunked path
-      return {};
-    }
+    if (!f16_budget_) f16_budget_ = memory().free_bytes / 4;
+    if (f16_copy_bytes_ + bytes > *f16_budget_) return {};
+    Expected<void*> copy = device_alloc(bytes, "an fp16 copy of a weight");
+    if (!copy.ok()) return {};  // out of memory: no copy, the chunked path
+    void* p = *copy;
     owned_.push_back(p);
     cuda::dequantize_rows_f16(*w, 0, w->n_out, static_cast<uint16_t*>(p), stream_);
     KILN_TRY_STATUS(check(cudaStreamSynchronize(stream_), "fp16 copy of a weight"));
@@ -864,8 +860,8 @@ class CudaBackend final : public Backend {
   std::vector<void*> owned_;
   std::vector<cudaGraphExec_t> graphs_;
   uint64_t prepared_bytes_ = 0;
-  uint64_t f16_copy_bytes_ = 0, f16_budget_ = 0;  // add_f16_copy
-  bool f16_budget_set_ = false;
+  uint64_t f16_copy_bytes_ = 0;         // add_f16_copy: made so far
+  std::optional<uint64_t> f16_budget_;  // ... and at most (set at the first one)
   int64_t max_n_in_ = 0, max_n_out_ = 0, max_experts_ = 1;
   bool int8_matvec_weights_ = false;  // a prepared weight the int8 matvec reads
   // KILN_CUDA_DELTA=recurrent|chunked forces the gated delta rule's form (A/B timing; default:
