@@ -4,10 +4,7 @@
 // order with those weights.
 //
 // moe_topk repeats the CPU's arithmetic step by step so the choice and the weights come out the
-// same: exp of (logit - max) rounded to fp32 (evaluated in double here, which rounds as the
-// CPU's expf does but for inputs within ~1e-16 of a rounding midpoint), the sum of those in
-// double in expert order, each probability the double quotient rounded to fp32, the weight sum
-// in fp32 in slot order.
+// same (moe_topk.cuh says how).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/moe_topk.cuh"
 #include "kiln/backend/cuda/pdl.cuh"
 
 namespace kiln::backend::cuda {
@@ -31,10 +29,6 @@ void require(bool cond, const char* what) {
   std::abort();
 }
 
-__device__ __forceinline__ bool better(float v, int32_t e, float bv, int32_t be) {
-  return v > bv || (v == bv && e < be);
-}
-
 // Dynamic shared memory: kTopkWarps * n_expert floats (one token's probabilities per warp).
 __global__ void moe_topk_kernel(const float* logits, int64_t n_tokens, int32_t n_expert, int32_t k,
                                 int32_t* chosen, float* weights, int32_t* x_rows) {
@@ -43,59 +37,8 @@ __global__ void moe_topk_kernel(const float* logits, int64_t n_tokens, int32_t n
   const int64_t t = int64_t{blockIdx.x} * kTopkWarps + warp;
   pdl_start();  // the router logits come from the kernel before
   if (t >= n_tokens) return;  // whole warps only: nothing below syncs the block
-  float* p = smem + warp * n_expert;
-  const float* r = logits + t * n_expert;
-
-  float mx = -INFINITY;
-  for (int32_t e = lane; e < n_expert; e += 32) mx = fmaxf(mx, r[e]);
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  for (int32_t e = lane; e < n_expert; e += 32)
-    p[e] = static_cast<float>(exp(static_cast<double>(r[e] - mx)));
-  __syncwarp();
-  // The CPU's double sum runs in expert order; one lane repeats it (n_expert adds).
-  double sum = 0.0;
-  if (lane == 0)
-    for (int32_t e = 0; e < n_expert; ++e) sum += p[e];
-  sum = __shfl_sync(0xffffffffu, sum, 0);
-  for (int32_t e = lane; e < n_expert; e += 32)
-    p[e] = static_cast<float>(static_cast<double>(p[e]) / sum);
-  __syncwarp();
-
-  // k rounds of a warp argmax (larger probability, then lower index); a chosen expert's entry
-  // becomes -1, below every probability. Lane j keeps the j-th choice.
-  float my_prob = 0.0f;
-  int32_t my_expert = 0;
-  for (int32_t j = 0; j < k; ++j) {
-    float bv = -INFINITY;
-    int32_t be = INT32_MAX;
-    for (int32_t e = lane; e < n_expert; e += 32)
-      if (better(p[e], e, bv, be)) {
-        bv = p[e];
-        be = e;
-      }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int32_t oe = __shfl_xor_sync(0xffffffffu, be, o);
-      if (better(ov, oe, bv, be)) {
-        bv = ov;
-        be = oe;
-      }
-    }
-    if (lane == j) {
-      my_prob = bv;
-      my_expert = be;
-    }
-    __syncwarp();
-    if (lane == 0) p[be] = -1.0f;
-    __syncwarp();
-  }
-  float wsum = 0.0f;  // fp32 in slot order, as the CPU
-  for (int32_t j = 0; j < k; ++j) wsum += __shfl_sync(0xffffffffu, my_prob, j);
-  if (lane < k) {
-    chosen[t * k + lane] = my_expert;
-    weights[t * k + lane] = my_prob / wsum;
-    x_rows[t * k + lane] = static_cast<int32_t>(t);
-  }
+  topk_warp(logits + t * n_expert, n_expert, k, smem + warp * n_expert, lane, t, chosen, weights,
+            x_rows);
 }
 
 // out[t][c] = sum_j w[t*k+j] * slots[t*k+j][c], rounded per product and per add in slot order
