@@ -404,6 +404,10 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < iota.size(); ++i) iota[i] = static_cast<int32_t>(i);
     KILN_TRY(void* ip, upload_owned(iota.data(), iota.size() * 4));
     iota_ = static_cast<const int32_t*>(ip);
+    // moe_route's ticket (0 between launches).
+    const uint32_t zero = 0;
+    KILN_TRY(void* cp, upload_owned(&zero, sizeof zero));
+    moe_counter_ = static_cast<uint32_t*>(cp);
     if (attn_workspace_ == nullptr && cap.n_heads > 0) {
       // Split-K scratch of the decode attention (long contexts over several CTAs).
       attn_workspace_bytes_ =
@@ -680,23 +684,46 @@ class CudaBackend final : public Backend {
     KILN_ASSERT(k <= kMaxExpertsUsed);
     const int ev = profile_begin();
     const Mat router = s.router.as(n, w.n_expert);
-    cuda::matmul(matmul_, *w.router, xn.data, router.data, n, stream_);
-    cuda::moe_topk(router.data, n, w.n_expert, static_cast<int32_t>(k), s.chosen, s.weights.data,
-                   s.x_rows, stream_);
+    const int32_t experts = static_cast<int32_t>(w.gate_exps->n_mats);
+    // gate and up read the same token rows: the norm's int8 rows when it left them, else
+    // quantized once (by the first matmul_id, or here for the fused decode form).
+    cuda::MatmulQ8 held = xn_held ? cuda::matmul_q8(matmul_) : cuda::MatmulQ8{};
+    // A decode step's fused form (moe_decode.cu): router + top-k, gate + up, down + combine in
+    // one launch each, where matmul_id takes its few-pair int8 form for both (the same bits).
+    const bool fuse = moe_fuse_ && !deterministic() && n <= cuda::kMatvecMaxTokens &&
+                      cuda::matmul_id_few(matmul_, *w.gate_exps, experts, n, pairs) &&
+                      cuda::matmul_id_few(matmul_, *w.down_exps, experts, pairs, pairs);
+    if (fuse && held.xq == nullptr) {
+      const cuda::MatmulQ8 q = cuda::matmul_id_q8(matmul_, n, xn.cols);
+      if (q.xq != nullptr) {
+        cuda::quantize_q8_32(xn.data, n, xn.cols, q.xq, q.xds, stream_);
+        held = q;
+      }
+    }
+    const bool fused = fuse && held.xq != nullptr;
+    const bool routed = fused && cuda::moe_route(*w.router, xn.data, held.xq, held.xds, n,
+                                                 static_cast<int32_t>(k), router.data, s.chosen,
+                                                 s.weights.data, s.x_rows, moe_counter_, stream_);
+    if (!routed) {
+      cuda::matmul(matmul_, *w.router, xn.data, router.data, n, stream_);
+      cuda::moe_topk(router.data, n, w.n_expert, static_cast<int32_t>(k), s.chosen, s.weights.data,
+                     s.x_rows, stream_);
+    }
     // An expert-parallel rank: the pairs of others' experts run on its expert 0 with weight 0
     // (computed, adding nothing; a grouped kernel that skips them is left for when a GPU mesh
     // can be measured).
-    const int32_t experts = static_cast<int32_t>(w.gate_exps->n_mats);
     if (experts < w.n_expert)
       cuda::moe_localize(s.chosen, s.weights.data, pairs, w.first_expert, experts, stream_);
-    // gate and up read the same token rows: the norm's int8 rows when it left them, else
-    // quantized once by the first.
-    const cuda::MatmulQ8 held = xn_held ? cuda::matmul_q8(matmul_) : cuda::MatmulQ8{};
-    const bool xn_q8 =
-        cuda::matmul_id(matmul_, *w.gate_exps, experts, xn.data, n, s.x_rows, s.chosen, s.gate.data,
-                        pairs, stream_, false, held.xq, held.xds);
-    cuda::matmul_id(matmul_, *w.up_exps, experts, xn.data, n, s.x_rows, s.chosen, s.up.data, pairs,
-                    stream_, xn_q8, held.xq, held.xds);
+    const bool paired =
+        fused && cuda::matvec_id_pair(*w.gate_exps, *w.up_exps, experts, held.xq, held.xds,
+                                      s.x_rows, s.chosen, s.gate.data, s.up.data, pairs, stream_);
+    if (!paired) {
+      const bool xn_q8 =
+          cuda::matmul_id(matmul_, *w.gate_exps, experts, xn.data, n, s.x_rows, s.chosen,
+                          s.gate.data, pairs, stream_, false, held.xq, held.xds);
+      cuda::matmul_id(matmul_, *w.up_exps, experts, xn.data, n, s.x_rows, s.chosen, s.up.data,
+                      pairs, stream_, xn_q8, held.xq, held.xds);
+    }
     // The activation quantized for the down projection as it is written.
     const cuda::MatmulQ8 down_q = cuda::matmul_id_q8(matmul_, pairs, w.n_ff);
     bool act_q8 = false;
@@ -706,10 +733,16 @@ class CudaBackend final : public Backend {
     } else {
       cuda::swiglu(s.gate.data, s.up.data, s.gate.data, pairs * w.n_ff, stream_);
     }
-    cuda::matmul_id(matmul_, *w.down_exps, experts, s.gate.data, pairs, iota_, s.chosen, s.out.data,
-                    pairs, stream_, act_q8);
-    cuda::moe_combine(s.out.data, s.weights.data, n, static_cast<int32_t>(k), xn.cols, out.data,
-                      stream_);
+    const bool combined =
+        fused && act_q8 &&
+        cuda::moe_down_combine(*w.down_exps, experts, down_q.xq, down_q.xds, nullptr, s.chosen,
+                               s.weights.data, n, static_cast<int32_t>(k), out.data, stream_);
+    if (!combined) {
+      cuda::matmul_id(matmul_, *w.down_exps, experts, s.gate.data, pairs, iota_, s.chosen,
+                      s.out.data, pairs, stream_, act_q8);
+      cuda::moe_combine(s.out.data, s.weights.data, n, static_cast<int32_t>(k), xn.cols, out.data,
+                        stream_);
+    }
     profile_end(ev, moe_bytes(w, n), [&] { return moe_label(w); });
   }
   void conv1d_silu(StateCache& st, int32_t layer, const StepArgs& step, Mat x, const float* w,
@@ -877,6 +910,13 @@ class CudaBackend final : public Backend {
   const float* q8_src_ = nullptr;
   int64_t q8_rows_ = 0, q8_cols_ = 0;
   const int32_t* iota_ = nullptr;
+  uint32_t* moe_counter_ = nullptr;
+  // The fused MoE decode kernels (moe_decode.cu): KILN_CUDA_MOE_FUSE=1 turns them on (off by
+  // default until measured on a GPU).
+  const bool moe_fuse_ = [] {
+    const char* e = std::getenv("KILN_CUDA_MOE_FUSE");
+    return e != nullptr && std::strcmp(e, "1") == 0;
+  }();
   void* attn_workspace_ = nullptr;
   int64_t attn_workspace_bytes_ = 0;
   StepCapacity step_cap_;

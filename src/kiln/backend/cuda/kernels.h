@@ -156,6 +156,28 @@ void moe_localize(int32_t* chosen, float* weights, int64_t pairs, int32_t first,
 void moe_combine(const float* slots, const float* weights, int64_t n_tokens, int32_t k, int64_t n,
                  float* out, cudaStream_t s);
 
+// ---- the MoE block of a decode step in fewer launches (moe_decode.cu) ------------------------
+
+// The router's logits and moe_topk in one launch, for n_tokens <= kMatvecMaxTokens: logits
+// [n_tokens, router.n_out] = router x (an F32 router, as real files keep it: fp32 FMAs on x
+// [n_tokens, router.n_in]; a quantized one of the matvec's types: the int8 dot products of
+// matvec_q8 on xq / xds, its bits), then the last CTA to finish routes every token as moe_topk
+// does (its bits, from these logits). counter: one device word, 0 between launches (the last
+// CTA puts it back). False (nothing launched) for another router type or shape, or missing
+// inputs.
+bool moe_route(const Weight& router, const float* x, const int8_t* xq, const float2* xds,
+               int64_t n_tokens, int32_t k, float* logits, int32_t* chosen, float* weights,
+               int32_t* x_rows, uint32_t* counter, cudaStream_t s);
+// The experts' down projection and moe_combine in one launch: out [n_tokens, stacked.n_out] =
+// sum over j in slot order of weights[t*k+j] * (W_{ids[t*k+j]} x[x_rows[t*k+j]]) (x_rows null:
+// pair p reads row p), each product matvec_id's bits and the sum moe_combine's (products and
+// adds rounded in slot order from 0); a pair whose id is outside [0, n_expert) adds 0. x
+// quantized by quantize_q8_32 (rows of stacked.n_in). False (nothing launched) for a type
+// matvec_q8 does not take, or k > 32.
+bool moe_down_combine(const Weight& stacked, int64_t n_expert, const int8_t* xq, const float2* xds,
+                      const int32_t* x_rows, const int32_t* ids, const float* weights,
+                      int64_t n_tokens, int32_t k, float* out, cudaStream_t s);
+
 // ---- weights and matmul (matmul.cu, dequant.cu) --------------------------------------------
 
 // Whether dequantize/matmul support the type on CUDA (every type quant::dequantize_row does).
@@ -227,6 +249,10 @@ bool matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, cons
                int64_t n_x_rows, const int32_t* x_rows, const int32_t* ids, float* y,
                int64_t n_pairs, cudaStream_t s, bool x_quantized = false,
                const int8_t* xq_given = nullptr, const float2* xds_given = nullptr);
+// Whether matmul_id takes its few-pair form (matvec_id on x quantized to int8) for these
+// arguments: what the fused MoE decode kernels (moe_decode.cu) must match to give its bits.
+bool matmul_id_few(const MatmulContext* ctx, const Weight& stacked, int64_t n_expert,
+                   int64_t n_x_rows, int64_t n_pairs);
 // The context's matmul_id int8 rows, for a producer (swiglu_q8) to write x [n_rows, n_in] into
 // before a matmul_id call with x_quantized; nulls when the context has none or they hold fewer
 // values.
@@ -268,6 +294,17 @@ bool matvec_stream();
 bool matvec_id(const Weight& stacked, int64_t n_expert, const int8_t* xq, const float2* xds,
                const int32_t* x_rows, const int32_t* ids, float* y, int64_t n_pairs,
                cudaStream_t s);
+// Two such matmuls in one launch (an MoE layer's gate and up experts on the same pairs): y from
+// first, y2 from second, each bit for bit matvec_id's. False (nothing launched) unless both are
+// of one type and shape that matvec_q8 takes.
+bool matvec_id_pair(const Weight& first, const Weight& second, int64_t n_expert, const int8_t* xq,
+                    const float2* xds, const int32_t* x_rows, const int32_t* ids, float* y,
+                    float* y2, int64_t n_pairs, cudaStream_t s);
+// The choices matvec_id makes, for the kernels that must give its bits (moe_decode.cu): whether
+// Q4_K / Q5_K rows take the coalesced parts (KILN_CUDA_MATVEC_K_FORM), and how many lanes take
+// a row of `stacked` (16: half a warp, for rows of at most 16 parts; KILN_CUDA_MATVEC_ID_HALF).
+bool matvec_k_coalesced();
+int matvec_id_lanes(const Weight& stacked);
 // F16 / BF16 weights with 16-byte aligned rows (and x): ys[i][t] = ws[i] x[t] as above, one warp
 // per row, fp32 arithmetic on the exact weights (~1e-5).
 bool matvec_half_supports(const Weight& w, const float* x);

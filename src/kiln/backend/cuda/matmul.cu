@@ -856,6 +856,25 @@ void matmul_set_mmq_id(MatmulContext* ctx, int64_t min_pairs, int tile_pairs) {
   ctx->mmq_id_tile_pairs = tile_pairs;
 }
 
+namespace {
+int id_tile_pairs(const MatmulContext* ctx, int64_t n_pairs, int64_t n_expert) {
+  return ctx->mmq_id_tile_pairs > 0 ? std::min(ctx->mmq_id_tile_pairs, 64)
+                                    : mmq_id_tile_pairs(n_pairs, n_expert);
+}
+}  // namespace
+
+bool matmul_id_few(const MatmulContext* ctx, const Weight& stacked, int64_t n_expert,
+                   int64_t n_x_rows, int64_t n_pairs) {
+  if (ctx->deterministic || n_pairs <= 0 || n_pairs > ctx->max_pairs ||
+      n_expert > ctx->max_experts || stacked.n_in % 8 != 0 || !supports_type(stacked.type))
+    return false;
+  const int mmq_pairs = id_tile_pairs(ctx, n_pairs, n_expert);
+  const bool grouped =
+      use_mmq_id(ctx, stacked, n_x_rows, n_pairs, moe_tile_slots(n_pairs, n_expert, mmq_pairs));
+  return !grouped && n_pairs <= kMmqIdMinPairs && ctx->id_xq != nullptr &&
+         matvec_supports(stacked) && n_x_rows * stacked.n_in <= ctx->id_values;
+}
+
 bool matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, const float* x,
                int64_t n_x_rows, const int32_t* x_rows, const int32_t* ids, float* y,
                int64_t n_pairs, cudaStream_t s, bool x_quantized, const int8_t* xq_given,
@@ -866,17 +885,14 @@ bool matmul_id(MatmulContext* ctx, const Weight& stacked, int64_t n_expert, cons
   int32_t* perm = ctx->moe;
   int32_t* num_tiles = perm + ctx->max_pairs;
   int32_t* tiles = num_tiles + 1;
-  const int mmq_pairs = ctx->mmq_id_tile_pairs > 0 ? std::min(ctx->mmq_id_tile_pairs, 64)
-                                                   : mmq_id_tile_pairs(n_pairs, n_expert);
+  const int mmq_pairs = id_tile_pairs(ctx, n_pairs, n_expert);
   // The deterministic mode: the direct kernels for every pair count (x as fp32).
   const bool grouped =
       !ctx->deterministic &&
       use_mmq_id(ctx, stacked, n_x_rows, n_pairs, moe_tile_slots(n_pairs, n_expert, mmq_pairs));
   if (ctx->deterministic) x_quantized = false;
   // A decode step's few pairs: the int8 matvec per (output row, pair), with no plan.
-  const bool few = !grouped && !ctx->deterministic && n_pairs <= kMmqIdMinPairs &&
-                   ctx->id_xq != nullptr && matvec_supports(stacked) &&
-                   n_x_rows * stacked.n_in <= ctx->id_values;
+  const bool few = matmul_id_few(ctx, stacked, n_expert, n_x_rows, n_pairs);
   // Both int8 paths read x quantized: rows the caller gives, or the context's rows (quantized
   // once for gate and up).
   const int8_t* xq = xq_given != nullptr ? xq_given : ctx->id_xq;

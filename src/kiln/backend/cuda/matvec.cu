@@ -203,9 +203,12 @@ __global__ void __launch_bounds__(kStreamThreads) matvec_stream_kernel(const Str
 // matmul_id for a decode step's few pairs: a warp per (output row blockIdx.x * 4 + warp, pair
 // blockIdx.y), the pair's expert matrix and activation row found through ids and x_rows; the
 // same dot products and warp reduction as matvec_kernel at one token, so a pair's result is bit
-// for bit the dense matvec of its expert on its row.
+// for bit the dense matvec of its expert on its row. With w2 (matvec_id_pair: an MoE layer's
+// gate and up experts, the same shape and type), rows n_out .. 2 n_out - 1 of the launch are
+// w2's into y2: two matmuls in one launch, each row's bits as its own launch would give.
 struct MatvecIdArgs {
   const uint8_t* w;
+  const uint8_t* w2;  // null: one weight
   uint64_t row_bytes, expert_bytes;
   int64_t n_out, n_blocks, n_expert;
   const int8_t* xq;
@@ -214,6 +217,7 @@ struct MatvecIdArgs {
   const int32_t* ids;
   const int32_t* x_rows;
   float* y;
+  float* y2;
 };
 
 template <class V, int kLanes>
@@ -229,17 +233,20 @@ __global__ void __launch_bounds__(kThreads) matvec_id_kernel(const MatvecIdArgs 
   pdl_start();  // ids and x come from the kernels before
   const int32_t e = a.ids[p];
   if (e < 0 || e >= a.n_expert) return;
-  if (kRows == 1 && row >= a.n_out) return;
-  const bool valid = row < a.n_out;  // both halves reach the shuffles
+  const int64_t n_rows = a.w2 != nullptr ? 2 * a.n_out : a.n_out;
+  if (kRows == 1 && row >= n_rows) return;
+  const bool valid = row < n_rows;  // both halves reach the shuffles
+  const bool second = row >= a.n_out;
+  const int64_t r = second ? row - a.n_out : row;
   const int64_t xr = a.x_rows[p];
-  const uint8_t* w =
-      a.w + static_cast<uint64_t>(e) * a.expert_bytes + static_cast<uint64_t>(row) * a.row_bytes;
+  const uint8_t* w = (second ? a.w2 : a.w) + static_cast<uint64_t>(e) * a.expert_bytes +
+                     static_cast<uint64_t>(valid ? r : 0) * a.row_bytes;
   const int8_t* xq = a.xq + xr * a.xq_stride;
   const float2* xds = a.xds + xr * a.xds_stride;
   float acc[1];
   row_dot<V, 1, 1, LdGlobal, kLanes>(w, valid ? a.n_blocks : 0, xq, xds, a.xq_stride,
                                      a.xds_stride, 1, lane, acc);
-  store_row<1, kLanes>(acc, lane, 1, a.y + p * a.n_out, a.n_out, row, valid);
+  store_row<1, kLanes>(acc, lane, 1, (second ? a.y2 : a.y) + p * a.n_out, a.n_out, r, valid);
 }
 
 // F16 / BF16 rows with fp32 activations: the same warp-per-row layout, 8 weights (16 bytes)
@@ -611,40 +618,36 @@ void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t*
   });
 }
 
-bool matvec_id(const Weight& stacked, int64_t n_expert, const int8_t* xq, const float2* xds,
-               const int32_t* x_rows, const int32_t* ids, float* y, int64_t n_pairs,
-               cudaStream_t s) {
-  if (n_pairs <= 0 || n_pairs > 65535 || stacked.n_out <= 0 || !matvec_supports(stacked))
-    return false;
-  MatvecIdArgs a{};
-  a.w = stacked.data;
-  a.row_bytes = stacked.row_bytes;
-  a.expert_bytes = static_cast<uint64_t>(stacked.n_out) * stacked.row_bytes;
-  a.n_out = stacked.n_out;
-  a.n_expert = n_expert;
-  a.xq = xq;
-  a.xds = xds;
-  a.xq_stride = stacked.n_in;
-  a.xds_stride = stacked.n_in / 32;
-  a.ids = ids;
-  a.x_rows = x_rows;
-  a.y = y;
+bool matvec_k_coalesced() { return k_coalesced(); }
+
+int matvec_id_lanes(const Weight& stacked) {
   // Rows of at most 16 parts take half a warp each (KILN_CUDA_MATVEC_ID_HALF=0: a warp each).
-  const int64_t n_parts = [&] {
-    switch (stacked.type) {
-      case quant::Type::Q8_0:
-        return stacked.n_in / 32 * VQ8_0::kParts;
-      case quant::Type::Q4_0:
-        return stacked.n_in / 32 * VQ4_0::kParts;
-      case quant::Type::Q6_K:
-        return stacked.n_in / 256 * VQ6_K::kParts;
-      default:
-        return stacked.n_in / 256 * 4;
-    }
-  }();
-  const bool half = n_parts <= 16 && half_rows_allowed();
+  int64_t n_parts = 0;
+  switch (stacked.type) {
+    case quant::Type::Q8_0:
+      n_parts = stacked.n_in / 32 * VQ8_0::kParts;
+      break;
+    case quant::Type::Q4_0:
+      n_parts = stacked.n_in / 32 * VQ4_0::kParts;
+      break;
+    case quant::Type::Q6_K:
+      n_parts = stacked.n_in / 256 * VQ6_K::kParts;
+      break;
+    default:
+      n_parts = stacked.n_in / 256 * 4;
+      break;
+  }
+  return n_parts <= 16 && half_rows_allowed() ? 16 : 32;
+}
+
+namespace {
+
+// matvec_id and matvec_id_pair: a.w (and a.w2) filled but for the blocks, n_rows rows a pair.
+bool launch_id(const Weight& stacked, MatvecIdArgs& a, int64_t n_rows, int64_t n_pairs,
+               cudaStream_t s) {
+  const bool half = matvec_id_lanes(stacked) == 16;
   const int64_t rows_per_cta = kRowsPerCta * (half ? 2 : 1);
-  const dim3 grid(static_cast<unsigned>((stacked.n_out + rows_per_cta - 1) / rows_per_cta),
+  const dim3 grid(static_cast<unsigned>((n_rows + rows_per_cta - 1) / rows_per_cta),
                   static_cast<unsigned>(n_pairs));
   auto go = [&](auto k16, auto k32) {
     if (half) {
@@ -685,6 +688,48 @@ bool matvec_id(const Weight& stacked, int64_t n_expert, const int8_t* xq, const 
     default:
       return false;
   }
+}
+
+MatvecIdArgs id_args(const Weight& stacked, int64_t n_expert, const int8_t* xq, const float2* xds,
+                     const int32_t* x_rows, const int32_t* ids, float* y) {
+  MatvecIdArgs a{};
+  a.w = stacked.data;
+  a.row_bytes = stacked.row_bytes;
+  a.expert_bytes = static_cast<uint64_t>(stacked.n_out) * stacked.row_bytes;
+  a.n_out = stacked.n_out;
+  a.n_expert = n_expert;
+  a.xq = xq;
+  a.xds = xds;
+  a.xq_stride = stacked.n_in;
+  a.xds_stride = stacked.n_in / 32;
+  a.ids = ids;
+  a.x_rows = x_rows;
+  a.y = y;
+  return a;
+}
+
+}  // namespace
+
+bool matvec_id(const Weight& stacked, int64_t n_expert, const int8_t* xq, const float2* xds,
+               const int32_t* x_rows, const int32_t* ids, float* y, int64_t n_pairs,
+               cudaStream_t s) {
+  if (n_pairs <= 0 || n_pairs > 65535 || stacked.n_out <= 0 || !matvec_supports(stacked))
+    return false;
+  MatvecIdArgs a = id_args(stacked, n_expert, xq, xds, x_rows, ids, y);
+  return launch_id(stacked, a, stacked.n_out, n_pairs, s);
+}
+
+bool matvec_id_pair(const Weight& first, const Weight& second, int64_t n_expert, const int8_t* xq,
+                    const float2* xds, const int32_t* x_rows, const int32_t* ids, float* y,
+                    float* y2, int64_t n_pairs, cudaStream_t s) {
+  if (n_pairs <= 0 || n_pairs > 65535 || first.n_out <= 0 || !matvec_supports(first) ||
+      !matvec_supports(second) || second.type != first.type || second.n_in != first.n_in ||
+      second.n_out != first.n_out || second.row_bytes != first.row_bytes)
+    return false;
+  MatvecIdArgs a = id_args(first, n_expert, xq, xds, x_rows, ids, y);
+  a.w2 = second.data;
+  a.y2 = y2;
+  return launch_id(first, a, 2 * first.n_out, n_pairs, s);
 }
 
 }  // namespace kiln::backend::cuda
