@@ -46,6 +46,9 @@ Expected<FileType> parse_file_type(std::string_view name) {
 quant::Type tensor_type(const FileType& ft, const TensorSpec& spec, const HParams& hp) {
   // Vectors stay F32, as llama.cpp keeps every 1-D tensor (the shared expert's gate row too).
   if (spec.kind == TensorKind::kNorm || spec.ne.size() == 1) return quant::Type::F32;
+  // The MoE router stays F32, as llama.cpp's quantize leaves it (real MoE files carry F32
+  // routers; a benchmark file should too).
+  if (spec.name.ends_with("ffn_gate_inp.weight")) return quant::Type::F32;
   quant::Type t = ft.base;
   if (ft.mixture) {
     const bool is_output =

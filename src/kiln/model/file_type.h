@@ -23,8 +23,9 @@ struct FileType {
 // f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m.
 Expected<FileType> parse_file_type(std::string_view name);
 
-// The type one tensor gets: F32 for norms and biases; the base type, or Q6_K where a mixture
-// asks for more bits; a fallback (Q8_0, else F16) for rows that are not a multiple of the block.
+// The type one tensor gets: F32 for norms, biases and MoE routers; the base type, or Q6_K where a
+// mixture asks for more bits; a fallback (Q8_0, else F16) for rows that are not a multiple of the
+// block.
 quant::Type tensor_type(const FileType& ft, const TensorSpec& spec, const HParams& hp);
 
 // Quantizes `values` (all rows of the tensor, row-major) to `type` and adds the tensor.
