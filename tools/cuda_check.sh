@@ -12,11 +12,14 @@
 #           step's token flags, default --max-batch-tokens 2048 --step-prompt-tokens 0);
 #           profile: ncu over decode steps (PROFILE_BENCH: other kiln bench flags, e.g. a
 #           prefill's; NCU_SKIP / NCU_COUNT: the launches skipped and profiled)
-#   prefill pp512 and pp4096 with AB_VAR (default KILN_CUDA_DEQUANT_OVERLAP) set to each of
+#   prefill pp512 and pp4096 with AB_VAR (default KILN_CUDA_F16_WEIGHTS) set to each of
 #           AB_VALUES (default 1 0), alternated over two rounds, on the first bench model
 #   det     --deterministic: its kernel, model and engine tests on CUDA, then its cost on the 8B
 #           Q4_K_M file (batch 1 tg128/pp512 and 16/64 sequences at depth 512, alternated with
 #           the default; bench models are made first when missing)
+#   moe     the fused MoE decode (KILN_CUDA_MOE_FUSE): its kernel tests, then on a Qwen3-30B-A3B
+#           shaped Q4_K_M file made there: tg128 and 8 sequences' decode with it on and off,
+#           alternated over two rounds, and the roofline of a decode step each way
 #   e2e     the node e2e suites against kiln on the GPU (E2E=1 tools/cuda_pack.sh)
 #   llama   build llama.cpp (build-llama/llama-src.tar.xz, made by tools/llama_src.sh) in the background; side: kiln and
 #           llama-bench on each bench model in turn
@@ -153,13 +156,40 @@ if [[ " $WHAT " == *" prefill "* ]]; then
   f=$(ls /tmp/kiln-models/*.gguf | head -1)
   for round in 1 2; do
     for v in ${AB_VALUES:-1 0}; do
-      echo "== round $round ${AB_VAR:-KILN_CUDA_DEQUANT_OVERLAP}=$v $(basename $f)"
-      env ${AB_VAR:-KILN_CUDA_DEQUANT_OVERLAP}=$v timeout 120 $D/bin/kiln bench -m "$f" \
+      echo "== round $round ${AB_VAR:-KILN_CUDA_F16_WEIGHTS}=$v $(basename $f)"
+      env ${AB_VAR:-KILN_CUDA_F16_WEIGHTS}=$v timeout 120 $D/bin/kiln bench -m "$f" \
         --device cuda -p 512 -n 0 -r 3 2>&1 | grep -E "pp512"
-      env ${AB_VAR:-KILN_CUDA_DEQUANT_OVERLAP}=$v timeout 120 $D/bin/kiln bench -m "$f" \
+      env ${AB_VAR:-KILN_CUDA_F16_WEIGHTS}=$v timeout 120 $D/bin/kiln bench -m "$f" \
         --device cuda -p 4096 -n 0 -b 4096 -r 3 2>&1 | grep -E "pp4096"
     done
   done 2>&1 | tee -a "$OUTDIR/prefill.log"
+fi
+if [[ " $WHAT " == *" moe "* ]]; then
+  timeout 120 $D/bin/test_cuda --gtest_brief=1 --gtest_filter='CudaMoe*:CudaMatvecId*' 2>&1 |
+    grep -E "FAILED|PASSED|SKIPPED|Failure" | head -20
+  MM=/tmp/kiln-moe && mkdir -p $MM
+  f=$MM/qwen3-30b-a3b-q4_k_m.gguf
+  if [ ! -f "$f" ]; then
+    t0=$(date +%s)
+    timeout ${MAKE_TIMEOUT:-240} $D/bin/kiln make-model --config $ROOT/tools/bench_configs/qwen3-30b-a3b.json \
+      --type q4_k_m --tokenizer $D/tokenizer/llama3 --distinct-rows 256 -o "$f" >/dev/null ||
+      { echo "make-model qwen3-30b-a3b failed"; rm -f "$f"; }
+    echo "make-model qwen3-30b-a3b: $(( $(date +%s) - t0 )) s"
+  fi
+  for round in 1 2; do
+    for v in ${AB_VALUES:-1 0}; do
+      echo "== round $round KILN_CUDA_MOE_FUSE=$v"
+      KILN_CUDA_MOE_FUSE=$v timeout 120 $D/bin/kiln bench -m "$f" --device cuda -p 0 -n 128 -r 3 2>&1 |
+        grep -E "tg128"
+      KILN_CUDA_MOE_FUSE=$v timeout 120 $D/bin/kiln bench -m "$f" --device cuda -p 0 -n 64 \
+        --parallel 8 -d 512 -r 2 2>&1 | grep -E "^\| |tok/s" | tail -2
+    done
+  done 2>&1 | tee -a "$OUTDIR/moe.log"
+  for v in 1 0; do
+    echo "== roofline KILN_CUDA_MOE_FUSE=$v"
+    KILN_CUDA_MOE_FUSE=$v timeout 120 $D/bin/kiln bench -m "$f" --device cuda -p 0 -n 64 -r 1 \
+      --roofline 2>&1 | grep -vE "^I " | tail -25
+  done 2>&1 | tee -a "$OUTDIR/moe.log"
 fi
 if [[ " $WHAT " == *" graphs "* ]]; then
   # Decode with and without CUDA graphs on the first bench model.
