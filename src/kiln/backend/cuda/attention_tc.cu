@@ -11,9 +11,10 @@
 // K and V rows are copied from their paged blocks into shared memory with cp.async (keys outside
 // the range are zero-filled), double-buffered so the next chunk's copies overlap this chunk's
 // math. S = Q K^T on mma.sync m16n8k16 (fp16 in, fp32 out), the scale, softcap and the causal /
-// sliding-window mask in fp32 registers, an online softmax per row (the row's 4 lanes reduce
-// the max with shuffles; the normaliser stays per lane until the end), then P (rounded to fp16)
-// times V on the tensor cores again, accumulated in fp32.
+// sliding-window mask in fp32 registers (no mask on the chunks every row of the tile sees
+// whole), an online softmax per row in base 2 (the row's 4 lanes reduce the max with shuffles;
+// the normaliser stays per lane until the end), then P (rounded to fp16) times V on the tensor
+// cores again, accumulated in fp32.
 //
 // Precision: Q and P are rounded to fp16 (K and V are the cache's fp16 values): the output is
 // within ~1e-3 of max |V| of the fp32 reference (the test's bound: 4e-3).
@@ -127,7 +128,10 @@ __device__ __forceinline__ void load_chunk(const TcArgs& a, const int32_t* block
   }
 }
 
-template <int D>
+// kExp2: the softmax in base 2 (the scale times log2 e folded into the logits, exp2f: one
+// MUFU.EX2 a value, where expf adds the range reduction); the same probabilities up to
+// rounding. KILN_CUDA_ATTN_EXP2=0 keeps expf (comparisons).
+template <int D, bool kExp2>
 __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const TcArgs a) {
   constexpr int kS = row_stride<D>();
   constexpr int kKSteps = D / 16;  // k-steps of S = Q K^T
@@ -178,6 +182,12 @@ __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const TcArgs a) {
   __syncthreads();
   const int lo = a.window > 0 ? max(0, range_s[0] - a.window + 1) : 0;
   const int hi = range_s[1] + 1;
+  // Chunks that end at or before the tile's first row's last key are visible to every row
+  // (without a window): no mask there (the same values: the mask passes them all).
+  const int unmasked_end = a.window > 0 ? INT_MIN : range_s[0] + 1;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float to_exp = kExp2 ? kLog2e : 1.0f;
+  const float scale = a.scale * to_exp;
   if (hi <= lo) return;  // no row in the tile (cannot happen for a non-empty tile)
 
   // This warp's Q fragments: rows 16 warp + (0..15), all of D, in registers up to D = 128; at
@@ -234,16 +244,23 @@ __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const TcArgs a) {
     }
     // Scale, softcap, mask; the rows' running max.
     float mx0 = -INFINITY, mx1 = -INFINITY;
+    const bool masked = c0 + kKeys > unmasked_end;  // CTA-uniform
 #pragma unroll
     for (int j = 0; j < kKeys / 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int p = c0 + 8 * j + 2 * qd + (e & 1);
-        const int pr = e < 2 ? pr0 : pr1;
-        float x = sc[j][e] * a.scale;
-        if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
-        const bool visible = pr >= 0 && p <= pr && (a.window <= 0 || p > pr - a.window);
-        x = visible ? x : -INFINITY;
+        float x;
+        if (a.softcap > 0.0f) {
+          x = a.softcap * tanhf(sc[j][e] * a.scale / a.softcap) * to_exp;
+        } else {
+          x = sc[j][e] * scale;
+        }
+        if (masked) {
+          const int p = c0 + 8 * j + 2 * qd + (e & 1);
+          const int pr = e < 2 ? pr0 : pr1;
+          const bool visible = pr >= 0 && p <= pr && (a.window <= 0 || p > pr - a.window);
+          x = visible ? x : -INFINITY;
+        }
         sc[j][e] = x;
         if (e < 2) {
           mx0 = fmaxf(mx0, x);
@@ -259,15 +276,23 @@ __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const TcArgs a) {
     }
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float base0 = mn0 == -INFINITY ? 0.0f : mn0, base1 = mn1 == -INFINITY ? 0.0f : mn1;
-    const float corr0 = expf(m0 - base0), corr1 = expf(m1 - base1);
+    const float corr0 = kExp2 ? exp2f(m0 - base0) : expf(m0 - base0);
+    const float corr1 = kExp2 ? exp2f(m1 - base1) : expf(m1 - base1);
     m0 = mn0, m1 = mn1;
     float sum0 = 0.0f, sum1 = 0.0f;
 #pragma unroll
     for (int j = 0; j < kKeys / 8; ++j) {
-      sc[j][0] = expf(sc[j][0] - base0);
-      sc[j][1] = expf(sc[j][1] - base0);
-      sc[j][2] = expf(sc[j][2] - base1);
-      sc[j][3] = expf(sc[j][3] - base1);
+      if constexpr (kExp2) {
+        sc[j][0] = exp2f(sc[j][0] - base0);
+        sc[j][1] = exp2f(sc[j][1] - base0);
+        sc[j][2] = exp2f(sc[j][2] - base1);
+        sc[j][3] = exp2f(sc[j][3] - base1);
+      } else {
+        sc[j][0] = expf(sc[j][0] - base0);
+        sc[j][1] = expf(sc[j][1] - base0);
+        sc[j][2] = expf(sc[j][2] - base1);
+        sc[j][3] = expf(sc[j][3] - base1);
+      }
       sum0 += sc[j][0] + sc[j][1];
       sum1 += sc[j][2] + sc[j][3];
     }
@@ -321,9 +346,28 @@ __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const TcArgs a) {
   }
 }
 
+bool exp2_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_CUDA_ATTN_EXP2");
+    return e == nullptr || e[0] != '0';
+  }();
+  return on;
+}
+
 template <int D>
-void allow_smem_once() {
-  allow_dynamic_smem(reinterpret_cast<const void*>(prefill_tc_kernel<D>), smem_bytes<D>());
+void launch_tc(const TcArgs& a, dim3 grid, cudaStream_t s) {
+  auto go = [&](auto kernel) {
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem_bytes<D>());
+    kernel<<<grid, kThreads, smem_bytes<D>(), s>>>(a);
+  };
+  // At D = 256 the base-2 form spilled registers (ptxas, 255 a thread): expf there.
+  if constexpr (D <= 128) {
+    if (exp2_enabled()) {
+      go(prefill_tc_kernel<D, true>);
+      return;
+    }
+  }
+  go(prefill_tc_kernel<D, false>);
 }
 
 }  // namespace
@@ -365,14 +409,11 @@ bool attention_prefill_tc(const KvLayer& kv, const AttnBatch& b, int64_t n_token
   const dim3 grid(static_cast<unsigned>(int64_t{b.num_seqs} * a.tiles_per_seq),
                   static_cast<unsigned>(kv.n_kv_heads * a.n_hchunks));
   if (kv.head_dim_k == 64) {
-    allow_smem_once<64>();
-    prefill_tc_kernel<64><<<grid, kThreads, smem_bytes<64>(), s>>>(a);
+    launch_tc<64>(a, grid, s);
   } else if (kv.head_dim_k == 256) {
-    allow_smem_once<256>();
-    prefill_tc_kernel<256><<<grid, kThreads, smem_bytes<256>(), s>>>(a);
+    launch_tc<256>(a, grid, s);
   } else {
-    allow_smem_once<128>();
-    prefill_tc_kernel<128><<<grid, kThreads, smem_bytes<128>(), s>>>(a);
+    launch_tc<128>(a, grid, s);
   }
   return true;
 }
