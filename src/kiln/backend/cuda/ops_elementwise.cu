@@ -18,6 +18,7 @@
 #include "kiln/backend/cuda/pdl.cuh"
 #include "kiln/backend/cuda/q8_group.cuh"
 #include "kiln/backend/cuda/row_norm.cuh"
+#include "kiln/backend/cuda/swiglu.cuh"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -55,10 +56,9 @@ struct SoftcapOp {
   float cap;
   __device__ float operator()(float a, float) const { return cap * tanhf(a / cap); }
 };
-// silu(g) * u in the reference's order: (g / (1 + exp(-g))) * u; expf is the accurate one
-// (no -use_fast_math), within 2 ulp.
+// silu(g) * u (swiglu.cuh).
 struct SwigluOp {
-  __device__ float operator()(float g, float u) const { return g / (1.0f + expf(-g)) * u; }
+  __device__ float operator()(float g, float u) const { return swiglu_value(g, u); }
 };
 // gelu_tanh(g) * u as geglu_reference writes it, each product rounded as there (the _rn
 // intrinsics keep nvcc from fusing them into FMAs); only tanhf (2 ulp) differs.
