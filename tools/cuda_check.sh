@@ -18,7 +18,7 @@
 #           Q4_K_M file (batch 1 tg128/pp512 and 16/64 sequences at depth 512, alternated with
 #           the default; bench models are made first when missing)
 #   moe     the fused MoE decode (KILN_CUDA_MOE_FUSE): its kernel tests, then on a Qwen3-30B-A3B
-#           shaped Q4_K_M file made there: tg128 and 8 sequences' decode with it on and off,
+#           shaped Q4_K_M file made there: tg128 and 8 sequences' decode at 2, 1 and 0,
 #           alternated over two rounds, and the roofline of a decode step each way
 #   e2e     the node e2e suites against kiln on the GPU (E2E=1 tools/cuda_pack.sh)
 #   llama   build llama.cpp (build-llama/llama-src.tar.xz, made by tools/llama_src.sh) in the background; side: kiln and
@@ -177,7 +177,7 @@ if [[ " $WHAT " == *" moe "* ]]; then
     echo "make-model qwen3-30b-a3b: $(( $(date +%s) - t0 )) s"
   fi
   for round in 1 2; do
-    for v in ${AB_VALUES:-1 0}; do
+    for v in ${AB_VALUES:-2 1 0}; do
       echo "== round $round KILN_CUDA_MOE_FUSE=$v"
       KILN_CUDA_MOE_FUSE=$v timeout 120 $D/bin/kiln bench -m "$f" --device cuda -p 0 -n 128 -r 3 2>&1 |
         grep -E "tg128"
@@ -185,7 +185,7 @@ if [[ " $WHAT " == *" moe "* ]]; then
         --parallel 8 -d 512 -r 2 2>&1 | grep -E "^\| |tok/s" | tail -2
     done
   done 2>&1 | tee -a "$OUTDIR/moe.log"
-  for v in 1 0; do
+  for v in 2 0; do
     echo "== roofline KILN_CUDA_MOE_FUSE=$v"
     KILN_CUDA_MOE_FUSE=$v timeout 120 $D/bin/kiln bench -m "$f" --device cuda -p 0 -n 64 -r 1 \
       --roofline 2>&1 | grep -vE "^I " | tail -25

@@ -1,17 +1,19 @@
 // The CUDA backend's fused MoE decode form (KILN_CUDA_MOE_FUSE=1: router + top-k, gate + up,
 // down + combine in one launch each; moe_decode.cu) against its unfused form on a quantized
-// qwen3moe model: the decode steps' logits within 1e-3 of the largest. The quantized parts give
-// the same bits (tests/unit/cuda/moe_decode_test.cpp); the F32 router's logits are a warp's
-// fp32 sum in another order than the direct kernel's, so the routing weights, and the logits
-// after them, move by rounding (~1e-6): a difference of zero would mean the fused form did not
-// run. Prefill steps (more than 8 tokens) take the unfused form in both. A CUDA test: skipped
-// unless KILN_TEST_DEVICE names a GPU backend.
+// qwen3moe model: the decode steps' logits within 1e-3 of the largest; with the activation in
+// gate and up's launch too (KILN_CUDA_MOE_FUSE=2), bit for bit those of the first form. The
+// quantized parts give the same bits (tests/unit/cuda/moe_decode_test.cpp); the F32 router's
+// logits are a warp's fp32 sum in another order than the direct kernel's, so the routing
+// weights, and the logits after them, move by rounding (~1e-6): a difference of zero would mean
+// the fused form did not run. Prefill steps (more than 8 tokens) take the unfused form in all.
+// A CUDA test: skipped unless KILN_TEST_DEVICE names a GPU backend.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 
@@ -123,6 +125,12 @@ TEST(MoeDecodeFusion, FusedFormEqualsUnfusedWithinRounding) {
   ASSERT_NE(m, nullptr);
   const auto off = decode_logits(*m, "0");
   const auto on = decode_logits(*m, "1");
+  // The activation in gate and up's launch too: the same bits as "1".
+  const auto act = decode_logits(*m, "2");
+  ASSERT_EQ(act.size(), on.size());
+  for (size_t i = 0; i < act.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(act[i].data(), on[i].data(), on[i].size() * sizeof(float)))
+        << "decode step " << i << ": KILN_CUDA_MOE_FUSE=2 against 1";
   ASSERT_EQ(on.size(), off.size());
   ASSERT_FALSE(off.empty());
   float worst = 0.0f;
