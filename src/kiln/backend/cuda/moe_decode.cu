@@ -50,25 +50,34 @@ struct RouteArgs {
   uint32_t* counter;
 };
 
-// An F32 row's dot with T tokens: a lane's float4s at lane, lane + 32, ... in order, fp32 FMAs.
+// An F32 row's dot with T tokens: a lane's float4s at lane, lane + 32, ... in order, fp32 FMAs;
+// eight of a lane's loads in flight at a time (a Qwen3-30B-A3B router is 128 rows of 8 KiB, one
+// warp each: the whole 1 MiB in flight in two rounds).
 template <int T>
 __device__ __forceinline__ void f32_row_dot(const float* w, int64_t n_in, const float* x, int n,
                                             int lane, float* acc) {
+  constexpr int kInFlight = 8;
 #pragma unroll
   for (int t = 0; t < T; ++t) acc[t] = 0.0f;
   const int64_t n4 = n_in / 4;
   const float4* w4 = reinterpret_cast<const float4*>(w);
-#pragma unroll 4
-  for (int64_t i = lane; i < n4; i += 32) {
-    const float4 a = __ldg(w4 + i);
+  for (int64_t i0 = lane; i0 < n4; i0 += 32 * kInFlight) {
+    float4 a[kInFlight];
 #pragma unroll
-    for (int t = 0; t < T; ++t) {
-      if (t < n) {
-        const float4 b = __ldg(reinterpret_cast<const float4*>(x + t * n_in) + i);
-        acc[t] = fmaf(a.x, b.x, acc[t]);
-        acc[t] = fmaf(a.y, b.y, acc[t]);
-        acc[t] = fmaf(a.z, b.z, acc[t]);
-        acc[t] = fmaf(a.w, b.w, acc[t]);
+    for (int u = 0; u < kInFlight; ++u)
+      if (i0 + 32 * u < n4) a[u] = __ldg(w4 + i0 + 32 * u);
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      if (i0 + 32 * u >= n4) break;
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        if (t < n) {
+          const float4 b = __ldg(reinterpret_cast<const float4*>(x + t * n_in) + i0 + 32 * u);
+          acc[t] = fmaf(a[u].x, b.x, acc[t]);
+          acc[t] = fmaf(a[u].y, b.y, acc[t]);
+          acc[t] = fmaf(a[u].z, b.z, acc[t]);
+          acc[t] = fmaf(a[u].w, b.w, acc[t]);
+        }
       }
     }
   }
