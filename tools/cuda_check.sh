@@ -12,8 +12,9 @@
 #           step's token flags, default --max-batch-tokens 2048 --step-prompt-tokens 0);
 #           profile: ncu over decode steps (PROFILE_BENCH: other kiln bench flags, e.g. a
 #           prefill's; NCU_SKIP / NCU_COUNT: the launches skipped and profiled)
-#   prefill pp512 and pp4096 with AB_VAR (default KILN_CUDA_F16_WEIGHTS) set to each of
-#           AB_VALUES (default 1 0), alternated over two rounds, on the first bench model
+#   prefill pp512 and pp4096 with each of AB_VAR (default KILN_CUDA_F16_WEIGHTS
+#           KILN_CUDA_ATTN_EXP2) set to each of AB_VALUES (default 1 0), alternated over two
+#           rounds, on the first bench model
 #   det     --deterministic: its kernel, model and engine tests on CUDA, then its cost on the 8B
 #           Q4_K_M file (batch 1 tg128/pp512 and 16/64 sequences at depth 512, alternated with
 #           the default; bench models are made first when missing)
@@ -154,14 +155,16 @@ if [[ " $WHAT " == *" ab "* ]]; then
 fi
 if [[ " $WHAT " == *" prefill "* ]]; then
   f=$(ls /tmp/kiln-models/*.gguf | head -1)
+  for var in ${AB_VAR:-KILN_CUDA_F16_WEIGHTS KILN_CUDA_ATTN_EXP2}; do
   for round in 1 2; do
     for v in ${AB_VALUES:-1 0}; do
-      echo "== round $round ${AB_VAR:-KILN_CUDA_F16_WEIGHTS}=$v $(basename $f)"
-      env ${AB_VAR:-KILN_CUDA_F16_WEIGHTS}=$v timeout 120 $D/bin/kiln bench -m "$f" \
+      echo "== round $round $var=$v $(basename $f)"
+      env $var=$v timeout 120 $D/bin/kiln bench -m "$f" \
         --device cuda -p 512 -n 0 -r 3 2>&1 | grep -E "pp512"
-      env ${AB_VAR:-KILN_CUDA_F16_WEIGHTS}=$v timeout 120 $D/bin/kiln bench -m "$f" \
+      env $var=$v timeout 120 $D/bin/kiln bench -m "$f" \
         --device cuda -p 4096 -n 0 -b 4096 -r 3 2>&1 | grep -E "pp4096"
     done
+  done
   done 2>&1 | tee -a "$OUTDIR/prefill.log"
 fi
 if [[ " $WHAT " == *" moe "* ]]; then
