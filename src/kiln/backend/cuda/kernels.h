@@ -322,8 +322,8 @@ bool matvec_id_pair(const Weight& first, const Weight& second, int64_t n_expert,
 // a row of `stacked` (16: half a warp, for rows of at most 16 parts; KILN_CUDA_MATVEC_ID_HALF).
 bool matvec_k_coalesced();
 int matvec_id_lanes(const Weight& stacked);
-// F16 / BF16 weights with 16-byte aligned rows (and x): ys[i][t] = ws[i] x[t] as above, one warp
-// per row, fp32 arithmetic on the exact weights (~1e-5).
+// F16 / BF16 / F32 weights with 16-byte aligned rows (and x): ys[i][t] = ws[i] x[t] as above, one
+// warp per row, fp32 arithmetic on the exact weights (~1e-5).
 bool matvec_half_supports(const Weight& w, const float* x);
 void matvec_half(const Weight* const* ws, float* const* ys, int n_w, const float* x,
                  int64_t n_tokens, cudaStream_t s);

@@ -1,6 +1,6 @@
 // Matrix-vector products for decode batches of up to 8 tokens: int8 dot products (dp4a) for
 // the types real models store their big matrices in (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K), and fp32
-// FMAs on F16 / BF16 rows (the last part of this file).
+// FMAs on F16 / BF16 / F32 rows (the last part of this file).
 //
 // The activations are quantized first (quantize_q8_32): per 32 consecutive values of a row, an
 // fp32 scale d = max|x| / 127, int8 levels round(x / d), and d times the sum of the 32 levels
@@ -335,8 +335,9 @@ __global__ void __launch_bounds__(kThreads) matvec_id_kernel(const MatvecIdArgs 
   store_row<1, kLanes>(acc, lane, 1, (second ? a.y2 : a.y) + p * a.n_out, a.n_out, r, valid);
 }
 
-// F16 / BF16 rows with fp32 activations: the same warp-per-row layout, 8 weights (16 bytes)
-// per lane per step, fp32 FMAs on the exact weights (within ~1e-5 of the reference).
+// F16 / BF16 (and F32: MoE routers) rows with fp32 activations: the same warp-per-row layout,
+// 8 weights (16 bytes; F32: 32) per lane per step, fp32 FMAs on the exact weights (within ~1e-5
+// of the reference).
 struct HalfArgs {
   Seg seg[kMaxSegs];
   int n_segs;
@@ -345,6 +346,9 @@ struct HalfArgs {
   const float* x;  // [n_tokens, n_in], 16-byte aligned rows
   int n_tokens;
 };
+
+// The 16-bit and fp32 rows' element types (matvec_half_kernel's kKind).
+constexpr int kKindF16 = 0, kKindBf16 = 1, kKindF32 = 2;
 
 template <bool kBf16>
 __device__ __forceinline__ void unpack_half8(uint4 q, float* f) {
@@ -362,11 +366,23 @@ __device__ __forceinline__ void unpack_half8(uint4 q, float* f) {
   }
 }
 
-// acc[t] += the 8 weights at word i of the row (w8) . x[t][8 i, 8 i + 8), in order.
-template <bool kBf16, int T>
-__device__ __forceinline__ void half_step(uint4 w8, const HalfArgs& a, int64_t i, float* acc) {
-  float f[8];
-  unpack_half8<kBf16>(w8, f);
+// Weights 8 i .. 8 i + 8 of a row as fp32: one 16-byte load of 16-bit values, two of fp32.
+template <int kKind>
+__device__ __forceinline__ void load_w8(const uint4* w, int64_t i, float* f) {
+  if constexpr (kKind == kKindF32) {
+    const uint4 a = __ldg(w + 2 * i), b = __ldg(w + 2 * i + 1);
+    const uint32_t u[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int k = 0; k < 8; ++k) f[k] = __uint_as_float(u[k]);
+  } else {
+    unpack_half8<kKind == kKindBf16>(__ldg(w + i), f);
+  }
+}
+
+// acc[t] += the 8 weights f (at 8 i of the row) . x[t][8 i, 8 i + 8), in order.
+template <int T>
+__device__ __forceinline__ void half_step(const float* f, const HalfArgs& a, int64_t i,
+                                          float* acc) {
 #pragma unroll
   for (int t = 0; t < T; ++t) {
     if (t < a.n_tokens) {
@@ -385,7 +401,7 @@ __device__ __forceinline__ void half_step(uint4 w8, const HalfArgs& a, int64_t i
   }
 }
 
-template <bool kBf16, int T>
+template <int kKind, int T>
 __global__ void __launch_bounds__(kThreads) matvec_half_kernel(const HalfArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t grow = int64_t{blockIdx.x} * kRowsPerCta + warp;
@@ -393,7 +409,11 @@ __global__ void __launch_bounds__(kThreads) matvec_half_kernel(const HalfArgs a)
   int64_t row = 0;
   const Seg g = find_seg(a.seg, a.n_segs, grow, row);
   const uint4* w = reinterpret_cast<const uint4*>(g.w + static_cast<uint64_t>(row) * a.row_bytes);
-  prefetch_l2(w, static_cast<int>(a.n_in * 2 < kPrefetchBytes ? a.n_in * 2 : kPrefetchBytes), lane);
+  constexpr int64_t kWeightBytes = kKind == kKindF32 ? 4 : 2;
+  prefetch_l2(w,
+              static_cast<int>(a.n_in * kWeightBytes < kPrefetchBytes ? a.n_in * kWeightBytes
+                                                                      : kPrefetchBytes),
+              lane);
   pdl_start();
   float acc[T];
 #pragma unroll
@@ -402,7 +422,11 @@ __global__ void __launch_bounds__(kThreads) matvec_half_kernel(const HalfArgs a)
   // (Loads batched explicitly, 2 or 4 per lane before their use, measured 6% slower on the 8B
   // F16 file: 183.5-183.7 against 196.1 tok/s.)
 #pragma unroll 4
-  for (int64_t i = lane; i < n8; i += 32) half_step<kBf16, T>(__ldg(w + i), a, i, acc);
+  for (int64_t i = lane; i < n8; i += 32) {
+    float f[8];
+    load_w8<kKind>(w, i, f);
+    half_step<T>(f, a, i, acc);
+  }
 #pragma unroll
   for (int t = 0; t < T; ++t) {
     float v = acc[t];
@@ -428,10 +452,10 @@ void launch_t(const Args& a, K1 k1, K2 k2, K4 k4, K8 k8, cudaStream_t s) {
   }
 }
 
-template <bool kBf16>
+template <int kKind>
 void launch_half(const HalfArgs& a, cudaStream_t s) {
-  launch_t(a, matvec_half_kernel<kBf16, 1>, matvec_half_kernel<kBf16, 2>,
-           matvec_half_kernel<kBf16, 4>, matvec_half_kernel<kBf16, kMatvecMaxTokens>, s);
+  launch_t(a, matvec_half_kernel<kKind, 1>, matvec_half_kernel<kKind, 2>,
+           matvec_half_kernel<kKind, 4>, matvec_half_kernel<kKind, kMatvecMaxTokens>, s);
 }
 
 // One warp per group of 32 values: d = max|x| / 127, q = round(x / d), and d * (the sum of the
@@ -666,7 +690,9 @@ bool matvec_supports(const Weight& w) {
 }
 
 bool matvec_half_supports(const Weight& w, const float* x) {
-  return (w.type == quant::Type::F16 || w.type == quant::Type::BF16) && w.n_in % 8 == 0 &&
+  return (w.type == quant::Type::F16 || w.type == quant::Type::BF16 ||
+          w.type == quant::Type::F32) &&
+         w.n_in % 8 == 0 &&
          reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && w.row_bytes % 16 == 0 &&
          reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
@@ -682,9 +708,11 @@ void matvec_half(const Weight* const* ws, float* const* ys, int n_w, const float
     a.x = x;
     a.n_tokens = static_cast<int>(n_tokens);
     if (ws[idx[0]]->type == quant::Type::BF16) {
-      launch_half<true>(a, s);
+      launch_half<kKindBf16>(a, s);
+    } else if (ws[idx[0]]->type == quant::Type::F32) {
+      launch_half<kKindF32>(a, s);
     } else {
-      launch_half<false>(a, s);
+      launch_half<kKindF16>(a, s);
     }
   });
 }
