@@ -170,10 +170,10 @@ TEST(CudaMatmul, EveryTypeMatchesReference) {
   }
 }
 
-// The F16/BF16 decode matvec on long rows (the down projection's 8-28 KiB): against the
+// The F16/BF16/F32 decode matvec on long rows (the down projection's 8-28 KiB): against the
 // reference at every token count, and a token's result alone equal to the same token inside a
-// batch, bitwise. 8200 values: 1025 16-byte words, a ragged last step; 37 rows: the last CTA
-// has one row.
+// batch, bitwise. 8200 values: 1025 steps of 8, a ragged last step; 37 rows: the last CTA has
+// one row.
 TEST(CudaMatmul, HalfMatvecLongRows) {
   KILN_REQUIRE_GPU();
   const uint64_t seed = fresh_seed();
@@ -181,7 +181,7 @@ TEST(CudaMatmul, HalfMatvecLongRows) {
   const int64_t n_in = 8200, n_out = 37;
   Ctx ctx(200, n_in, n_out);
   ASSERT_NE(ctx.p, nullptr);
-  for (Type t : {Type::F16, Type::BF16}) {
+  for (Type t : {Type::F16, Type::BF16, Type::F32}) {
     SCOPED_TRACE(testing::Message() << quant::type_name(t) << " seed=" << seed);
     check_matmul(ctx.p, t, n_in, n_out, rng);
     const std::vector<uint8_t> wb = quantized_rows(t, n_out, n_in, rng);
