@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (a device call carrying build-dev/ made by tools/cuda_pack.sh):
 # unpacks the binaries, then runs what is asked:
+#   new     the tests of kernels not yet run on a GPU (NEW_FILTER), each alone, then under
+#           compute-sanitizer memcheck and racecheck (a crash there leaves the rest of the
+#           call's sections their GPU): run it before tests
 #   tests   every CUDA kernel test, and the model and engine tests on the CUDA backend
 #           (KILN_TEST_DEVICE=cuda), under the paths the binaries were built with
 #   bench   kiln bench on random-weight Llama-shaped files made there (kiln make-model)
@@ -71,6 +74,26 @@ if [[ " $WHAT " == *" llama "* ]] && [ ! -x $LL/bin/llama-bench ]; then
     LLAMA_PID=$!
   fi
   echo "llama.cpp build started $(date +%T)"
+fi
+if [[ " $WHAT " == *" new "* ]]; then
+  export KILN_TEST_LLAMA3_TOKENIZER=$D/tokenizer/llama3
+  NF=${NEW_FILTER:-CudaMoeDecode.*:CudaMatmul.RowsMatvecEqualsPerWarpKernel:CudaMatmul.HalfMatvecLongRows:CudaMatmul.EveryTypeMatchesReference:CudaMatmul.Fp16CopyEqualsDequantizedChunks:CudaAttention.*:CudaMoe.*:CudaMatvecId.*}
+  IFS=':' read -ra new_tests <<< "$NF"
+  for t in "${new_tests[@]}"; do
+    log="$OUTDIR/new_${t//[^A-Za-z0-9_]/_}.log"
+    timeout 120 $D/bin/test_cuda --gtest_brief=1 --gtest_filter="$t" > "$log" 2>&1
+    echo "test_cuda $t rc=$?"; grep -E "FAILED|PASSED|SKIPPED|Failure|error" "$log" | head -8
+  done
+  KILN_TEST_DEVICE=cuda timeout 120 $D/bin/test_model --gtest_brief=1 \
+    --gtest_filter='MoeDecodeFusion.*' > "$OUTDIR/new_model.log" 2>&1
+  echo "test_model MoeDecodeFusion rc=$?"; grep -E "FAILED|PASSED|Failure|fused|Expected|Which" "$OUTDIR/new_model.log" | head -12
+  SF=${SANITIZE_FILTER:-CudaMoeDecode.*:CudaMatmul.RowsMatvecEqualsPerWarpKernel:CudaMatmul.HalfMatvecLongRows}
+  timeout 240 compute-sanitizer --tool memcheck $D/bin/test_cuda --gtest_brief=1 \
+    --gtest_filter="$SF" > "$OUTDIR/new_memcheck.log" 2>&1
+  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|Invalid|FAILED|PASSED" "$OUTDIR/new_memcheck.log" | head -8
+  timeout 240 compute-sanitizer --tool racecheck $D/bin/test_cuda --gtest_brief=1 \
+    --gtest_filter="${RACE_FILTER:-CudaMoeDecode.*}" > "$OUTDIR/new_racecheck.log" 2>&1
+  echo "racecheck rc=$?"; grep -E "ERROR SUMMARY|hazard|FAILED|PASSED" "$OUTDIR/new_racecheck.log" | head -8
 fi
 if [[ " $WHAT " == *" tests "* ]]; then
   export KILN_TEST_LLAMA3_TOKENIZER=$D/tokenizer/llama3  # CrossBackend.* (test_model)
