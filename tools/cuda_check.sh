@@ -77,7 +77,7 @@ if [[ " $WHAT " == *" llama "* ]] && [ ! -x $LL/bin/llama-bench ]; then
 fi
 if [[ " $WHAT " == *" new "* ]]; then
   export KILN_TEST_LLAMA3_TOKENIZER=$D/tokenizer/llama3
-  NF=${NEW_FILTER:-CudaMoeDecode.*:CudaMatmul.RowsMatvecEqualsPerWarpKernel:CudaMatmul.HalfMatvecLongRows:CudaMatmul.EveryTypeMatchesReference:CudaMatmul.Fp16CopyEqualsDequantizedChunks:CudaAttention.*:CudaMoe.*:CudaMatvecId.*}
+  NF=${NEW_FILTER:-CudaMoeDecode.*:CudaMatmul.RowsMatvecEqualsPerWarpKernel:CudaMatmul.HalfMatvecLongRows:CudaMatmul.EveryTypeMatchesReference:CudaMatmul.Fp16CopyEqualsDequantizedChunks:CudaMatmul.Fp16CopyTakesBatchedDecodeSteps:CudaAttention.*:CudaMoe.*:CudaMatvecId.*}
   IFS=':' read -ra new_tests <<< "$NF"
   for t in "${new_tests[@]}"; do
     log="$OUTDIR/new_${t//[^A-Za-z0-9_]/_}.log"

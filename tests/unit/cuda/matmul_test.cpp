@@ -546,6 +546,48 @@ TEST(CudaMatmul, Fp16CopyEqualsDequantizedChunks) {
   }
 }
 
+// KILN_CUDA_F16_COPY_TOKENS=N: steps of N+ tokens multiply a weight's fp16 copy on cuBLAS
+// instead of taking mmh or mmq (batched decode): bit for bit the dequantize + cuBLAS path.
+TEST(CudaMatmul, Fp16CopyTakesBatchedDecodeSteps) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int64_t n_in = 4096, n_out = 4096, n_tokens = 64;
+  setenv("KILN_CUDA_F16_COPY_TOKENS", "9", 1);  // read when a context is made
+  Ctx with_copy(n_tokens, n_in, n_out);
+  unsetenv("KILN_CUDA_F16_COPY_TOKENS");
+  Ctx chunks(n_tokens, n_in, n_out);
+  ASSERT_NE(with_copy.p, nullptr);
+  ASSERT_NE(chunks.p, nullptr);
+  backend::cuda::matmul_set_mmq(chunks.p, 0);  // dequantize + cuBLAS at 64 tokens
+  backend::cuda::matmul_set_mmh(chunks.p, 0);
+  for (Type type : {Type::Q4_K, Type::Q6_K}) {
+    SCOPED_TRACE(testing::Message() << quant::type_name(type) << " seed=" << seed);
+    const std::vector<uint8_t> wb = quantized_rows(type, n_out, n_in, rng);
+    test::DeviceVec<uint8_t> dw(wb);
+    const Weight w = weight_view(type, n_in, n_out, dw.get());
+    test::DeviceVec<uint16_t> copy(static_cast<size_t>(n_out * n_in));
+    backend::cuda::dequantize_rows_f16(w, 0, n_out, copy.get(), nullptr);
+    Weight wc = w;
+    wc.prepared = copy.get();
+    const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
+    test::DeviceVec<float> dx(x);
+    test::DeviceVec<float> dy(static_cast<size_t>(n_tokens * n_out));
+    auto run = [&](backend::cuda::MatmulContext* ctx, const Weight& ww) -> std::vector<float> {
+      EXPECT_EQ(cudaSuccess, cudaMemset(dy.get(), 0xff, static_cast<size_t>(n_tokens * n_out) * 4));
+      backend::cuda::matmul(ctx, ww, dx.get(), dy.get(), n_tokens, nullptr);
+      EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
+      return dy.to_host();
+    };
+    const std::vector<float> copied = run(with_copy.p, wc), chunked = run(chunks.p, w);
+    EXPECT_EQ(std::memcmp(copied.data(), chunked.data(), copied.size() * sizeof(float)), 0);
+    std::vector<float> ref(static_cast<size_t>(n_tokens * n_out));
+    backend::cpu::matmul_reference(weight_view(type, n_in, n_out, wb.data()), x.data(), ref.data(),
+                                   n_tokens, nullptr);
+    EXPECT_LE(rel_error(copied, ref), kFp16GemmBound);
+  }
+}
+
 TEST(CudaMatmul, ContextReportsItsBytes) {
   KILN_REQUIRE_GPU();
   Ctx ctx(16, 4096, 4096);

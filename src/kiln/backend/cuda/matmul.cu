@@ -51,6 +51,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
@@ -95,6 +96,10 @@ struct MatmulContext {
   int64_t max_tiles = 0;
   uint64_t device_bytes = 0;
   bool deterministic = false;  // matmul_set_deterministic
+  // Steps of at least this many tokens multiply a weight's fp16 copy (Weight::prepared) with
+  // cuBLAS instead of taking mmh or mmq on its quantized rows (KILN_CUDA_F16_COPY_TOKENS; by
+  // default only above their ranges, as before: to be measured on batched decode).
+  int64_t copy_min_tokens = INT64_MAX;
 };
 
 namespace {
@@ -511,6 +516,8 @@ MatmulContext* create_matmul_context(int64_t max_tokens, int64_t max_n_in, int64
   alloc(reinterpret_cast<void**>(&ctx->w16), static_cast<size_t>(ctx->w16_elems) * 2);
   const int64_t q_in = (std::max<int64_t>(1, max_n_in) + 255) / 256 * 256;
   ctx->mmq_max_tokens = mmq_enabled() ? kMmqDefaultTokens : 0;
+  if (const char* e = std::getenv("KILN_CUDA_F16_COPY_TOKENS"); e != nullptr && *e != '\0')
+    ctx->copy_min_tokens = std::max<int64_t>(kMatvecMaxTokens + 1, std::atoll(e));
   // The int8 activations hold up to kMmqMaxTokens rows (when mmq is on), so that a benchmark or
   // test can move the crossover (matmul_set_mmq).
   ctx->q8_tokens = std::max<int64_t>(
@@ -609,8 +616,16 @@ int64_t moe_tile_slots(int64_t n_pairs, int64_t n_expert, int tile_pairs) {
 // Whether mmh can take w at all (the token range, the context's scratch, the type).
 constexpr int kMaxShared = 16;  // matmul_shared's weights handled at once
 
+// Whether a step of n_tokens multiplies w's fp16 copy on cuBLAS rather than its quantized rows
+// on mmh or mmq (MatmulContext::copy_min_tokens).
+bool use_copy(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
+  return n_tokens >= ctx->copy_min_tokens && w.prepared != nullptr && w.n_mats <= 1 &&
+         w.type != quant::Type::F16;
+}
+
 bool mmh_fits(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
   return n_tokens > kMatvecMaxTokens && n_tokens <= ctx->mmh_max_tokens &&
+         !use_copy(ctx, w, n_tokens) &&
          (n_tokens + 7) / 8 * 8 * w.n_in <= ctx->x16_elems && w.n_in <= ctx->max_n_in &&
          mmh_supports(w);
 }
@@ -657,7 +672,7 @@ int mmh_members(const MatmulContext* ctx, const Weight* const* ws, int n_w, int6
 
 bool use_mmq(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
   if (n_tokens <= kMatvecMaxTokens || n_tokens > ctx->mmq_max_tokens || n_tokens > ctx->q8_tokens ||
-      w.n_in > ctx->max_n_in || !mmq_supports(w))
+      w.n_in > ctx->max_n_in || !mmq_supports(w) || use_copy(ctx, w, n_tokens))
     return false;
   return ctx->mmq_forced || n_tokens <= kMmqSmallTokens || w.n_in * w.n_out >= kMmqLargeWeight;
 }
