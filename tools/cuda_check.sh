@@ -77,7 +77,7 @@ if [[ " $WHAT " == *" llama "* ]] && [ ! -x $LL/bin/llama-bench ]; then
 fi
 if [[ " $WHAT " == *" new "* ]]; then
   export KILN_TEST_LLAMA3_TOKENIZER=$D/tokenizer/llama3
-  NF=${NEW_FILTER:-CudaMoeDecode.*:CudaMatmul.RowsMatvecEqualsPerWarpKernel:CudaMatmul.HalfMatvecLongRows:CudaMatmul.EveryTypeMatchesReference:CudaMatmul.Fp16CopyEqualsDequantizedChunks:CudaMatmul.Fp16CopyTakesBatchedDecodeSteps:CudaAttention.*:CudaMoe.*:CudaMatvecId.*}
+  NF=${NEW_FILTER:-CudaMoeDecode.*:CudaMatmul.RowsMatvecEqualsPerWarpKernel:CudaMatmul.MixedTypesInOneLaunchEqualTwoLaunches:CudaMatmul.HalfMatvecLongRows:CudaMatmul.EveryTypeMatchesReference:CudaMatmul.Fp16CopyEqualsDequantizedChunks:CudaMatmul.Fp16CopyTakesBatchedDecodeSteps:CudaAttention.*:CudaMoe.*:CudaMatvecId.*}
   IFS=':' read -ra new_tests <<< "$NF"
   for t in "${new_tests[@]}"; do
     log="$OUTDIR/new_${t//[^A-Za-z0-9_]/_}.log"
@@ -87,7 +87,7 @@ if [[ " $WHAT " == *" new "* ]]; then
   KILN_TEST_DEVICE=cuda timeout 120 $D/bin/test_model --gtest_brief=1 \
     --gtest_filter='MoeDecodeFusion.*' > "$OUTDIR/new_model.log" 2>&1
   echo "test_model MoeDecodeFusion rc=$?"; grep -E "FAILED|PASSED|Failure|fused|Expected|Which" "$OUTDIR/new_model.log" | head -12
-  SF=${SANITIZE_FILTER:-CudaMoeDecode.*:CudaMatmul.RowsMatvecEqualsPerWarpKernel:CudaMatmul.HalfMatvecLongRows}
+  SF=${SANITIZE_FILTER:-CudaMoeDecode.*:CudaMatmul.RowsMatvecEqualsPerWarpKernel:CudaMatmul.MixedTypesInOneLaunchEqualTwoLaunches:CudaMatmul.HalfMatvecLongRows}
   timeout 240 compute-sanitizer --tool memcheck $D/bin/test_cuda --gtest_brief=1 \
     --gtest_filter="$SF" > "$OUTDIR/new_memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|Invalid|FAILED|PASSED" "$OUTDIR/new_memcheck.log" | head -8

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <deque>
 #include <random>
+#include <sstream>
 #include <vector>
 
 #include "kiln/backend/cpu/matmul.h"
@@ -811,6 +812,66 @@ struct WeightSet {
     return y.to_host();
   }
 };
+
+// Two type groups in one launch (KILN_CUDA_MATVEC_MIXED, one token): q and k in Q4_K or Q5_K
+// with v in Q6_K, in either order, give the two launches' bits; other mixes and more tokens
+// keep their launches.
+TEST(CudaMatmul, MixedTypesInOneLaunchEqualTwoLaunches) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int64_t n_in = 2048;
+  Ctx ctx(8, n_in, 4096);
+  ASSERT_NE(ctx.p, nullptr);
+  struct Case {
+    std::vector<Type> types;
+    std::vector<int64_t> outs;
+    bool mixed;  // expected to take the one launch at one token
+  };
+  const bool was = backend::cuda::matvec_stream(), rows_was = backend::cuda::matvec_rows();
+  backend::cuda::matvec_set_stream(false);
+  backend::cuda::matvec_set_rows(false);
+  for (const Case& c : {Case{{Type::Q4_K, Type::Q4_K, Type::Q6_K}, {4096, 1024, 1024}, true},
+                        Case{{Type::Q6_K, Type::Q5_K, Type::Q5_K}, {513, 2048, 37}, true},
+                        Case{{Type::Q4_K, Type::Q6_K}, {3, 5}, true},
+                        Case{{Type::Q4_K, Type::Q8_0, Type::Q6_K}, {256, 256, 256}, false},
+                        Case{{Type::Q8_0, Type::Q6_K}, {256, 256}, false}}) {
+    std::ostringstream what;
+    for (size_t i = 0; i < c.types.size(); ++i)
+      what << quant::type_name(c.types[i]) << "x" << c.outs[i] << " ";
+    SCOPED_TRACE(what.str() + "seed=" + std::to_string(seed));
+    WeightSet set(c.types, c.outs, n_in, rng);
+    std::vector<const Weight*> wp;
+    for (const Weight& w : set.ws) wp.push_back(&w);
+    for (int64_t n_tokens : {1, 2}) {
+      const std::vector<float> x = representable(n_tokens * n_in, rng);
+      test::DeviceVec<float> dx(x);
+      std::vector<std::vector<float>> got[2];
+      for (int mixed = 0; mixed < 2; ++mixed) {
+        backend::cuda::matvec_set_mixed(mixed == 1);
+        const int64_t launched = backend::cuda::matvec_mixed_launched();
+        std::deque<test::DeviceVec<float>> ys;
+        std::vector<float*> yp;
+        for (int64_t n_out : c.outs) {
+          ys.emplace_back(static_cast<size_t>(n_tokens * n_out));
+          KILN_CUDA_OK(cudaMemset(ys.back().get(), 0xff, n_tokens * n_out * sizeof(float)));
+          yp.push_back(ys.back().get());
+        }
+        backend::cuda::matmul_shared(ctx.p, wp.data(), yp.data(), static_cast<int>(wp.size()),
+                                     dx.get(), n_tokens, nullptr);
+        KILN_CUDA_OK(cudaDeviceSynchronize());
+        for (const auto& y : ys) got[mixed].push_back(y.to_host());
+        EXPECT_EQ(backend::cuda::matvec_mixed_launched() > launched,
+                  mixed == 1 && n_tokens == 1 && c.mixed);
+      }
+      backend::cuda::matvec_set_mixed(false);
+      for (size_t i = 0; i < c.outs.size(); ++i)
+        EXPECT_EQ(got[1][i], got[0][i]) << "weight " << i << ", n_tokens=" << n_tokens;
+    }
+  }
+  backend::cuda::matvec_set_stream(was);
+  backend::cuda::matvec_set_rows(rows_was);
+}
 
 // matmul_shared (one input quantized once for several weights, of mixed paths) equals a matmul
 // per weight, bitwise.

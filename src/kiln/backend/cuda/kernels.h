@@ -303,6 +303,12 @@ void matvec_set_rows(bool on);
 bool matvec_rows();
 // Launches of the row-pipelined kernel so far (for tests: that it ran).
 int64_t matvec_rows_launched();
+// Whether matvec_q8 at one token launches weights of two groups, Q4_K or Q5_K and Q6_K (q/k and
+// v of the _M mixtures), in one kernel (bit for bit the two launches' results).
+// KILN_CUDA_MATVEC_MIXED=1 / 0 sets it at start; tests flip it. And its launches so far (for tests:
+// that it ran).
+void matvec_set_mixed(bool on);
+int64_t matvec_mixed_launched();
 // matmul_id's few-pair form (decode): y[p] = W_{ids[p]} x[x_rows[p]] for p < n_pairs, stacked
 // holding the experts' matrices back to back, x quantized by quantize_q8_32 (rows of n_in);
 // each pair's result bit for bit matvec_q8 of its expert's matrix on its row. Pairs whose id

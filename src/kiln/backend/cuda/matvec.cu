@@ -105,6 +105,44 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) matvec_kernel(const Matvec
   store_row<T>(acc, lane, a.n_tokens, g.y, g.n_out, row);
 }
 
+// Two weight groups of different types in one launch (an attention layer's q/k in Q4_K or Q5_K
+// and v in Q6_K, as the _M mixtures store half the layers' v): rows 0 .. rows1 - 1 of the launch
+// are the first group's (V1), the rest the second's (V2); each warp's row exactly as
+// matvec_kernel computes it for its group (the same bits), one launch instead of two.
+// KILN_CUDA_MATVEC_MIXED=1 turns it on (off by default until measured on a GPU).
+struct Matvec2Args {
+  MatvecArgs g1, g2;  // the same x and n_tokens
+};
+
+// One token (a decode step of one sequence); registers capped for kMinCtas CTAs an SM, the most
+// without spills (ptxas: 7 with Q4_K, 6 with Q5_K; at 2-8 tokens both paths together spilled).
+template <class V1, class V2, int kMinCtas>
+__global__ void __launch_bounds__(kThreads, kMinCtas) matvec2_kernel(const Matvec2Args a) {
+  constexpr int T = 1;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t grow = int64_t{blockIdx.x} * kRowsPerCta + warp;
+  const int64_t rows1 = a.g1.seg[a.g1.n_segs - 1].row_end;
+  const bool first = grow < rows1;
+  const MatvecArgs& g = first ? a.g1 : a.g2;
+  const int64_t grow_g = first ? grow : grow - rows1;
+  if (grow_g >= g.seg[g.n_segs - 1].row_end) return;
+  int64_t row = 0;
+  const Seg sg = find_seg(g.seg, g.n_segs, grow_g, row);
+  const uint8_t* w = sg.w + static_cast<uint64_t>(row) * g.row_bytes;
+  const int64_t bytes = g.n_blocks * (first ? V1::kBytes : V2::kBytes);
+  prefetch_l2(w, static_cast<int>(bytes < kPrefetchBytes ? bytes : kPrefetchBytes), lane);
+  pdl_start();
+  float acc[T];
+  if (first) {
+    row_dot<V1, T, 2>(w, g.n_blocks, g.xq, g.xds, g.xq_stride, g.xds_stride, g.n_tokens, lane,
+                      acc);
+  } else {
+    row_dot<V2, T, 2>(w, g.n_blocks, g.xq, g.xds, g.xq_stride, g.xds_stride, g.n_tokens, lane,
+                      acc);
+  }
+  store_row<T>(acc, lane, g.n_tokens, sg.y, sg.n_out, row);
+}
+
 // The row-pipelined matvec (one token): a persistent grid whose warps each take a run of
 // consecutive rows (numbered across the launch's weights, as matvec_kernel numbers them) and
 // walk them in chunks of kRowsChunk parts a lane (a row is one chunk or several), the next
@@ -544,6 +582,11 @@ bool k_coalesced() {
   return on;
 }
 
+std::atomic<int64_t>& mixed_launches() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
 std::atomic<int64_t>& rows_launches() {
   static std::atomic<int64_t> n{0};
   return n;
@@ -661,12 +704,78 @@ void fill_segs(Args& a, const Weight* const* ws, float* const* ys, const int* id
   a.row_bytes = ws[idx[0]]->row_bytes;
 }
 
+// KILN_CUDA_MATVEC_MIXED=1 / 0 at start; tests flip it (matvec_set_mixed).
+std::atomic<bool>& mixed_flag() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("KILN_CUDA_MATVEC_MIXED");
+    return e != nullptr && std::string_view(e) == "1";
+  }()};
+  return on;
+}
+
+// The weights of one matvec_q8 call at one token in one launch when they form exactly two
+// groups, Q4_K or Q5_K (coalesced parts) and Q6_K, in either order (matvec2_kernel), and neither
+// the row-pipelined nor the streaming kernel is asked for; false: launch them as matvec_q8 does.
+bool launch_mixed(const Weight* const* ws, float* const* ys, int n_w, const int8_t* xq,
+                  const float2* xds, int64_t n_tokens, cudaStream_t s) {
+  if (!mixed_flag().load(std::memory_order_relaxed) || n_tokens != 1 || stream_enabled() ||
+      rows_flag().load(std::memory_order_relaxed) || !k_coalesced() || !unroll_allowed())
+    return false;
+  int groups = 0;
+  int idx[2][kMaxSegs];
+  int cnt[2] = {0, 0};
+  bool fits = true;
+  for_each_group(ws, n_w, [&](const int* g, int n) {
+    if (groups < 2) {
+      for (int k = 0; k < n; ++k) idx[groups][k] = g[k];
+      cnt[groups] = n;
+    }
+    ++groups;
+    if (n <= 0) fits = false;
+  });
+  if (!fits || groups != 2) return false;
+  const quant::Type t0 = ws[idx[0][0]]->type, t1 = ws[idx[1][0]]->type;
+  const int q6 = t1 == quant::Type::Q6_K ? 1 : t0 == quant::Type::Q6_K ? 0 : -1;
+  if (q6 < 0) return false;
+  const int k45 = 1 - q6;
+  const quant::Type tk = ws[idx[k45][0]]->type;
+  if (tk != quant::Type::Q4_K && tk != quant::Type::Q5_K) return false;
+  if (ws[idx[0][0]]->n_in != ws[idx[1][0]]->n_in) return false;
+  Matvec2Args a{};
+  MatvecArgs* g[2] = {&a.g1, &a.g2};  // g1: the K-quant group, g2: the Q6_K one
+  const int order[2] = {k45, q6};
+  for (int i = 0; i < 2; ++i) {
+    MatvecArgs& m = *g[i];
+    fill_segs(m, ws, ys, idx[order[i]], cnt[order[i]]);
+    const Weight& w = *ws[idx[order[i]][0]];
+    m.xq = xq;
+    m.xds = xds;
+    m.xq_stride = w.n_in;
+    m.xds_stride = w.n_in / 32;
+    m.n_tokens = static_cast<int>(n_tokens);
+    m.n_blocks = w.n_in / 256;
+  }
+  const int64_t rows = a.g1.seg[a.g1.n_segs - 1].row_end + a.g2.seg[a.g2.n_segs - 1].row_end;
+  if (a.g1.seg[a.g1.n_segs - 1].row_end <= 0 || a.g2.seg[a.g2.n_segs - 1].row_end <= 0)
+    return false;
+  const dim3 grid(static_cast<unsigned>((rows + kRowsPerCta - 1) / kRowsPerCta));
+  if (tk == quant::Type::Q4_K) {
+    launch_pdl(matvec2_kernel<VQ4_Kc, VQ6_K, 7>, grid, dim3(kThreads), 0, s, a);
+  } else {
+    launch_pdl(matvec2_kernel<VQ5_Kc, VQ6_K, 6>, grid, dim3(kThreads), 0, s, a);
+  }
+  mixed_launches().fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 }  // namespace
 
 void matvec_set_stream(bool on) { stream_flag().store(on, std::memory_order_relaxed); }
 void matvec_set_rows(bool on) { rows_flag().store(on, std::memory_order_relaxed); }
 bool matvec_rows() { return rows_flag().load(std::memory_order_relaxed); }
 int64_t matvec_rows_launched() { return rows_launches().load(std::memory_order_relaxed); }
+void matvec_set_mixed(bool on) { mixed_flag().store(on, std::memory_order_relaxed); }
+int64_t matvec_mixed_launched() { return mixed_launches().load(std::memory_order_relaxed); }
 bool matvec_stream() { return stream_enabled(); }
 
 bool matvec_supports(const Weight& w) {
@@ -730,6 +839,7 @@ void quantize_q8_32(const float* x, int64_t n_tokens, int64_t n_in, int8_t* xq, 
 void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t* xq,
                const float2* xds, int64_t n_tokens, cudaStream_t s) {
   if (n_tokens <= 0 || n_tokens > kMatvecMaxTokens || n_w <= 0 || n_w > 32) return;
+  if (launch_mixed(ws, ys, n_w, xq, xds, n_tokens, s)) return;
   for_each_group(ws, n_w, [&](const int* idx, int n) {
     MatvecArgs a{};
     fill_segs(a, ws, ys, idx, n);
