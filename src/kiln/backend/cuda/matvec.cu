@@ -331,15 +331,8 @@ __global__ void __launch_bounds__(kStreamThreads) matvec_stream_kernel(const Str
 // gate and up experts, the same shape and type), rows n_out .. 2 n_out - 1 of the launch are
 // w2's into y2: two matmuls in one launch, each row's bits as its own launch would give.
 struct MatvecIdArgs {
-  const uint8_t* w;
+  ExpertRows e;
   const uint8_t* w2;  // null: one weight
-  uint64_t row_bytes, expert_bytes;
-  int64_t n_out, n_blocks, n_expert;
-  const int8_t* xq;
-  const float2* xds;
-  int64_t xq_stride, xds_stride;
-  const int32_t* ids;
-  const int32_t* x_rows;
   float* y;
   float* y2;
 };
@@ -353,24 +346,25 @@ __global__ void __launch_bounds__(kThreads) matvec_id_kernel(const MatvecIdArgs 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % kLanes;
   const int64_t row =
       (int64_t{blockIdx.x} * kRowsPerCta + warp) * kRows + (threadIdx.x % 32) / kLanes;
+  const ExpertRows& e = a.e;
   const int64_t p = blockIdx.y;
   pdl_start();  // ids and x come from the kernels before
-  const int32_t e = a.ids[p];
-  if (e < 0 || e >= a.n_expert) return;
-  const int64_t n_rows = a.w2 != nullptr ? 2 * a.n_out : a.n_out;
+  const int32_t ex = e.ids[p];
+  if (ex < 0 || ex >= e.n_expert) return;
+  const int64_t n_rows = a.w2 != nullptr ? 2 * e.n_out : e.n_out;
   if (kRows == 1 && row >= n_rows) return;
   const bool valid = row < n_rows;  // both halves reach the shuffles
-  const bool second = row >= a.n_out;
-  const int64_t r = second ? row - a.n_out : row;
-  const int64_t xr = a.x_rows[p];
-  const uint8_t* w = (second ? a.w2 : a.w) + static_cast<uint64_t>(e) * a.expert_bytes +
-                     static_cast<uint64_t>(valid ? r : 0) * a.row_bytes;
-  const int8_t* xq = a.xq + xr * a.xq_stride;
-  const float2* xds = a.xds + xr * a.xds_stride;
+  const bool second = row >= e.n_out;
+  const int64_t r = second ? row - e.n_out : row;
+  const int64_t xr = e.x_rows[p];
+  const uint8_t* w = (second ? a.w2 : e.w) + static_cast<uint64_t>(ex) * e.expert_bytes +
+                     static_cast<uint64_t>(valid ? r : 0) * e.row_bytes;
+  const int8_t* xq = e.xq + xr * e.xq_stride;
+  const float2* xds = e.xds + xr * e.xds_stride;
   float acc[1];
-  row_dot<V, 1, 1, LdGlobal, kLanes>(w, valid ? a.n_blocks : 0, xq, xds, a.xq_stride,
-                                     a.xds_stride, 1, lane, acc);
-  store_row<1, kLanes>(acc, lane, 1, (second ? a.y2 : a.y) + p * a.n_out, a.n_out, r, valid);
+  row_dot<V, 1, 1, LdGlobal, kLanes>(w, valid ? e.n_blocks : 0, xq, xds, e.xq_stride,
+                                     e.xds_stride, 1, lane, acc);
+  store_row<1, kLanes>(acc, lane, 1, (second ? a.y2 : a.y) + p * e.n_out, e.n_out, r, valid);
 }
 
 // F16 / BF16 (and F32: MoE routers) rows with fp32 activations: the same warp-per-row layout,
@@ -918,7 +912,7 @@ bool launch_id(const Weight& stacked, MatvecIdArgs& a, int64_t n_rows, int64_t n
                   static_cast<unsigned>(n_pairs));
   return with_part_type(stacked, k_coalesced(), [&](auto v, int64_t n_blocks) {
     using V = decltype(v);
-    a.n_blocks = n_blocks;
+    a.e.n_blocks = n_blocks;
     if (half) {
       launch_pdl(matvec_id_kernel<V, 16>, grid, dim3(kThreads), 0, s, a);
     } else {
@@ -931,17 +925,7 @@ bool launch_id(const Weight& stacked, MatvecIdArgs& a, int64_t n_rows, int64_t n
 MatvecIdArgs id_args(const Weight& stacked, int64_t n_expert, const int8_t* xq, const float2* xds,
                      const int32_t* x_rows, const int32_t* ids, float* y) {
   MatvecIdArgs a{};
-  a.w = stacked.data;
-  a.row_bytes = stacked.row_bytes;
-  a.expert_bytes = static_cast<uint64_t>(stacked.n_out) * stacked.row_bytes;
-  a.n_out = stacked.n_out;
-  a.n_expert = n_expert;
-  a.xq = xq;
-  a.xds = xds;
-  a.xq_stride = stacked.n_in;
-  a.xds_stride = stacked.n_in / 32;
-  a.ids = ids;
-  a.x_rows = x_rows;
+  a.e = expert_rows(stacked, n_expert, xq, xds, x_rows, ids);
   a.y = y;
   return a;
 }

@@ -435,6 +435,36 @@ __device__ __forceinline__ void store_row(const float* acc, int lane, int n, flo
   }
 }
 
+// The rows of stacked experts' matrices a (pair, output row) reads, and each pair's expert and
+// int8 activation row: what matvec_id and the MoE decode kernels share. n_blocks is set by the
+// launcher with the part type (with_part_type).
+struct ExpertRows {
+  const uint8_t* w;  // expert e's row r at w + e * expert_bytes + r * row_bytes
+  uint64_t row_bytes, expert_bytes;
+  int64_t n_out, n_blocks, n_expert;
+  const int8_t* xq;    // activation rows of n_in levels
+  const float2* xds;   // and their (d, sum) pairs
+  int64_t xq_stride, xds_stride;
+  const int32_t* ids;     // [pairs]: the pair's expert
+  const int32_t* x_rows;  // [pairs]: the pair's activation row (null: row p, where a kernel says)
+};
+inline ExpertRows expert_rows(const Weight& stacked, int64_t n_expert, const int8_t* xq,
+                              const float2* xds, const int32_t* x_rows, const int32_t* ids) {
+  ExpertRows e{};
+  e.w = stacked.data;
+  e.row_bytes = stacked.row_bytes;
+  e.expert_bytes = static_cast<uint64_t>(stacked.n_out) * stacked.row_bytes;
+  e.n_out = stacked.n_out;
+  e.n_expert = n_expert;
+  e.xq = xq;
+  e.xds = xds;
+  e.xq_stride = stacked.n_in;
+  e.xds_stride = stacked.n_in / 32;
+  e.ids = ids;
+  e.x_rows = x_rows;
+  return e;
+}
+
 // Calls f(V{}, n_blocks) with the part type the int8 matvec reads w's rows with (Q4_K and Q5_K:
 // the coalesced parts when k_coalesced, as matvec_k_coalesced says) and the row's blocks, and
 // returns what f returns; false for a type the matvec does not take. For the host launchers of

@@ -128,14 +128,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteArgs a) 
 // ---- moe_down_combine ----------------------------------------------------------------------
 
 struct CombineArgs {
-  const uint8_t* w;
-  uint64_t row_bytes, expert_bytes;
-  int64_t n_out, n_blocks, n_expert;
-  const int8_t* xq;
-  const float2* xds;
-  int64_t xq_stride, xds_stride;
-  const int32_t* ids;
-  const int32_t* x_rows;  // null: pair p reads row p
+  ExpertRows e;  // x_rows null: pair p reads row p
   const float* weights;
   int32_t k;
   int rows;  // output rows a CTA: max(1, workers / k)
@@ -151,6 +144,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_combine_kernel(const Combin
   constexpr int kWorkers = kThreads / kLanes;
   __shared__ float part[kMaxK];  // rows * k <= max(kWorkers, k) <= 32
   const int worker = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
+  const ExpertRows& e = a.e;
   const int64_t t = blockIdx.y;
   const int tasks = a.rows * a.k;
   pdl_start();  // ids, weights and x come from the kernels before
@@ -160,15 +154,15 @@ __global__ void __launch_bounds__(kThreads) moe_down_combine_kernel(const Combin
     const int rr = task / a.k, j = task - rr * a.k;
     const int64_t row = int64_t{blockIdx.x} * a.rows + rr;
     const int64_t p = t * a.k + j;
-    const bool in_range = task < tasks && row < a.n_out;
-    const int32_t e = in_range ? a.ids[p] : -1;
-    const bool valid = e >= 0 && e < a.n_expert;
-    const int64_t xr = !valid ? 0 : a.x_rows != nullptr ? a.x_rows[p] : p;
-    const uint8_t* w = a.w + static_cast<uint64_t>(valid ? e : 0) * a.expert_bytes +
-                       static_cast<uint64_t>(valid ? row : 0) * a.row_bytes;
+    const bool in_range = task < tasks && row < e.n_out;
+    const int32_t ex = in_range ? e.ids[p] : -1;
+    const bool valid = ex >= 0 && ex < e.n_expert;
+    const int64_t xr = !valid ? 0 : e.x_rows != nullptr ? e.x_rows[p] : p;
+    const uint8_t* w = e.w + static_cast<uint64_t>(valid ? ex : 0) * e.expert_bytes +
+                       static_cast<uint64_t>(valid ? row : 0) * e.row_bytes;
     float acc[1];
-    row_dot<V, 1, 1, LdGlobal, kLanes>(w, valid ? a.n_blocks : 0, a.xq + xr * a.xq_stride,
-                                       a.xds + xr * a.xds_stride, a.xq_stride, a.xds_stride, 1,
+    row_dot<V, 1, 1, LdGlobal, kLanes>(w, valid ? e.n_blocks : 0, e.xq + xr * e.xq_stride,
+                                       e.xds + xr * e.xds_stride, e.xq_stride, e.xds_stride, 1,
                                        lane, acc);
     const float v = row_sum<kLanes>(acc[0]);
     if (lane == 0 && task < tasks) part[task] = valid ? v : 0.0f;
@@ -176,11 +170,11 @@ __global__ void __launch_bounds__(kThreads) moe_down_combine_kernel(const Combin
   __syncthreads();
   if (threadIdx.x < a.rows) {
     const int64_t row = int64_t{blockIdx.x} * a.rows + threadIdx.x;
-    if (row < a.n_out) {
+    if (row < e.n_out) {
       float acc = 0.0f;
       for (int32_t j = 0; j < a.k; ++j)
         acc = __fadd_rn(acc, __fmul_rn(a.weights[t * a.k + j], part[threadIdx.x * a.k + j]));
-      a.out[t * a.n_out + row] = acc;
+      a.out[t * e.n_out + row] = acc;
     }
   }
 }
@@ -188,15 +182,8 @@ __global__ void __launch_bounds__(kThreads) moe_down_combine_kernel(const Combin
 // ---- moe_gate_up_act -------------------------------------------------------------------------
 
 struct ActArgs {
-  const uint8_t* w;   // gate experts
-  const uint8_t* w2;  // up experts
-  uint64_t row_bytes, expert_bytes;
-  int64_t n_ff, n_blocks, n_expert;
-  const int8_t* xq;
-  const float2* xds;
-  int64_t xq_stride, xds_stride;
-  const int32_t* ids;
-  const int32_t* x_rows;
+  ExpertRows e;       // the gate experts (n_out: n_ff)
+  const uint8_t* w2;  // the up experts
   float* act;     // [n_pairs, n_ff]
   int8_t* act_q;  // [n_pairs, n_ff]
   float2* act_ds;  // [n_pairs, n_ff / 32]
@@ -239,21 +226,22 @@ __global__ void __launch_bounds__(kActThreads) moe_gate_up_act_kernel(const ActA
   constexpr int kPer = kTasks / kWorkers;  // 4 (warps) or 2 (half warps)
   __shared__ float val[kTasks];            // gate 0..31, up 32..63
   const int worker = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
+  const ExpertRows& e = a.e;
   const int64_t p = blockIdx.y;
   const int64_t i0 = int64_t{blockIdx.x} * kActValues;
   pdl_start();  // ids and x come from the kernels before
-  const int32_t e = a.ids[p];
-  if (e < 0 || e >= a.n_expert) return;  // CTA-uniform: the pair's outputs stay as they were
-  const int64_t xr = a.x_rows[p];
+  const int32_t ex = e.ids[p];
+  if (ex < 0 || ex >= e.n_expert) return;  // CTA-uniform: the pair's outputs stay as they were
+  const int64_t xr = e.x_rows[p];
   const uint8_t* rows[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int t = worker + k * kWorkers;
-    rows[k] = (t < kActValues ? a.w : a.w2) + static_cast<uint64_t>(e) * a.expert_bytes +
-              static_cast<uint64_t>(i0 + t % kActValues) * a.row_bytes;
+    rows[k] = (t < kActValues ? e.w : a.w2) + static_cast<uint64_t>(ex) * e.expert_bytes +
+              static_cast<uint64_t>(i0 + t % kActValues) * e.row_bytes;
   }
   float acc[kPer];
-  rows_dot<V, kPer, kLanes>(rows, a.n_blocks, a.xq + xr * a.xq_stride, a.xds + xr * a.xds_stride,
+  rows_dot<V, kPer, kLanes>(rows, e.n_blocks, e.xq + xr * e.xq_stride, e.xds + xr * e.xds_stride,
                             lane, acc);
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
@@ -265,7 +253,7 @@ __global__ void __launch_bounds__(kActThreads) moe_gate_up_act_kernel(const ActA
   const int l = threadIdx.x;  // lanes 0..7 hold four values each
   const bool active = l < kActValues / 4;
   float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  const int64_t o = p * a.n_ff + i0 + 4 * l;
+  const int64_t o = p * e.n_out + i0 + 4 * l;
   if (active) {
     v = make_float4(swiglu_value(val[4 * l], val[kActValues + 4 * l]),
                     swiglu_value(val[4 * l + 1], val[kActValues + 4 * l + 1]),
@@ -273,7 +261,7 @@ __global__ void __launch_bounds__(kActThreads) moe_gate_up_act_kernel(const ActA
                     swiglu_value(val[4 * l + 3], val[kActValues + 4 * l + 3]));
     *reinterpret_cast<float4*>(a.act + o) = v;
   }
-  q8_group4(v, active, a.act_q + o, a.act_ds + (p * a.n_ff + i0) / 32);
+  q8_group4(v, active, a.act_q + o, a.act_ds + (p * e.n_out + i0) / 32);
 }
 
 }  // namespace
@@ -333,17 +321,7 @@ bool moe_down_combine(const Weight& stacked, int64_t n_expert, const int8_t* xq,
   const int lanes = matvec_id_lanes(stacked);
   const int workers = kThreads / lanes;
   CombineArgs a{};
-  a.w = stacked.data;
-  a.row_bytes = stacked.row_bytes;
-  a.expert_bytes = static_cast<uint64_t>(stacked.n_out) * stacked.row_bytes;
-  a.n_out = stacked.n_out;
-  a.n_expert = n_expert;
-  a.xq = xq;
-  a.xds = xds;
-  a.xq_stride = stacked.n_in;
-  a.xds_stride = stacked.n_in / 32;
-  a.ids = ids;
-  a.x_rows = x_rows;
+  a.e = expert_rows(stacked, n_expert, xq, xds, x_rows, ids);
   a.weights = weights;
   a.k = k;
   a.rows = workers > k ? workers / k : 1;
@@ -352,7 +330,7 @@ bool moe_down_combine(const Weight& stacked, int64_t n_expert, const int8_t* xq,
                   static_cast<unsigned>(n_tokens));
   return with_part_type(stacked, matvec_k_coalesced(), [&](auto v, int64_t n_blocks) {
     using V = decltype(v);
-    a.n_blocks = n_blocks;
+    a.e.n_blocks = n_blocks;
     if (lanes == 16) {
       launch_pdl(moe_down_combine_kernel<V, 16>, grid, dim3(kThreads), 0, s, a);
     } else {
@@ -371,18 +349,8 @@ bool moe_gate_up_act(const Weight& gate, const Weight& up, int64_t n_expert, con
       reinterpret_cast<uintptr_t>(act) % 16 != 0 || act_q == nullptr || act_ds == nullptr)
     return false;
   ActArgs a{};
-  a.w = gate.data;
+  a.e = expert_rows(gate, n_expert, xq, xds, x_rows, ids);
   a.w2 = up.data;
-  a.row_bytes = gate.row_bytes;
-  a.expert_bytes = static_cast<uint64_t>(gate.n_out) * gate.row_bytes;
-  a.n_ff = gate.n_out;
-  a.n_expert = n_expert;
-  a.xq = xq;
-  a.xds = xds;
-  a.xq_stride = gate.n_in;
-  a.xds_stride = gate.n_in / 32;
-  a.ids = ids;
-  a.x_rows = x_rows;
   a.act = act;
   a.act_q = act_q;
   a.act_ds = act_ds;
@@ -390,7 +358,7 @@ bool moe_gate_up_act(const Weight& gate, const Weight& up, int64_t n_expert, con
   const bool half = matvec_id_lanes(gate) == 16;
   return with_part_type(gate, matvec_k_coalesced(), [&](auto v, int64_t n_blocks) {
     using V = decltype(v);
-    a.n_blocks = n_blocks;
+    a.e.n_blocks = n_blocks;
     if (half) {
       launch_pdl(moe_gate_up_act_kernel<V, 16>, grid, dim3(kActThreads), 0, s, a);
     } else {
