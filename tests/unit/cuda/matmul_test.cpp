@@ -506,6 +506,24 @@ TEST(CudaMatmul, GraphReplayEqualsEager) {
   }
 }
 
+// A quantized weight (host bytes, device copy, view) and the same view with its fp16 copy in
+// `prepared`, as the CUDA backend makes it at load.
+struct CopiedWeight {
+  std::vector<uint8_t> host;
+  test::DeviceVec<uint8_t> dev;
+  test::DeviceVec<uint16_t> copy;
+  Weight w, with_copy;
+  CopiedWeight(Type type, int64_t n_out, int64_t n_in, std::mt19937_64& rng)
+      : host(quantized_rows(type, n_out, n_in, rng)),
+        dev(host),
+        copy(static_cast<size_t>(n_out * n_in)),
+        w(weight_view(type, n_in, n_out, dev.get())),
+        with_copy(w) {
+    backend::cuda::dequantize_rows_f16(w, 0, n_out, copy.get(), nullptr);
+    with_copy.prepared = copy.get();
+  }
+};
+
 // A quantized weight whose `prepared` holds its fp16 copy (the CUDA backend's, made at load)
 // is multiplied in place on the cuBLAS path: the bits of dequantizing it there (one chunk: the
 // same GEMM shape), and within the fp16 GEMM's bound of the reference; decode sizes ignore it.
@@ -518,13 +536,9 @@ TEST(CudaMatmul, Fp16CopyEqualsDequantizedChunks) {
   ASSERT_NE(ctx.p, nullptr);
   for (Type type : {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::Q4_0}) {
     SCOPED_TRACE(testing::Message() << quant::type_name(type) << " seed=" << seed);
-    const std::vector<uint8_t> wb = quantized_rows(type, n_out, n_in, rng);
-    test::DeviceVec<uint8_t> dw(wb);
-    const Weight w = weight_view(type, n_in, n_out, dw.get());
-    test::DeviceVec<uint16_t> copy(static_cast<size_t>(n_out * n_in));
-    backend::cuda::dequantize_rows_f16(w, 0, n_out, copy.get(), nullptr);
-    Weight wc = w;
-    wc.prepared = copy.get();
+    const CopiedWeight cw(type, n_out, n_in, rng);
+    const std::vector<uint8_t>& wb = cw.host;
+    const Weight &w = cw.w, &wc = cw.with_copy;
     for (int64_t n_tokens : {1, 300}) {
       const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
       test::DeviceVec<float> dx(x);
@@ -564,13 +578,9 @@ TEST(CudaMatmul, Fp16CopyTakesBatchedDecodeSteps) {
   backend::cuda::matmul_set_mmh(chunks.p, 0);
   for (Type type : {Type::Q4_K, Type::Q6_K}) {
     SCOPED_TRACE(testing::Message() << quant::type_name(type) << " seed=" << seed);
-    const std::vector<uint8_t> wb = quantized_rows(type, n_out, n_in, rng);
-    test::DeviceVec<uint8_t> dw(wb);
-    const Weight w = weight_view(type, n_in, n_out, dw.get());
-    test::DeviceVec<uint16_t> copy(static_cast<size_t>(n_out * n_in));
-    backend::cuda::dequantize_rows_f16(w, 0, n_out, copy.get(), nullptr);
-    Weight wc = w;
-    wc.prepared = copy.get();
+    const CopiedWeight cw(type, n_out, n_in, rng);
+    const std::vector<uint8_t>& wb = cw.host;
+    const Weight &w = cw.w, &wc = cw.with_copy;
     const std::vector<float> x = gaussian(static_cast<size_t>(n_tokens * n_in), rng);
     test::DeviceVec<float> dx(x);
     test::DeviceVec<float> dy(static_cast<size_t>(n_tokens * n_out));
