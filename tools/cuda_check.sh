@@ -12,7 +12,8 @@
 #           AB_VALUES (default 1 0), then with each build-dev/kiln-*.xz (another build)
 #   graphs  tg128 with and without CUDA graphs
 #   serve   kiln serve under kiln bench http (SERVE_FLAGS: more serve flags; SERVE_BATCH: the
-#           step's token flags, default --max-batch-tokens 2048 --step-prompt-tokens 0);
+#           step's token flags, default --max-batch-tokens 2048 --step-prompt-tokens 0;
+#           SERVE_BENCH_FLAGS: more bench http flags, e.g. --temperature 0.8);
 #           profile: ncu over decode steps (PROFILE_BENCH: other kiln bench flags, e.g. a
 #           prefill's; NCU_SKIP / NCU_COUNT: the launches skipped and profiled)
 #   prefill pp512 and pp4096 with each of AB_VAR (default KILN_CUDA_F16_WEIGHTS
@@ -265,7 +266,8 @@ if [[ " $WHAT " == *" serve "* ]]; then
   grep -E "memory plan|engine:" "$OUTDIR/serve.log"
   timeout ${SERVE_TIMEOUT:-150} $D/bin/kiln bench http --url http://127.0.0.1:18080 \
     --concurrency ${SERVE_CONC:-1,16,64} --requests ${SERVE_REQS:-64} --prompt-tokens 400 \
-    --max-tokens 256 --endpoint completions --server-metrics 2>&1 | tee -a "$OUTDIR/serve_bench.log"
+    --max-tokens 256 --endpoint completions --server-metrics ${SERVE_BENCH_FLAGS:-} 2>&1 |
+    tee -a "$OUTDIR/serve_bench.log"
   kill $SP; wait $SP 2>/dev/null
 fi
 if [[ " $WHAT " == *" e2e "* ]]; then

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -94,6 +95,23 @@ struct Engine::Impl {
       return std::string_view(e) == "1";
     return exec->asynchronous();
   }();
+
+  // The threads that sample a step's rows (EngineOptions::sample_threads); null: the engine
+  // thread samples them one after another. Idle workers sleep at once (no spinning): between
+  // steps the host's cores are the HTTP threads'.
+  std::unique_ptr<util::ThreadPool> sample_pool = [this]() -> std::unique_ptr<util::ThreadPool> {
+    int n = engine.opts_.sample_threads;
+    if (const char* e = std::getenv("KILN_ENGINE_SAMPLE_THREADS"); e != nullptr && *e != '\0')
+      n = std::clamp(std::atoi(e), 1, 4096);
+    if (n == 0) n = exec->asynchronous() ? std::min(util::default_num_threads(), 16) : 1;
+    if (n <= 1) return nullptr;
+    util::ThreadPool::Options o;
+    o.num_threads = n;
+    o.spin_us = 0;
+    return std::make_unique<util::ThreadPool>(o);
+  }();
+  // sample()'s per-row draws of the step, made in parallel before the rows are handed over.
+  std::vector<std::optional<SampleResult>> drawn;
 
   Impl(Engine& e, std::unique_ptr<backend::Backend> b, std::unique_ptr<Executor> x,
        const SchedulerConfig& cfg)
@@ -224,6 +242,38 @@ struct Engine::Impl {
     }
   }
 
+  // The unconstrained rows' draws in parallel on sample_pool (each row's sampler and history
+  // are its sequence's own: the same draws as one after another), into drawn[row]; the
+  // constrained ones (their grammar matchers) and everything after the draw stay on the engine
+  // thread, in row order.
+  void draw_in_parallel(const StepPlan& plan, std::span<const float> logits, size_t n_vocab) {
+    drawn.clear();
+    struct Job {
+      size_t row;
+      Active* a;
+      const Sequence* seq;
+    };
+    std::vector<Job> jobs;
+    size_t row = 0;
+    for (const ScheduledSeq& s : plan.seqs) {
+      if (!s.needs_logits) continue;
+      Active& a = active.at(s.id);
+      if (a.req.embed) continue;
+      const size_t this_row = row++;
+      if (a.gate == nullptr) jobs.push_back({this_row, &a, sched.find(s.id)});
+    }
+    if (jobs.size() < 2) return;
+    drawn.resize(row);
+    sample_pool->parallel_for_dynamic(
+        static_cast<int64_t>(jobs.size()), 1, [&](int64_t begin, int64_t end, int) {
+          for (int64_t i = begin; i < end; ++i) {
+            const Job& j = jobs[static_cast<size_t>(i)];
+            drawn[j.row] =
+                j.a->sampler.sample(logits.subspan(j.row * n_vocab, n_vocab), j.seq->tokens);
+          }
+        });
+  }
+
   // Samples each sequence that reached the end of its known tokens; emits token events.
   std::vector<SeqOutput> sample(const StepPlan& plan) {
     std::vector<SeqOutput> outputs;
@@ -232,6 +282,8 @@ struct Engine::Impl {
     // row's argmax id instead of its logits.
     const std::span<const float> logits = exec->logits();
     const std::span<const int32_t> argmax_ids = exec->argmax_ids();
+    drawn.clear();
+    if (argmax_ids.empty() && sample_pool != nullptr) draw_in_parallel(plan, logits, n_vocab);
     size_t row = 0;
     for (const ScheduledSeq& s : plan.seqs) {
       if (!s.needs_logits) continue;
@@ -242,6 +294,8 @@ struct Engine::Impl {
       SampleResult r;
       if (!argmax_ids.empty()) {
         r.token = argmax_ids[this_row];
+      } else if (this_row < drawn.size() && drawn[this_row].has_value()) {
+        r = std::move(*drawn[this_row]);
       } else {
         const std::span<const float> row_logits = logits.subspan(this_row * n_vocab, n_vocab);
         if (a.gate) {

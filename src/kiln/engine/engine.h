@@ -24,8 +24,13 @@ class Executor;
 
 struct EngineOptions {
   std::string model_path;
-  std::string device = "auto";             // cpu, cuda, cuda:N, auto (backend::create_backend)
-  int threads = 0;                         // CPU threads; 0: physical cores
+  std::string device = "auto";  // cpu, cuda, cuda:N, auto (backend::create_backend)
+  int threads = 0;              // CPU threads; 0: physical cores
+  // Host threads that sample a step's rows in parallel (each row's sampler is its own: the
+  // same tokens whatever the count). 0: on an asynchronous backend (a GPU, whose step waits
+  // for the host's sampling) the physical cores up to 16, else 1 (the CPU backend's threads
+  // are the forward's). KILN_ENGINE_SAMPLE_THREADS=N overrides it (1: one after another).
+  int sample_threads = 0;
   double gpu_memory_fraction = 0.9;        // of the GPU's memory, for weights + activations + KV
   int32_t n_ctx = 0;                       // context per sequence (prompt + generated);
                                            // 0: the model's trained context

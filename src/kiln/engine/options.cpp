@@ -7,6 +7,8 @@ namespace kiln::engine {
 Status validate(const EngineOptions& o) {
   if (o.threads < 0 || o.threads > 4096)
     return err("threads must be in [0, 4096], got {}", o.threads);
+  if (o.sample_threads < 0 || o.sample_threads > 4096)
+    return err("sample_threads must be in [0, 4096], got {}", o.sample_threads);
   if (o.n_ctx < 0) return err("n_ctx must be >= 0 (0: the model's), got {}", o.n_ctx);
   if (o.max_batch_tokens < 1)
     return err("max_batch_tokens must be >= 1, got {}", o.max_batch_tokens);

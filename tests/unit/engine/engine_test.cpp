@@ -253,6 +253,53 @@ TEST_F(EngineTest, DeviceArgmaxEqualsTheSamplersGreedyChoice) {
   }
 }
 
+// Seeded sampled requests (temperature, top-p, penalties) sampled on 4 host threads in one
+// batch draw the same tokens as each alone, and as an engine sampling on the engine thread:
+// each row's draw is its own sampler's.
+TEST(EngineSampling, ParallelHostSamplingDrawsWhatEachRowDrawsAlone) {
+  auto make = [](int sample_threads) {
+    EngineOptions o;
+    o.model_path = kModels + "stories260K.gguf";
+    o.device = test_device();
+    o.threads = 2;
+    o.n_ctx = 256;
+    o.max_seqs = 8;
+    o.max_batch_tokens = 64;
+    o.sample_threads = sample_threads;
+    auto e = std::make_unique<Engine>(o);
+    e->start();
+    EXPECT_TRUE(e->wait_ready().ok());
+    return e;
+  };
+  auto sampled = [](std::vector<int32_t> prompt, int i) {
+    GenerationRequest r;
+    r.prompt_tokens = std::move(prompt);
+    r.max_tokens = 24;
+    r.sampling.temperature = 0.9f;
+    r.sampling.top_p = 0.95f;
+    r.sampling.repetition_penalty = 1.1f;
+    r.sampling.seed = 1000 + static_cast<uint64_t>(i);
+    return r;
+  };
+  const std::vector<std::vector<int32_t>> prompts = varied_prompts(8);
+  auto parallel = make(4), serial = make(1);
+  std::vector<Result> alone;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    alone.push_back(drain(submit_ok(*serial, sampled(prompts[i], static_cast<int>(i)))));
+  std::vector<std::shared_ptr<RequestChannel>> chans;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    chans.push_back(submit_ok(*parallel, sampled(prompts[i], static_cast<int>(i))));
+  bool any_differ_from_greedy = false;
+  for (size_t i = 0; i < chans.size(); ++i) {
+    const Result r = drain(chans[i]);
+    EXPECT_EQ(r.tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(r.text, alone[i].text) << "request " << i;
+    const Result g = drain(submit_ok(*serial, greedy(prompts[i], 24)));
+    any_differ_from_greedy |= g.tokens != r.tokens;
+  }
+  EXPECT_TRUE(any_differ_from_greedy) << "the requests sampled (not all greedy)";
+}
+
 TEST_F(EngineTest, StopStringAndPrefixCache) {
   std::ifstream f(kModels + "stories260K.greedy64.nodellamacpp.json");
   const nlohmann::json g = nlohmann::json::parse(f);
@@ -342,6 +389,8 @@ TEST(EngineOptionsTest, BadOptionsFailStartWithAnError) {
       {"max_waiting", [](EngineOptions& o) { o.max_waiting = 0; }},
       {"threads", [](EngineOptions& o) { o.threads = 10000; }},
       {"threads", [](EngineOptions& o) { o.threads = -3; }},
+      {"sample_threads", [](EngineOptions& o) { o.sample_threads = -1; }},
+      {"sample_threads", [](EngineOptions& o) { o.sample_threads = 5000; }},
       {"n_ctx", [](EngineOptions& o) { o.n_ctx = -5; }},
       {"step_prompt_tokens", [](EngineOptions& o) { o.step_prompt_tokens = -1; }},
       {"state_checkpoint_blocks", [](EngineOptions& o) { o.state_checkpoint_blocks = 0; }},
