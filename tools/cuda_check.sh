@@ -17,8 +17,8 @@
 #           profile: ncu over decode steps (PROFILE_BENCH: other kiln bench flags, e.g. a
 #           prefill's; NCU_SKIP / NCU_COUNT: the launches skipped and profiled)
 #   prefill pp512 and pp4096 with each of AB_VAR (default KILN_CUDA_F16_WEIGHTS
-#           KILN_CUDA_ATTN_EXP2) set to each of AB_VALUES (default 1 0), alternated over two
-#           rounds, on the first bench model
+#           KILN_CUDA_ATTN_EXP2 KILN_CUDA_DEQUANT_ROWS) set to each of AB_VALUES (default 1 0),
+#           alternated over two rounds, on the first bench model
 #   det     --deterministic: its kernel, model and engine tests on CUDA, then its cost on the 8B
 #           Q4_K_M file (batch 1 tg128/pp512 and 16/64 sequences at depth 512, alternated with
 #           the default; bench models are made first when missing)
@@ -78,7 +78,7 @@ if [[ " $WHAT " == *" llama "* ]] && [ ! -x $LL/bin/llama-bench ]; then
 fi
 if [[ " $WHAT " == *" new "* ]]; then
   export KILN_TEST_LLAMA3_TOKENIZER=$D/tokenizer/llama3
-  NF=${NEW_FILTER:-CudaMoeDecode.*:CudaMatmul.RowsMatvecEqualsPerWarpKernel:CudaMatmul.MixedTypesInOneLaunchEqualTwoLaunches:CudaMatmul.HalfMatvecLongRows:CudaMatmul.EveryTypeMatchesReference:CudaMatmul.Fp16CopyEqualsDequantizedChunks:CudaMatmul.Fp16CopyTakesBatchedDecodeSteps:CudaAttention.*:CudaMoe.*:CudaMatvecId.*}
+  NF=${NEW_FILTER:-CudaDequant.*:CudaMoeDecode.*:CudaMatmul.RowsMatvecEqualsPerWarpKernel:CudaMatmul.MixedTypesInOneLaunchEqualTwoLaunches:CudaMatmul.HalfMatvecLongRows:CudaMatmul.EveryTypeMatchesReference:CudaMatmul.Fp16CopyEqualsDequantizedChunks:CudaMatmul.Fp16CopyTakesBatchedDecodeSteps:CudaAttention.*:CudaMoe.*:CudaMatvecId.*}
   IFS=':' read -ra new_tests <<< "$NF"
   for t in "${new_tests[@]}"; do
     log="$OUTDIR/new_${t//[^A-Za-z0-9_]/_}.log"
@@ -179,7 +179,7 @@ if [[ " $WHAT " == *" ab "* ]]; then
 fi
 if [[ " $WHAT " == *" prefill "* ]]; then
   f=$(ls /tmp/kiln-models/*.gguf | head -1)
-  for var in ${AB_VAR:-KILN_CUDA_F16_WEIGHTS KILN_CUDA_ATTN_EXP2}; do
+  for var in ${AB_VAR:-KILN_CUDA_F16_WEIGHTS KILN_CUDA_ATTN_EXP2 KILN_CUDA_DEQUANT_ROWS}; do
   for round in 1 2; do
     for v in ${AB_VALUES:-1 0}; do
       echo "== round $round $var=$v $(basename $f)"

@@ -136,6 +136,49 @@ TEST(CudaDequant, F16IsReferenceRoundedToNearestEven) {
   }
 }
 
+// The CTA-per-row kernel (KILN_CUDA_DEQUANT_ROWS, rows of 2,048+ values) writes the flat
+// kernel's values, fp32 and fp16, for rows of one chunk width and of a down projection's, a
+// ragged row count, and gathered rows.
+TEST(CudaDequant, RowCtasEqualTheFlatKernel) {
+  KILN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  for (const TypeCase& c : kCases) {
+    const auto& tr = quant::traits(c.type);
+    for (int64_t n_in : {int64_t{4096}, int64_t{14336}, int64_t{512}}) {
+      if (n_in % tr.block_elems != 0) continue;
+      SCOPED_TRACE(testing::Message()
+                   << quant::type_name(c.type) << " n_in=" << n_in << " seed=" << seed);
+      const int64_t n_rows = 37;
+      HostWeight h = random_weight(c, n_rows + 3, n_in, seed);
+      test::DeviceVec<uint8_t> dw(h.bytes);
+      Weight w = h.w;
+      w.data = dw.get();
+      const std::vector<int32_t> ids = {5, 0, 39, 5, 12};
+      test::DeviceVec<int32_t> did(ids);
+      std::vector<float> f32[2], gathered[2];
+      std::vector<uint16_t> f16[2];
+      for (int rows = 0; rows < 2; ++rows) {
+        backend::cuda::dequant_set_row_ctas(rows == 1);
+        test::DeviceVec<float> o32(static_cast<size_t>(n_rows * n_in));
+        test::DeviceVec<uint16_t> o16(static_cast<size_t>(n_rows * n_in));
+        test::DeviceVec<float> og(ids.size() * static_cast<size_t>(n_in));
+        backend::cuda::dequantize_rows_f32(w, 3, n_rows, o32.get(), nullptr);
+        backend::cuda::dequantize_rows_f16(w, 3, n_rows, o16.get(), nullptr);
+        backend::cuda::embed(w, did.get(), static_cast<int64_t>(ids.size()), og.get(), nullptr);
+        KILN_CUDA_OK(cudaDeviceSynchronize());
+        f32[rows] = o32.to_host();
+        f16[rows] = o16.to_host();
+        gathered[rows] = og.to_host();
+      }
+      backend::cuda::dequant_set_row_ctas(false);
+      EXPECT_EQ(0, std::memcmp(f32[0].data(), f32[1].data(), f32[0].size() * sizeof(float)));
+      EXPECT_EQ(f16[0], f16[1]);
+      EXPECT_EQ(0, std::memcmp(gathered[0].data(), gathered[1].data(),
+                               gathered[0].size() * sizeof(float)));
+    }
+  }
+}
+
 TEST(CudaDequant, EmbedGathersRowsBitExact) {
   KILN_REQUIRE_GPU();
   const uint64_t seed = fresh_seed();

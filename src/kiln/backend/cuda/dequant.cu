@@ -5,6 +5,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
 
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/quant_blocks.cuh"
@@ -68,19 +71,68 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The same rows with a CTA per row (rows past the grid in strides of it), its threads over the
+// row's groups of 8: no 64-bit division of a flat index per group, which was most of the flat
+// kernel's instructions (session 20's prefill profile: the fp16 dequantization 34% of a
+// 512-token step, 412 GB/s read for Q4_K). The same values (each group decoded as above).
+// For rows of at least kThreads groups (2,048 values): narrower ones would idle most threads.
+// KILN_CUDA_DEQUANT_ROWS=1 turns it on (off by default until measured on a GPU).
+template <class D, typename Out>
+__global__ void __launch_bounds__(kThreads)
+    dequant_row_ctas_kernel(const uint8_t* __restrict__ data, uint64_t row_bytes, int64_t row0,
+                            const int32_t* row_ids, int64_t n_rows, int64_t n_in,
+                            Out* __restrict__ out, bool vec) {
+  constexpr bool kPlain =
+      D::kType == quant::Type::F32 || D::kType == quant::Type::F16 || D::kType == quant::Type::BF16;
+  const int per_row = static_cast<int>(kPlain ? n_in : n_in / 8);  // work items per row
+  for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
+    const int64_t src_row = row_ids != nullptr ? row_ids[r] : row0 + r;
+    const uint8_t* row = data + static_cast<uint64_t>(src_row) * row_bytes;
+    Out* o = out + r * n_in;
+#pragma unroll 2
+    for (int g = threadIdx.x; g < per_row; g += kThreads) {
+      if constexpr (kPlain) {
+        store1(o + g, D::elem(row, g));
+      } else {
+        const int e = 8 * g;
+        float v[8];
+        D::template dec8<2, true>(row + (e / D::kElems) * D::kBytes, (e % D::kElems) / 8, v);
+        store8(o + e, v, vec);
+      }
+    }
+  }
+}
+
+std::atomic<bool>& row_ctas_flag() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("KILN_CUDA_DEQUANT_ROWS");
+    return e != nullptr && std::string_view(e) == "1";
+  }()};
+  return on;
+}
+
 template <typename Out>
 void launch_dequant(const Weight& w, int64_t row0, const int32_t* row_ids, int64_t n_rows, Out* out,
                     cudaStream_t s) {
   if (n_rows <= 0 || w.n_in <= 0) return;
   const bool vec = (reinterpret_cast<uintptr_t>(out) & 15) == 0;
+  const bool plain = quant::traits(w.type).block_elems == 1;
+  const bool row_ctas = row_ctas_flag().load(std::memory_order_relaxed) &&
+                        (plain ? w.n_in : w.n_in / 8) >= kThreads;
   const int64_t items = n_rows * w.n_in / 8 + n_rows;
   const int blocks =
-      static_cast<int>(std::min<int64_t>((items + kThreads - 1) / kThreads, 1 << 20));
+      row_ctas ? static_cast<int>(std::min<int64_t>(n_rows, 1 << 20))
+               : static_cast<int>(std::min<int64_t>((items + kThreads - 1) / kThreads, 1 << 20));
   switch (w.type) {
-#define KILN_DEQUANT_CASE(T)                                           \
-  case quant::Type::T:                                                 \
-    dequant_rows_kernel<qb::T, Out><<<blocks, kThreads, 0, s>>>(       \
-        w.data, w.row_bytes, row0, row_ids, n_rows, w.n_in, out, vec); \
+#define KILN_DEQUANT_CASE(T)                                                        \
+  case quant::Type::T:                                                              \
+    if (row_ctas) {                                                                 \
+      dequant_row_ctas_kernel<qb::T, Out><<<blocks, kThreads, 0, s>>>(              \
+          w.data, w.row_bytes, row0, row_ids, n_rows, w.n_in, out, vec);            \
+    } else {                                                                        \
+      dequant_rows_kernel<qb::T, Out><<<blocks, kThreads, 0, s>>>(                  \
+          w.data, w.row_bytes, row0, row_ids, n_rows, w.n_in, out, vec);            \
+    }                                                                               \
     break;
     KILN_CUDA_PLAIN_TYPES(KILN_DEQUANT_CASE)
     KILN_CUDA_BLOCK_TYPES(KILN_DEQUANT_CASE)
@@ -91,6 +143,8 @@ void launch_dequant(const Weight& w, int64_t row0, const int32_t* row_ids, int64
 }
 
 }  // namespace
+
+void dequant_set_row_ctas(bool on) { row_ctas_flag().store(on, std::memory_order_relaxed); }
 
 bool supports_type(quant::Type t) {
   switch (t) {

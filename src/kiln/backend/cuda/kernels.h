@@ -196,6 +196,9 @@ bool supports_type(quant::Type t);
 void dequantize_rows_f32(const Weight& w, int64_t row0, int64_t n_rows, float* out, cudaStream_t s);
 void dequantize_rows_f16(const Weight& w, int64_t row0, int64_t n_rows, uint16_t* out,
                          cudaStream_t s);
+// Whether rows of 2,048+ values are dequantized a CTA per row (dequant.cu; the same values).
+// KILN_CUDA_DEQUANT_ROWS=1 / 0 sets it at start; tests flip it.
+void dequant_set_row_ctas(bool on);
 
 // Scratch memory and library handles the matmul needs, made once (no allocation per call).
 struct MatmulContext;
