@@ -339,6 +339,8 @@ class Client {
     if (ec) return "resolve: " + ec.message();
     ec = run([&](auto h) { stream_.async_connect(endpoints, std::move(h)); });
     if (ec) return "connect: " + ec.message();
+    // As clients of streaming APIs do: a request goes out as written (no Nagle delay).
+    stream_.socket().set_option(tcp::no_delay(true), ec);
     connected_ = true;
     return {};
   }
