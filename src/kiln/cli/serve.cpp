@@ -171,8 +171,8 @@ RunFn add_serve(CLI::App& app) {
       ->capture_default_str();
   add_threads_flag(cmd, o->engine.threads);
   add_ranged(cmd, "--sample-threads", o->engine.sample_threads, 0, 4096,
-             "host threads sampling a step's rows in parallel (0: on a GPU the physical cores "
-             "up to 16, on the CPU 1)");
+             "host threads sampling a step's rows in parallel (0: on a GPU the physical cores, "
+             "on the CPU --threads; at most 16)");
   cmd->add_option("--device", o->engine.device,
                   "cpu, cuda, cuda:N or auto (cuda when a GPU is found)")
       ->capture_default_str();

@@ -103,13 +103,21 @@ struct Engine::Impl {
     int n = engine.opts_.sample_threads;
     if (const char* e = std::getenv("KILN_ENGINE_SAMPLE_THREADS"); e != nullptr && *e != '\0')
       n = std::clamp(std::atoi(e), 1, 4096);
-    if (n == 0) n = exec->asynchronous() ? std::min(util::default_num_threads(), 16) : 1;
+    if (n == 0) {
+      // On a GPU the host's cores; on the CPU the forward's threads (idle while a step's rows
+      // are drawn); at most 16.
+      const int cores = util::default_num_threads();
+      n = std::min(exec->asynchronous() || engine.opts_.threads <= 0 ? cores : engine.opts_.threads,
+                   16);
+    }
     if (n <= 1) return nullptr;
     util::ThreadPool::Options o;
     o.num_threads = n;
     o.spin_us = 0;
     return std::make_unique<util::ThreadPool>(o);
   }();
+  const bool sample_threads_given = engine.opts_.sample_threads > 0 ||
+                                    std::getenv("KILN_ENGINE_SAMPLE_THREADS") != nullptr;
   // sample()'s per-row draws of the step, made in parallel before the rows are handed over.
   std::vector<std::optional<SampleResult>> drawn;
 
@@ -283,7 +291,12 @@ struct Engine::Impl {
     const std::span<const float> logits = exec->logits();
     const std::span<const int32_t> argmax_ids = exec->argmax_ids();
     drawn.clear();
-    if (argmax_ids.empty() && sample_pool != nullptr) draw_in_parallel(plan, logits, n_vocab);
+    // By default not for a small vocabulary: its rows take a few microseconds, less than
+    // waking the pool (an explicit --sample-threads always uses it).
+    constexpr size_t kParallelVocab = 16384;
+    if (argmax_ids.empty() && sample_pool != nullptr &&
+        (n_vocab >= kParallelVocab || sample_threads_given))
+      draw_in_parallel(plan, logits, n_vocab);
     size_t row = 0;
     for (const ScheduledSeq& s : plan.seqs) {
       if (!s.needs_logits) continue;

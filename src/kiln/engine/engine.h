@@ -27,9 +27,10 @@ struct EngineOptions {
   std::string device = "auto";  // cpu, cuda, cuda:N, auto (backend::create_backend)
   int threads = 0;              // CPU threads; 0: physical cores
   // Host threads that sample a step's rows in parallel (each row's sampler is its own: the
-  // same tokens whatever the count). 0: on an asynchronous backend (a GPU, whose step waits
-  // for the host's sampling) the physical cores up to 16, else 1 (the CPU backend's threads
-  // are the forward's). KILN_ENGINE_SAMPLE_THREADS=N overrides it (1: one after another).
+  // same tokens whatever the count; the step waits for them). 0: on a GPU the physical cores,
+  // on the CPU the forward's threads (`threads`, idle while the rows are drawn), at most 16,
+  // for vocabularies of 16,384+ tokens (smaller rows take less than waking the threads).
+  // KILN_ENGINE_SAMPLE_THREADS=N overrides it (1: one after another).
   int sample_threads = 0;
   double gpu_memory_fraction = 0.9;        // of the GPU's memory, for weights + activations + KV
   int32_t n_ctx = 0;                       // context per sequence (prompt + generated);
