@@ -96,13 +96,18 @@ struct Engine::Impl {
     return exec->asynchronous();
   }();
 
-  // The threads that sample a step's rows (EngineOptions::sample_threads); null: the engine
-  // thread samples them one after another. Idle workers sleep at once (no spinning): between
-  // steps the host's cores are the HTTP threads'.
-  std::unique_ptr<util::ThreadPool> sample_pool = [this]() -> std::unique_ptr<util::ThreadPool> {
-    int n = engine.opts_.sample_threads;
+  // The sampling threads asked for: KILN_ENGINE_SAMPLE_THREADS, else
+  // EngineOptions::sample_threads (0: none, the default below).
+  const int sample_threads_asked = [this] {
     if (const char* e = std::getenv("KILN_ENGINE_SAMPLE_THREADS"); e != nullptr && *e != '\0')
-      n = std::clamp(std::atoi(e), 1, 4096);
+      return std::clamp(std::atoi(e), 1, 4096);
+    return engine.opts_.sample_threads;
+  }();
+  // The threads that sample a step's rows; null: the engine thread samples them one after
+  // another. Idle workers sleep at once (no spinning): between steps the host's cores are the
+  // HTTP threads'.
+  std::unique_ptr<util::ThreadPool> sample_pool = [this]() -> std::unique_ptr<util::ThreadPool> {
+    int n = sample_threads_asked;
     if (n == 0) {
       // On a GPU the host's cores; on the CPU the forward's threads (idle while a step's rows
       // are drawn); at most 16.
@@ -116,8 +121,6 @@ struct Engine::Impl {
     o.spin_us = 0;
     return std::make_unique<util::ThreadPool>(o);
   }();
-  const bool sample_threads_given = engine.opts_.sample_threads > 0 ||
-                                    std::getenv("KILN_ENGINE_SAMPLE_THREADS") != nullptr;
   // sample()'s per-row draws of the step, made in parallel before the rows are handed over.
   std::vector<std::optional<SampleResult>> drawn;
 
@@ -250,34 +253,31 @@ struct Engine::Impl {
     }
   }
 
+  // A logit row the step samples: its sequence, in the order of the step's logit rows (embed
+  // sequences, which pool() ends, take none).
+  struct SampledRow {
+    SeqId id;
+    Active* a;
+    const Sequence* seq;
+  };
+
   // The unconstrained rows' draws in parallel on sample_pool (each row's sampler and history
   // are its sequence's own: the same draws as one after another), into drawn[row]; the
   // constrained ones (their grammar matchers) and everything after the draw stay on the engine
   // thread, in row order.
-  void draw_in_parallel(const StepPlan& plan, std::span<const float> logits, size_t n_vocab) {
-    drawn.clear();
-    struct Job {
-      size_t row;
-      Active* a;
-      const Sequence* seq;
-    };
-    std::vector<Job> jobs;
-    size_t row = 0;
-    for (const ScheduledSeq& s : plan.seqs) {
-      if (!s.needs_logits) continue;
-      Active& a = active.at(s.id);
-      if (a.req.embed) continue;
-      const size_t this_row = row++;
-      if (a.gate == nullptr) jobs.push_back({this_row, &a, sched.find(s.id)});
-    }
+  void draw_in_parallel(const std::vector<SampledRow>& rows, std::span<const float> logits,
+                        size_t n_vocab) {
+    std::vector<size_t> jobs;  // rows
+    for (size_t r = 0; r < rows.size(); ++r)
+      if (rows[r].a->gate == nullptr) jobs.push_back(r);
     if (jobs.size() < 2) return;
-    drawn.resize(row);
+    drawn.resize(rows.size());
     sample_pool->parallel_for_dynamic(
         static_cast<int64_t>(jobs.size()), 1, [&](int64_t begin, int64_t end, int) {
           for (int64_t i = begin; i < end; ++i) {
-            const Job& j = jobs[static_cast<size_t>(i)];
-            drawn[j.row] =
-                j.a->sampler.sample(logits.subspan(j.row * n_vocab, n_vocab), j.seq->tokens);
+            const size_t r = jobs[static_cast<size_t>(i)];
+            drawn[r] = rows[r].a->sampler.sample(logits.subspan(r * n_vocab, n_vocab),
+                                                 rows[r].seq->tokens);
           }
         });
   }
@@ -290,20 +290,23 @@ struct Engine::Impl {
     // row's argmax id instead of its logits.
     const std::span<const float> logits = exec->logits();
     const std::span<const int32_t> argmax_ids = exec->argmax_ids();
+    std::vector<SampledRow> rows;
+    for (const ScheduledSeq& s : plan.seqs) {
+      if (!s.needs_logits) continue;
+      Active& a = active.at(s.id);
+      if (!a.req.embed) rows.push_back({s.id, &a, sched.find(s.id)});
+    }
     drawn.clear();
     // By default not for a small vocabulary: its rows take a few microseconds, less than
     // waking the pool (an explicit --sample-threads always uses it).
     constexpr size_t kParallelVocab = 16384;
     if (argmax_ids.empty() && sample_pool != nullptr &&
-        (n_vocab >= kParallelVocab || sample_threads_given))
-      draw_in_parallel(plan, logits, n_vocab);
-    size_t row = 0;
-    for (const ScheduledSeq& s : plan.seqs) {
-      if (!s.needs_logits) continue;
-      Active& a = active.at(s.id);
-      if (a.req.embed) continue;  // pool() ends it
-      const size_t this_row = row++;
-      const Sequence* seq = sched.find(s.id);
+        (n_vocab >= kParallelVocab || sample_threads_asked > 0))
+      draw_in_parallel(rows, logits, n_vocab);
+    for (size_t this_row = 0; this_row < rows.size(); ++this_row) {
+      const SeqId id = rows[this_row].id;
+      Active& a = *rows[this_row].a;
+      const Sequence* seq = rows[this_row].seq;
       SampleResult r;
       if (!argmax_ids.empty()) {
         r.token = argmax_ids[this_row];
@@ -319,7 +322,7 @@ struct Engine::Impl {
           if (!sampled) {
             // Nothing allowed: end here (never emit a token outside the grammar).
             a.grammar_dead_end = true;
-            outputs.push_back({s.id, eog_ids.empty() ? 0 : eog_ids[0], true});
+            outputs.push_back({id, eog_ids.empty() ? 0 : eog_ids[0], true});
             continue;
           }
           r = std::move(*sampled);
@@ -337,7 +340,7 @@ struct Engine::Impl {
         a.stopped_by_string = m.stopped;
         if (m.stopped) a.stop_index = m.stop_index;
       }
-      outputs.push_back({s.id, r.token, stop});
+      outputs.push_back({id, r.token, stop});
     }
     return outputs;
   }
