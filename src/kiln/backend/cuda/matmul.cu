@@ -454,6 +454,12 @@ void gemm(MatmulContext* ctx, const void* a, cudaDataType_t type, int64_t lda, c
                CUBLAS_GEMM_DEFAULT);
 }
 
+// The backend's fp16 copy of a quantized weight (Weight::prepared: cuda_backend.cpp
+// add_f16_copy), or null.
+const void* f16_copy(const Weight& w) {
+  return w.n_mats <= 1 && w.type != quant::Type::F16 ? w.prepared : nullptr;
+}
+
 // x16_holds_x: the context's x16 already holds x rounded to fp16, row-major (the previous call
 // of the same matmul_shared converted it). Returns whether x16 holds x afterwards (x in one
 // token chunk).
@@ -479,7 +485,7 @@ bool matmul_cublas(MatmulContext* ctx, const Weight& w, const float* x, float* y
           x + t0 * n_in, ctx->x16, n);
     }
     // F16 rows in place, or the backend's fp16 copy of a quantized weight (Weight::prepared).
-    const void* whole = w.type == quant::Type::F16 ? w.data : w.n_mats <= 1 ? w.prepared : nullptr;
+    const void* whole = w.type == quant::Type::F16 ? w.data : f16_copy(w);
     if (whole != nullptr) {
       gemm(ctx, whole, CUDA_R_16F, n_in, ctx->x16, y + t0 * n_out, n_out, nt, n_in, n_out);
       continue;
@@ -619,8 +625,7 @@ constexpr int kMaxShared = 16;  // matmul_shared's weights handled at once
 // Whether a step of n_tokens multiplies w's fp16 copy on cuBLAS rather than its quantized rows
 // on mmh or mmq (MatmulContext::copy_min_tokens).
 bool use_copy(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
-  return n_tokens >= ctx->copy_min_tokens && w.prepared != nullptr && w.n_mats <= 1 &&
-         w.type != quant::Type::F16;
+  return n_tokens >= ctx->copy_min_tokens && f16_copy(w) != nullptr;
 }
 
 bool mmh_fits(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
