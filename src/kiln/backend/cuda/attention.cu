@@ -36,6 +36,7 @@
 
 #include "kiln/backend/cuda/attention_impl.h"
 #include "kiln/backend/cuda/device.h"
+#include "kiln/backend/cuda/env.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/pdl.cuh"
 #include "kiln/backend/cuda/q8_group.cuh"
@@ -1318,10 +1319,7 @@ int decode_ctas_per_sm(bool tc, const KvLayer& kv) {
 }
 
 bool decode_tc_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("KILN_CUDA_ATTN_DECODE_TC");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
+  static const bool on = !env_is("KILN_CUDA_ATTN_DECODE_TC", "0");
   return on;
 }
 
@@ -1366,17 +1364,10 @@ bool attention_with(AttnKernel kernel, const KvLayer& kv, const AttnBatch& b, in
   KILN_CUDA_ASSERT(p.causal || p.sliding_window == 0);  // a window of what, without an order
   const bool decode = kernel == AttnKernel::Decode || kernel == AttnKernel::DecodeTc ||
                       (kernel == AttnKernel::Auto && max_q_len <= 1);
-  static const bool decode_tc_enabled = [] {
-    const char* e = std::getenv("KILN_CUDA_ATTN_DECODE_TC");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
   const bool decode_tc =
       decode && attention_decode_tc_supports(kv) &&
-      (kernel == AttnKernel::DecodeTc || (kernel == AttnKernel::Auto && decode_tc_enabled));
-  static const bool tc_enabled = [] {
-    const char* e = std::getenv("KILN_CUDA_ATTN_TC");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
+      (kernel == AttnKernel::DecodeTc || (kernel == AttnKernel::Auto && decode_tc_enabled()));
+  static const bool tc_enabled = !env_is("KILN_CUDA_ATTN_TC", "0");
   if (kernel == AttnKernel::PrefillTc || (kernel == AttnKernel::Auto && !decode && tc_enabled)) {
     if (attention_prefill_tc(kv, b, n_tokens, max_q_len, q, out, p, s)) return false;
   }

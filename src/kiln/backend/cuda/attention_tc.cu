@@ -28,6 +28,7 @@
 
 #include "kiln/backend/cuda/attention_impl.h"
 #include "kiln/backend/cuda/device.h"
+#include "kiln/backend/cuda/env.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -347,10 +348,7 @@ __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const TcArgs a) {
 }
 
 bool exp2_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("KILN_CUDA_ATTN_EXP2");
-    return e == nullptr || e[0] != '0';
-  }();
+  static const bool on = !env_is("KILN_CUDA_ATTN_EXP2", "0");
   return on;
 }
 

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include "kiln/backend/cuda/env.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/nccl.h"
 
@@ -284,10 +285,7 @@ class CudaBackend final : public Backend {
   // prepared (in preparation order: a model too large for that gets copies for its first layers
   // only), the rest left to the KV cache. Off by default until measured on a GPU.
   Status add_f16_copy(Weight* w, WeightUse use) {
-    static const bool on = [] {
-      const char* e = std::getenv("KILN_CUDA_F16_WEIGHTS");
-      return e != nullptr && std::string_view(e) == "1";
-    }();
+    static const bool on = env_is("KILN_CUDA_F16_WEIGHTS", "1");
     if (!on || use != WeightUse::kMatmul || w->n_mats > 1 || w->n_out > 65536 ||
         w->type == quant::Type::F16 || w->type == quant::Type::F32)
       return {};
@@ -638,10 +636,7 @@ class CudaBackend final : public Backend {
     }
     // The head norms in the same launch where the kernel can (else as their own rmsnorm ops;
     // KILN_CUDA_FUSE_QK_NORM=0 for comparisons).
-    static const bool fuse_norms = [] {
-      const char* e = std::getenv("KILN_CUDA_FUSE_QK_NORM");
-      return e == nullptr || std::strcmp(e, "0") != 0;
-    }();
+    static const bool fuse_norms = !env_is("KILN_CUDA_FUSE_QK_NORM", "0");
     HeadNorms fused;
     if (norms.q != nullptr && fuse_norms &&
         cuda::rope_kv_write_norms_fuse(l, q.data, k.data, norms.q, norms.k)) {

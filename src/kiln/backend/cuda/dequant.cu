@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "kiln/backend/cuda/env.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/quant_blocks.cuh"
 
@@ -104,10 +105,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 std::atomic<bool>& row_ctas_flag() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("KILN_CUDA_DEQUANT_ROWS");
-    return e != nullptr && std::string_view(e) == "1";
-  }()};
+  static std::atomic<bool> on{env_is("KILN_CUDA_DEQUANT_ROWS", "1")};
   return on;
 }
 

@@ -55,6 +55,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "kiln/backend/cuda/env.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/mmh.h"
 #include "kiln/backend/cuda/mmq.h"
@@ -162,18 +163,12 @@ constexpr bool has_token_variants() {
 
 // KILN_CUDA_MMQ=0: batches of 9+ tokens go to dequantize + cuBLAS (for comparisons).
 bool mmq_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("KILN_CUDA_MMQ");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
+  static const bool enabled = !env_is("KILN_CUDA_MMQ", "0");
   return enabled;
 }
 // KILN_CUDA_MMH=0: the weights mmh takes go to mmq instead (for comparisons).
 bool mmh_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("KILN_CUDA_MMH");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
+  static const bool enabled = !env_is("KILN_CUDA_MMH", "0");
   return enabled;
 }
 
@@ -589,10 +584,7 @@ namespace {
 
 // KILN_CUDA_MATVEC=0 sends small batches to the fp32 direct kernels instead (for comparisons).
 bool matvec_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("KILN_CUDA_MATVEC");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
+  static const bool enabled = !env_is("KILN_CUDA_MATVEC", "0");
   return enabled;
 }
 
@@ -643,10 +635,7 @@ bool use_mmh(const MatmulContext* ctx, const Weight& w, int64_t n_tokens) {
 // KILN_CUDA_MMH_GROUP=0: each weight mmh takes gets its own launch, and short weights never
 // join a long one's (for comparisons).
 bool mmh_group_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("KILN_CUDA_MMH_GROUP");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
+  static const bool enabled = !env_is("KILN_CUDA_MMH_GROUP", "0");
   return enabled;
 }
 

@@ -34,6 +34,7 @@
 #include <string_view>
 
 #include "kiln/backend/cuda/device.h"
+#include "kiln/backend/cuda/env.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/matvec_dot.cuh"
 #include "kiln/backend/cuda/pdl.cuh"
@@ -521,18 +522,12 @@ __global__ void quantize_q8_32_kernel(const float* x, int64_t n_groups, int8_t* 
 // every type (comparisons). Two for Q8_0 too measured slower (8B Q8_0: 313.4 / 315.8 tok/s against
 // 337.6 / 336.6).
 bool unroll_allowed() {
-  static const bool on = [] {
-    const char* e = std::getenv("KILN_CUDA_MATVEC_UNROLL");
-    return e == nullptr || std::string_view(e) != "1";
-  }();
+  static const bool on = !env_is("KILN_CUDA_MATVEC_UNROLL", "1");
   return on;
 }
 
 bool half_rows_allowed() {
-  static const bool on = [] {
-    const char* e = std::getenv("KILN_CUDA_MATVEC_ID_HALF");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
+  static const bool on = !env_is("KILN_CUDA_MATVEC_ID_HALF", "0");
   return on;
 }
 
@@ -569,10 +564,7 @@ bool stream_enabled() { return stream_flag().load(std::memory_order_relaxed); }
 // comparisons). matvec_id follows the same choice, so that a pair's result stays bit for bit
 // the dense matvec of its expert.
 bool k_coalesced() {
-  static const bool on = [] {
-    const char* e = std::getenv("KILN_CUDA_MATVEC_K_FORM");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
+  static const bool on = !env_is("KILN_CUDA_MATVEC_K_FORM", "0");
   return on;
 }
 
@@ -588,10 +580,7 @@ std::atomic<int64_t>& rows_launches() {
 
 // KILN_CUDA_MATVEC_ROWS=1 / 0 at start; tests flip it (matvec_set_rows).
 std::atomic<bool>& rows_flag() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("KILN_CUDA_MATVEC_ROWS");
-    return e != nullptr && std::string_view(e) == "1";
-  }()};
+  static std::atomic<bool> on{env_is("KILN_CUDA_MATVEC_ROWS", "1")};
   return on;
 }
 
@@ -660,10 +649,7 @@ bool launch_stream(const MatvecArgs& m, cudaStream_t s) {
 // bytes, at most kMaxSegs at a time, taken in order of first appearance.
 // KILN_CUDA_MATVEC_GROUP=0: one launch per weight (for comparisons).
 int max_group() {
-  static const int n = [] {
-    const char* e = std::getenv("KILN_CUDA_MATVEC_GROUP");
-    return e != nullptr && std::string_view(e) == "0" ? 1 : kMaxSegs;
-  }();
+  static const int n = env_is("KILN_CUDA_MATVEC_GROUP", "0") ? 1 : kMaxSegs;
   return n;
 }
 
@@ -700,10 +686,7 @@ void fill_segs(Args& a, const Weight* const* ws, float* const* ys, const int* id
 
 // KILN_CUDA_MATVEC_MIXED=1 / 0 at start; tests flip it (matvec_set_mixed).
 std::atomic<bool>& mixed_flag() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("KILN_CUDA_MATVEC_MIXED");
-    return e != nullptr && std::string_view(e) == "1";
-  }()};
+  static std::atomic<bool> on{env_is("KILN_CUDA_MATVEC_MIXED", "1")};
   return on;
 }
 
