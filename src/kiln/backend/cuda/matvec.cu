@@ -47,9 +47,6 @@ using namespace mv;  // NOLINT(google-build-using-namespace): the dot products' 
 
 constexpr int kRowsPerCta = 4;
 constexpr int kThreads = 32 * kRowsPerCta;
-// Bytes of its row a warp asks into L2 before the previous kernel has finished (more would
-// overrun L2 with the rows of every resident warp: 16 KiB rows x 64 warps x 132 SMs).
-constexpr int64_t kPrefetchBytes = 1024;
 
 // Up to kMaxSegs weights of one type and width that share the input (q/k/v, gate/up) go in
 // one launch: their rows are numbered one after the other, and a warp finds its weight by the

@@ -15,6 +15,10 @@
 
 namespace kiln::backend::cuda::mv {
 
+// Bytes of its first row a warp asks into L2 before the previous kernel has finished (more would
+// overrun L2 with the rows of every resident warp: 16 KiB rows x 64 warps x 132 SMs).
+constexpr int64_t kPrefetchBytes = 1024;
+
 // Weight loads: from global memory through the read-only path (the matvec kernels), or from
 // shared memory (matvec_stream_kernel's copies of the rows), by the dot products' L parameter.
 struct LdGlobal {

@@ -19,8 +19,6 @@ namespace kiln::backend::cuda {
 namespace {
 
 constexpr int kTopkWarps = 4;  // tokens per block, one warp each
-constexpr int kMaxTopk = 32;   // one lane holds each chosen expert
-constexpr int kMaxSmemBytes = 48 * 1024;
 
 // KILN_ASSERT's header pulls in fmt, which nvcc's C++20 front end rejects; the same check here.
 void require(bool cond, const char* what) {
@@ -81,8 +79,8 @@ void moe_topk(const float* logits, int64_t n_tokens, int32_t n_expert, int32_t k
               float* weights, int32_t* x_rows, cudaStream_t s) {
   if (n_tokens <= 0) return;
   require(k >= 1 && k <= kMaxTopk && k <= n_expert, "moe_topk: 1 <= k <= min(32, n_expert)");
+  require(n_expert <= kTopkMaxExperts, "moe_topk: n_expert <= 3072");
   const size_t smem = size_t{kTopkWarps} * n_expert * sizeof(float);
-  require(smem <= kMaxSmemBytes, "moe_topk: n_expert <= 3072");
   const int64_t blocks = (n_tokens + kTopkWarps - 1) / kTopkWarps;
   launch_pdl(moe_topk_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kTopkWarps * 32), smem, s,
              logits, n_tokens, n_expert, k, chosen, weights, x_rows);

@@ -4,12 +4,13 @@
 // step is a chain of such short kernels (docs/performance.md, session 13's profile). Here the
 // router and the top-k are one launch (moe_route), gate and up one (matvec_id_pair, matvec.cu),
 // and the down projection and the combination one (moe_down_combine); or gate, up and the
-// activation with its int8 rows one (moe_gate_up_act), where its CTAs' rows fit. Each computes the bits
-// of the kernels it replaces (the tests compare them), so the switch between the two forms
+// activation with its int8 rows one (moe_gate_up_act), where its CTAs' rows fit. Each computes
+// the bits of the kernels it replaces (the tests compare them), so the switch between the forms
 // (KILN_CUDA_MOE_FUSE, cuda_backend.cpp) changes speed, not answers, but for an F32 router,
 // whose logits here are a warp's fp32 dot product instead of the direct kernel's.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -27,10 +28,7 @@ using namespace mv;  // NOLINT(google-build-using-namespace): the matvec's dot p
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kMaxK = 32;                // moe_topk's bound: a lane per chosen expert
-constexpr int kMaxExperts = 3072;        // moe_topk's bound: 4 warps' probabilities in 48 KiB
-constexpr int kPrefetchBytes = 1024;     // as matvec.cu
-struct F32Router {};                     // moe_route's V for an F32 router
+struct F32Router {};  // moe_route's V for an F32 router
 
 // ---- moe_route ---------------------------------------------------------------------------
 
@@ -96,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteArgs a) 
   const uint8_t* w = a.w + static_cast<uint64_t>(valid ? row : 0) * a.row_bytes;
   // The router's rows depend on no earlier kernel.
   if (valid)
-    prefetch_l2(w, static_cast<int>(a.row_bytes < kPrefetchBytes ? a.row_bytes : kPrefetchBytes),
+    prefetch_l2(w, static_cast<int>(std::min<uint64_t>(a.row_bytes, kPrefetchBytes)),
                 lane);
   pdl_start();  // x comes from the norm before
   if (valid) {
@@ -142,7 +140,7 @@ struct CombineArgs {
 template <class V, int kLanes>
 __global__ void __launch_bounds__(kThreads) moe_down_combine_kernel(const CombineArgs a) {
   constexpr int kWorkers = kThreads / kLanes;
-  __shared__ float part[kMaxK];  // rows * k <= max(kWorkers, k) <= 32
+  __shared__ float part[kMaxTopk];  // rows * k <= max(kWorkers, k) <= 32
   const int worker = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
   const ExpertRows& e = a.e;
   const int64_t t = blockIdx.y;
@@ -270,7 +268,8 @@ bool moe_route(const Weight& router, const float* x, const int8_t* xq, const flo
                int64_t n_tokens, int32_t k, float* logits, int32_t* chosen, float* weights,
                int32_t* x_rows, uint32_t* counter, cudaStream_t s) {
   if (n_tokens <= 0 || n_tokens > kMatvecMaxTokens || router.n_mats > 1 || router.n_out <= 0 ||
-      router.n_out > kMaxExperts || k < 1 || k > kMaxK || k > router.n_out || counter == nullptr)
+      router.n_out > kTopkMaxExperts || k < 1 || k > kMaxTopk || k > router.n_out ||
+      counter == nullptr)
     return false;
   RouteArgs a{};
   a.w = router.data;
@@ -315,7 +314,7 @@ bool moe_route(const Weight& router, const float* x, const int8_t* xq, const flo
 bool moe_down_combine(const Weight& stacked, int64_t n_expert, const int8_t* xq, const float2* xds,
                       const int32_t* x_rows, const int32_t* ids, const float* weights,
                       int64_t n_tokens, int32_t k, float* out, cudaStream_t s) {
-  if (n_tokens <= 0 || n_tokens > 65535 || k < 1 || k > kMaxK || stacked.n_out <= 0 ||
+  if (n_tokens <= 0 || n_tokens > 65535 || k < 1 || k > kMaxTopk || stacked.n_out <= 0 ||
       !matvec_supports(stacked))
     return false;
   const int lanes = matvec_id_lanes(stacked);

@@ -12,6 +12,11 @@
 
 namespace kiln::backend::cuda {
 
+// topk_warp's bounds: a lane holds each chosen expert; a warp's probabilities, for 4 warps a
+// CTA, in the 48 KiB of dynamic shared memory a launch gets without asking.
+constexpr int kMaxTopk = 32;
+constexpr int kTopkMaxExperts = 3072;
+
 __device__ __forceinline__ bool topk_better(float v, int32_t e, float bv, int32_t be) {
   return v > bv || (v == bv && e < be);
 }
