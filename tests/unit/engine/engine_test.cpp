@@ -77,18 +77,24 @@ std::string test_device() {
   return d == nullptr || *d == '\0' ? "cpu" : d;
 }
 
+// stories260K on the test device, 8 sequences in steps of 64 tokens (small: forces chunked
+// prefill and several steps per batch).
+EngineOptions test_options() {
+  EngineOptions o;
+  o.model_path = kModels + "stories260K.gguf";
+  o.device = test_device();
+  o.threads = 2;
+  o.n_ctx = 256;
+  o.max_seqs = 8;
+  o.max_batch_tokens = 64;
+  o.max_waiting = 64;
+  return o;
+}
+
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    EngineOptions o;
-    o.model_path = kModels + "stories260K.gguf";
-    o.device = test_device();
-    o.threads = 2;
-    o.n_ctx = 256;
-    o.max_seqs = 8;
-    o.max_batch_tokens = 64;  // small: forces chunked prefill and several steps per batch
-    o.max_waiting = 64;
-    engine_ = std::make_unique<Engine>(o);
+    engine_ = std::make_unique<Engine>(test_options());
     engine_->start();
     ASSERT_TRUE(engine_->wait_ready().ok());
   }
@@ -258,13 +264,7 @@ TEST_F(EngineTest, DeviceArgmaxEqualsTheSamplersGreedyChoice) {
 // each row's draw is its own sampler's.
 TEST(EngineSampling, ParallelHostSamplingDrawsWhatEachRowDrawsAlone) {
   auto make = [](int sample_threads) {
-    EngineOptions o;
-    o.model_path = kModels + "stories260K.gguf";
-    o.device = test_device();
-    o.threads = 2;
-    o.n_ctx = 256;
-    o.max_seqs = 8;
-    o.max_batch_tokens = 64;
+    EngineOptions o = test_options();
     o.sample_threads = sample_threads;
     auto e = std::make_unique<Engine>(o);
     e->start();
