@@ -25,6 +25,7 @@ struct Result {
 
 Result drain(const std::shared_ptr<RequestChannel>& ch) {
   Result r;
+  if (ch == nullptr) return r;  // submit_ok reported the refusal
   for (;;) {
     auto e = ch->pop(std::chrono::milliseconds(30000));
     if (!e) {
@@ -263,12 +264,19 @@ TEST_F(EngineTest, DeviceArgmaxEqualsTheSamplersGreedyChoice) {
 // batch draw the same tokens as each alone, and as an engine sampling on the engine thread:
 // each row's draw is its own sampler's.
 TEST(EngineSampling, ParallelHostSamplingDrawsWhatEachRowDrawsAlone) {
-  auto make = [](int sample_threads) {
+  auto make = [](int sample_threads) -> std::unique_ptr<Engine> {
     EngineOptions o = test_options();
     o.sample_threads = sample_threads;
+    // An explicit KV budget: on a GPU the default fills --gpu-memory-fraction of the card, and
+    // this test holds two engines at once.
+    o.kv_memory_bytes = uint64_t{64} << 20;
     auto e = std::make_unique<Engine>(o);
     e->start();
-    EXPECT_TRUE(e->wait_ready().ok());
+    const Status ready = e->wait_ready();
+    if (!ready.ok()) {
+      ADD_FAILURE() << "engine not ready: " << ready.error().message;
+      return nullptr;
+    }
     return e;
   };
   auto sampled = [](std::vector<int32_t> prompt, int i) {
@@ -283,6 +291,8 @@ TEST(EngineSampling, ParallelHostSamplingDrawsWhatEachRowDrawsAlone) {
   };
   const std::vector<std::vector<int32_t>> prompts = varied_prompts(8);
   auto parallel = make(4), serial = make(1);
+  ASSERT_NE(parallel, nullptr);
+  ASSERT_NE(serial, nullptr);
   std::vector<Result> alone;
   for (size_t i = 0; i < prompts.size(); ++i)
     alone.push_back(drain(submit_ok(*serial, sampled(prompts[i], static_cast<int>(i)))));
