@@ -90,12 +90,16 @@ struct VQ8_0 {  // d, qs[32]
   __device__ static Frag load(const uint8_t* b, int part) {
     Frag f;
     f.d = ld_half<L>(b);
-    // The 16 levels at q (2-byte aligned): five aligned words, shifted into place.
+    // The 16 levels at q (2-byte aligned: 0 or 2 bytes past a word): four aligned words and, at
+    // 2 past, the two bytes after them, shifted into place. (A fifth whole word read up to 4
+    // bytes past the block: past the allocation at a weight's last block, compute-sanitizer's
+    // out-of-bounds read.)
     const uint8_t* q = b + 2 + 16 * part;
     const uint8_t* w4 = q - (reinterpret_cast<uintptr_t>(q) & 3);
     f.sh = (reinterpret_cast<uintptr_t>(q) & 3) * 8;
 #pragma unroll
-    for (int k = 0; k < 5; ++k) f.u[k] = L::u32(w4 + 4 * k);
+    for (int k = 0; k < 4; ++k) f.u[k] = L::u32(w4 + 4 * k);
+    f.u[4] = f.sh != 0 ? L::u16(w4 + 16) : 0u;
     return f;
   }
   template <int T>
