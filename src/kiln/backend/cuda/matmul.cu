@@ -64,6 +64,9 @@
 
 namespace kiln::backend::cuda {
 
+// The default of MatmulContext::copy_min_tokens (below).
+constexpr int64_t kCopyMinTokens = 64;
+
 struct MatmulContext {
   cublasHandle_t cublas = nullptr;
   void* workspace = nullptr;
@@ -98,9 +101,10 @@ struct MatmulContext {
   uint64_t device_bytes = 0;
   bool deterministic = false;  // matmul_set_deterministic
   // Steps of at least this many tokens multiply a weight's fp16 copy (Weight::prepared) with
-  // cuBLAS instead of taking mmh or mmq on its quantized rows (KILN_CUDA_F16_COPY_TOKENS; by
-  // default only above their ranges, as before: to be measured on batched decode).
-  int64_t copy_min_tokens = INT64_MAX;
+  // cuBLAS instead of taking mmh or mmq on its quantized rows (KILN_CUDA_F16_COPY_TOKENS=N sets
+  // it). 8B Q4_K_M decode, `kiln bench --parallel P -d 512`: at 64 sequences +12.7% on the H200
+  // (8,994 against 7,982 tok/s), at 16 and 32 -26% and -21% on an H100 (docs/performance.md).
+  int64_t copy_min_tokens = kCopyMinTokens;
 };
 
 namespace {
