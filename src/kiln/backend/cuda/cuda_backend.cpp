@@ -275,17 +275,17 @@ class CudaBackend final : public Backend {
     weights_[key] = w;
     return w;
   }
-  // KILN_CUDA_F16_WEIGHTS=1: each quantized matmul weight is also kept dequantized to fp16
-  // (Weight::prepared), which the cuBLAS path (prefill chunks, and short weights in large
-  // batches) multiplies in place instead of dequantizing it chunk by chunk every step (a third of
-  // a 512-token prefill step on an 8B Q4_K_M model, docs/performance.md); decode keeps reading
-  // the quantized rows. Not the embedding table (gathered by rows), stacked experts, nor
-  // vocabulary-sized heads (over 65,536 rows: a prefill wants the logits of a few rows). Only
-  // while the copies stay within a quarter of the device memory free when the first weight is
-  // prepared (in preparation order: a model too large for that gets copies for its first layers
-  // only), the rest left to the KV cache. Off by default until measured on a GPU.
+  // fp16 copies (default; KILN_CUDA_F16_WEIGHTS=0 turns them off): each quantized matmul weight
+  // is also kept dequantized to fp16 (Weight::prepared), which the cuBLAS path (prefill chunks,
+  // and short weights in large batches) multiplies in place instead of dequantizing it chunk by
+  // chunk every step (a third of a 512-token prefill step on an 8B Q4_K_M model: pp512 +61% on
+  // the H200, docs/performance.md); decode keeps reading the quantized rows. Not the embedding
+  // table (gathered by rows), stacked experts, nor vocabulary-sized heads (over 65,536 rows: a
+  // prefill wants the logits of a few rows). Only while the copies stay within a quarter of the
+  // device memory free when the first weight is prepared (in preparation order: a model too
+  // large for that gets copies for its first layers only), the rest left to the KV cache.
   Status add_f16_copy(Weight* w, WeightUse use) {
-    static const bool on = env_is("KILN_CUDA_F16_WEIGHTS", "1");
+    static const bool on = !env_is("KILN_CUDA_F16_WEIGHTS", "0");
     if (!on || use != WeightUse::kMatmul || w->n_mats > 1 || w->n_out > 65536 ||
         w->type == quant::Type::F16 || w->type == quant::Type::F32)
       return {};
