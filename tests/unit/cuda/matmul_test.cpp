@@ -714,73 +714,6 @@ TEST(CudaMatmul, StreamMatvecRingsAndLongRows) {
   }
 }
 
-// The row-pipelined matvec (KILN_CUDA_MATVEC_ROWS, one token, launches of many rows) gives the
-// per-warp kernel's bits: rows of one chunk (Q4_K 4096 wide), of several (Q6_K, Q4_0, Q5_K 4096
-// wide, Q8_0 2048), and two weights in one launch (gate and up: a warp's run crosses from one
-// to the other). Launches too small for it (short weights, 3 tokens) take the per-warp kernel
-// either way.
-TEST(CudaMatmul, RowsMatvecEqualsPerWarpKernel) {
-  KILN_REQUIRE_GPU();
-  const uint64_t seed = fresh_seed();
-  std::mt19937_64 rng(seed);
-  Ctx ctx(8, 4096, 40000);
-  ASSERT_NE(ctx.p, nullptr);
-  struct Case {
-    Type t;
-    int64_t n_out, n_in;
-    int n_w;
-  };
-  const bool was = backend::cuda::matvec_rows();
-  for (const Case& c : {Case{Type::Q4_K, 20011, 4096, 1}, Case{Type::Q6_K, 20000, 4096, 1},
-                        Case{Type::Q4_0, 17000, 4096, 1}, Case{Type::Q5_K, 16384, 4096, 1},
-                        Case{Type::Q8_0, 40000, 2048, 1}, Case{Type::Q4_K, 14336, 4096, 2},
-                        Case{Type::Q4_K, 1024, 4096, 2}}) {
-    SCOPED_TRACE(testing::Message() << quant::type_name(c.t) << " " << c.n_w << " x " << c.n_out
-                                    << "x" << c.n_in << " seed=" << seed);
-    std::vector<std::vector<uint8_t>> host;
-    std::deque<test::DeviceVec<uint8_t>> dev;
-    std::vector<Weight> ws;
-    for (int i = 0; i < c.n_w; ++i) {
-      host.push_back(quantized_rows(c.t, c.n_out, c.n_in, rng));
-      dev.emplace_back(host.back());
-      ws.push_back(weight_view(c.t, c.n_in, c.n_out, dev.back().get()));
-    }
-    std::vector<const Weight*> wp;
-    for (const Weight& w : ws) wp.push_back(&w);
-    for (int64_t n_tokens : {1, 3}) {
-      const std::vector<float> x = representable(n_tokens * c.n_in, rng);
-      test::DeviceVec<float> dx(x);
-      std::vector<std::vector<float>> got[2];
-      for (int rows = 0; rows < 2; ++rows) {
-        backend::cuda::matvec_set_rows(rows == 1);
-        const int64_t launched = backend::cuda::matvec_rows_launched();
-        std::deque<test::DeviceVec<float>> ys;
-        std::vector<float*> yp;
-        for (int i = 0; i < c.n_w; ++i) {
-          ys.emplace_back(static_cast<size_t>(n_tokens * c.n_out));
-          KILN_CUDA_OK(cudaMemset(ys.back().get(), 0xff, n_tokens * c.n_out * sizeof(float)));
-          yp.push_back(ys.back().get());
-        }
-        backend::cuda::matmul_shared(ctx.p, wp.data(), yp.data(), c.n_w, dx.get(), n_tokens,
-                                     nullptr);
-        KILN_CUDA_OK(cudaDeviceSynchronize());
-        for (const auto& y : ys) got[rows].push_back(y.to_host());
-        // It runs where a launch has rows enough (two a warp of the grid), at one token.
-        const bool expected = rows == 1 && n_tokens == 1 && c.n_out * c.n_w >= 8000;
-        EXPECT_EQ(backend::cuda::matvec_rows_launched() > launched, expected) << "rows " << rows;
-      }
-      backend::cuda::matvec_set_rows(was);
-      for (int i = 0; i < c.n_w; ++i)
-        EXPECT_EQ(got[1][i], got[0][i]) << "weight " << i << ", n_tokens=" << n_tokens;
-      // And within the int8 matvec's bound of the reference (not a stale or empty output).
-      std::vector<float> ref(static_cast<size_t>(n_tokens * c.n_out));
-      backend::cpu::matmul_reference(weight_view(c.t, c.n_in, c.n_out, host[0].data()), x.data(),
-                                     ref.data(), n_tokens, nullptr);
-      EXPECT_LE(rel_error(got[1][0], ref), kDirectBound) << "n_tokens=" << n_tokens;
-    }
-  }
-}
-
 // Weights of the given types and heights over n_in (Gaussian rows, quantized): host bytes, device
 // copies and views; what matmul_shared gives each of them on one input, and what matmul gives
 // one alone (read back to the host).
@@ -823,8 +756,8 @@ struct WeightSet {
   }
 };
 
-// Two type groups in one launch (KILN_CUDA_MATVEC_MIXED, one token): q and k in Q4_K or Q5_K
-// with v in Q6_K, in either order, give the two launches' bits; other mixes and more tokens
+// Two type groups in one launch (KILN_CUDA_MATVEC_MIXED: default; one token): q and k in Q4_K or
+// Q5_K with v in Q6_K, in either order, give the two launches' bits; other mixes and more tokens
 // keep their launches.
 TEST(CudaMatmul, MixedTypesInOneLaunchEqualTwoLaunches) {
   KILN_REQUIRE_GPU();
@@ -838,9 +771,8 @@ TEST(CudaMatmul, MixedTypesInOneLaunchEqualTwoLaunches) {
     std::vector<int64_t> outs;
     bool mixed;  // expected to take the one launch at one token
   };
-  const bool was = backend::cuda::matvec_stream(), rows_was = backend::cuda::matvec_rows();
+  const bool was = backend::cuda::matvec_stream(), mixed_was = backend::cuda::matvec_mixed();
   backend::cuda::matvec_set_stream(false);
-  backend::cuda::matvec_set_rows(false);
   for (const Case& c : {Case{{Type::Q4_K, Type::Q4_K, Type::Q6_K}, {4096, 1024, 1024}, true},
                         Case{{Type::Q6_K, Type::Q5_K, Type::Q5_K}, {513, 2048, 37}, true},
                         Case{{Type::Q4_K, Type::Q6_K}, {3, 5}, true},
@@ -874,13 +806,12 @@ TEST(CudaMatmul, MixedTypesInOneLaunchEqualTwoLaunches) {
         EXPECT_EQ(backend::cuda::matvec_mixed_launched() > launched,
                   mixed == 1 && n_tokens == 1 && c.mixed);
       }
-      backend::cuda::matvec_set_mixed(false);
       for (size_t i = 0; i < c.outs.size(); ++i)
         EXPECT_EQ(got[1][i], got[0][i]) << "weight " << i << ", n_tokens=" << n_tokens;
     }
   }
   backend::cuda::matvec_set_stream(was);
-  backend::cuda::matvec_set_rows(rows_was);
+  backend::cuda::matvec_set_mixed(mixed_was);
 }
 
 // matmul_shared (one input quantized once for several weights, of mixed paths) equals a matmul

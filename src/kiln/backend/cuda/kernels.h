@@ -298,19 +298,12 @@ void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t*
 // each warp's loads. KILN_CUDA_MATVEC_STREAM=1 / 0 sets it at start; tests flip it.
 void matvec_set_stream(bool on);
 bool matvec_stream();
-// Whether matvec_q8 at one token runs the row-pipelined kernel on launches of many rows
-// (matvec.cu: a persistent grid, each warp a run of rows with the next row's loads in flight;
-// bit for bit the per-warp kernel's result). KILN_CUDA_MATVEC_ROWS=1 / 0 sets it at start;
-// tests flip it.
-void matvec_set_rows(bool on);
-bool matvec_rows();
-// Launches of the row-pipelined kernel so far (for tests: that it ran).
-int64_t matvec_rows_launched();
 // Whether matvec_q8 at one token launches weights of two groups, Q4_K or Q5_K and Q6_K (q/k and
 // v of the _M mixtures), in one kernel (bit for bit the two launches' results).
-// KILN_CUDA_MATVEC_MIXED=1 / 0 sets it at start; tests flip it. And its launches so far (for tests:
+// On unless KILN_CUDA_MATVEC_MIXED=0 at start; tests flip it. And its launches so far (for tests:
 // that it ran).
 void matvec_set_mixed(bool on);
+bool matvec_mixed();
 int64_t matvec_mixed_launched();
 // matmul_id's few-pair form (decode): y[p] = W_{ids[p]} x[x_rows[p]] for p < n_pairs, stacked
 // holding the experts' matrices back to back, x quantized by quantize_q8_32 (rows of n_in);

@@ -107,7 +107,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) matvec_kernel(const Matvec
 // and v in Q6_K, as the _M mixtures store half the layers' v): rows 0 .. rows1 - 1 of the launch
 // are the first group's (V1), the rest the second's (V2); each warp's row exactly as
 // matvec_kernel computes it for its group (the same bits), one launch instead of two.
-// KILN_CUDA_MATVEC_MIXED=1 turns it on (off by default until measured on a GPU).
+// On by default (8B Q4_K_M tg128 +1.2% on the H200, docs/performance.md); KILN_CUDA_MATVEC_MIXED=0
+// launches the groups apart.
 struct Matvec2Args {
   MatvecArgs g1, g2;  // the same x and n_tokens
 };
@@ -139,92 +140,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) matvec2_kernel(const Matve
                       acc);
   }
   store_row<T>(acc, lane, g.n_tokens, sg.y, sg.n_out, row);
-}
-
-// The row-pipelined matvec (one token): a persistent grid whose warps each take a run of
-// consecutive rows (numbered across the launch's weights, as matvec_kernel numbers them) and
-// walk them in chunks of kRowsChunk parts a lane (a row is one chunk or several), the next
-// chunk's loads issued before this chunk's arithmetic, so that a warp keeps a chunk's bytes in
-// flight from its first row to its last. Why: matvec_kernel's warps read one row each and
-// retire; while a warp computes, reduces and exits and its CTA's successor starts, it has
-// nothing in flight, and the big launches (an 8B model's gate/up, 66 MB; the LM head) reached
-// only ~2.4 TB/s of the ~4.2 a device copy moves. Lane l takes parts l, l + 32, ... of each row
-// in that order (the same parts, dot products, order and reduction as matvec_kernel at one
-// token: bit for bit its result). Registers capped for 4 CTAs an SM (128 a thread: none
-// spilled at two parts a chunk). KILN_CUDA_MATVEC_ROWS=1 turns it on (off by default until
-// measured on a GPU).
-constexpr int kRowsChunk = 2;
-struct RowsArgs {
-  MatvecArgs m;     // the weights, x and y, as matvec_kernel takes them (n_tokens 1)
-  int64_t n_warps;  // in the grid
-  int chunks;       // per row: parts per row / (32 * kRowsChunk)
-};
-
-template <class V>
-__device__ __forceinline__ void chunk_load(const MatvecArgs& a, int64_t grow, int c, int lane,
-                                           typename V::Frag (&f)[kRowsChunk]) {
-  int64_t row = 0;
-  const Seg g = find_seg(a.seg, a.n_segs, grow, row);
-  const uint8_t* w = g.w + static_cast<uint64_t>(row) * a.row_bytes;
-#pragma unroll
-  for (int k = 0; k < kRowsChunk; ++k) {
-    const int i = lane + 32 * (kRowsChunk * c + k);
-    f[k] = V::load(w + (i / V::kParts) * V::kBytes, i % V::kParts);
-  }
-}
-
-// Adds chunk c's parts to acc; after the row's last chunk, stores the row and clears acc.
-template <class V>
-__device__ __forceinline__ void chunk_dot(const MatvecArgs& a, int64_t grow, int c, int chunks,
-                                          int lane, const typename V::Frag (&f)[kRowsChunk],
-                                          float* acc) {
-#pragma unroll
-  for (int k = 0; k < kRowsChunk; ++k) {
-    const int i = lane + 32 * (kRowsChunk * c + k);
-    const int blk = i / V::kParts;
-    V::template dot<1>(f[k], i % V::kParts, a.xq + blk * V::kElems,
-                       a.xds + blk * (V::kElems / 32), a.xq_stride, a.xds_stride, 1, acc);
-  }
-  if (c + 1 == chunks) {
-    int64_t row = 0;
-    const Seg g = find_seg(a.seg, a.n_segs, grow, row);
-    store_row<1>(acc, lane, 1, g.y, g.n_out, row);
-    acc[0] = 0.0f;
-  }
-}
-
-template <class V>
-__global__ void __launch_bounds__(kThreads, 4) matvec_rows_kernel(const RowsArgs ra) {
-  const MatvecArgs& a = ra.m;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t gw = int64_t{blockIdx.x} * kRowsPerCta + warp;
-  const int64_t n_rows = a.seg[a.n_segs - 1].row_end;
-  const int64_t r0 = n_rows * gw / ra.n_warps, r1 = n_rows * (gw + 1) / ra.n_warps;
-  if (r0 >= r1) return;
-  const int chunks = ra.chunks;
-  // The first chunk's bytes depend on no earlier kernel: ask them before waiting for it.
-  typename V::Frag fa[kRowsChunk], fb[kRowsChunk];
-  chunk_load<V>(a, r0, 0, lane, fa);
-  pdl_start();
-  float acc[1] = {0.0f};
-  // Ping-pong over the (row, chunk) sequence: the next chunk's loads go out before this
-  // chunk's arithmetic.
-  int64_t row = r0;
-  int c = 0;
-  for (;;) {
-    int64_t nrow = c + 1 == chunks ? row + 1 : row;
-    int nc = c + 1 == chunks ? 0 : c + 1;
-    if (nrow < r1) chunk_load<V>(a, nrow, nc, lane, fb);
-    chunk_dot<V>(a, row, c, chunks, lane, fa, acc);
-    if (nrow >= r1) break;
-    row = nrow, c = nc;
-    nrow = c + 1 == chunks ? row + 1 : row;
-    nc = c + 1 == chunks ? 0 : c + 1;
-    if (nrow < r1) chunk_load<V>(a, nrow, nc, lane, fa);
-    chunk_dot<V>(a, row, c, chunks, lane, fb, acc);
-    if (nrow >= r1) break;
-    row = nrow, c = nc;
-  }
 }
 
 // The streaming matvec: the weight rows reach shared memory by the copy engine (one bulk copy
@@ -570,43 +485,6 @@ std::atomic<int64_t>& mixed_launches() {
   return n;
 }
 
-std::atomic<int64_t>& rows_launches() {
-  static std::atomic<int64_t> n{0};
-  return n;
-}
-
-// KILN_CUDA_MATVEC_ROWS=1 / 0 at start; tests flip it (matvec_set_rows).
-std::atomic<bool>& rows_flag() {
-  static std::atomic<bool> on{env_is("KILN_CUDA_MATVEC_ROWS", "1")};
-  return on;
-}
-
-// The row-pipelined kernel for a group of weights (a.seg filled) at one token, when the rows'
-// parts come in whole chunks (32 * kRowsChunk parts) and the launch has rows enough for two a
-// warp of the grid the SMs hold; false: use matvec_kernel.
-template <class V>
-bool launch_rows(const MatvecArgs& m, cudaStream_t s) {
-  if (!rows_flag().load(std::memory_order_relaxed) || m.n_tokens != 1 ||
-      current_sm_count() <= 0)
-    return false;
-  const int64_t n_items = m.n_blocks * V::kParts;
-  const int64_t n_rows = m.seg[m.n_segs - 1].row_end;
-  if (n_items % (32 * kRowsChunk) != 0 || n_items / (32 * kRowsChunk) > 64) return false;
-  static const int per_sm = [] {
-    int b = 0;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, matvec_rows_kernel<V>, kThreads,
-                                                         0) == cudaSuccess
-               ? b
-               : 0;
-  }();
-  const int64_t ctas = int64_t{per_sm} * current_sm_count();
-  if (per_sm <= 0 || n_rows < 2 * ctas * kRowsPerCta) return false;
-  RowsArgs a{m, ctas * kRowsPerCta, static_cast<int>(n_items / (32 * kRowsChunk))};
-  launch_pdl(matvec_rows_kernel<V>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), 0, s, a);
-  rows_launches().fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-
 // The streaming kernel for a group of weights (a.seg filled), when its rows can be bulk-copied
 // (16-byte aligned starts and lengths) and two slots a warp fit; false: use matvec_kernel.
 template <class V>
@@ -681,19 +559,19 @@ void fill_segs(Args& a, const Weight* const* ws, float* const* ys, const int* id
   a.row_bytes = ws[idx[0]]->row_bytes;
 }
 
-// KILN_CUDA_MATVEC_MIXED=1 / 0 at start; tests flip it (matvec_set_mixed).
+// On unless KILN_CUDA_MATVEC_MIXED=0 at start; tests flip it (matvec_set_mixed).
 std::atomic<bool>& mixed_flag() {
-  static std::atomic<bool> on{env_is("KILN_CUDA_MATVEC_MIXED", "1")};
+  static std::atomic<bool> on{!env_is("KILN_CUDA_MATVEC_MIXED", "0")};
   return on;
 }
 
 // The weights of one matvec_q8 call at one token in one launch when they form exactly two
-// groups, Q4_K or Q5_K (coalesced parts) and Q6_K, in either order (matvec2_kernel), and neither
-// the row-pipelined nor the streaming kernel is asked for; false: launch them as matvec_q8 does.
+// groups, Q4_K or Q5_K (coalesced parts) and Q6_K, in either order (matvec2_kernel), and the
+// streaming kernel is not asked for; false: launch them as matvec_q8 does.
 bool launch_mixed(const Weight* const* ws, float* const* ys, int n_w, const int8_t* xq,
                   const float2* xds, int64_t n_tokens, cudaStream_t s) {
   if (!mixed_flag().load(std::memory_order_relaxed) || n_tokens != 1 || stream_enabled() ||
-      rows_flag().load(std::memory_order_relaxed) || !k_coalesced() || !unroll_allowed())
+      !k_coalesced() || !unroll_allowed())
     return false;
   int groups = 0;
   int idx[2][kMaxSegs];
@@ -745,10 +623,8 @@ bool launch_mixed(const Weight* const* ws, float* const* ys, int n_w, const int8
 }  // namespace
 
 void matvec_set_stream(bool on) { stream_flag().store(on, std::memory_order_relaxed); }
-void matvec_set_rows(bool on) { rows_flag().store(on, std::memory_order_relaxed); }
-bool matvec_rows() { return rows_flag().load(std::memory_order_relaxed); }
-int64_t matvec_rows_launched() { return rows_launches().load(std::memory_order_relaxed); }
 void matvec_set_mixed(bool on) { mixed_flag().store(on, std::memory_order_relaxed); }
+bool matvec_mixed() { return mixed_flag().load(std::memory_order_relaxed); }
 int64_t matvec_mixed_launched() { return mixed_launches().load(std::memory_order_relaxed); }
 bool matvec_stream() { return stream_enabled(); }
 
@@ -827,16 +703,16 @@ void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t*
     switch (w.type) {
       case quant::Type::Q8_0:
         a.n_blocks = w.n_in / 32;
-        if (!launch_rows<VQ8_0>(a, s) && !launch_stream<VQ8_0>(a, s)) launch<VQ8_0>(a, s);
+        if (!launch_stream<VQ8_0>(a, s)) launch<VQ8_0>(a, s);
         break;
       case quant::Type::Q4_0:
         a.n_blocks = w.n_in / 32;
-        if (!launch_rows<VQ4_0>(a, s) && !launch_stream<VQ4_0>(a, s)) launch<VQ4_0>(a, s);
+        if (!launch_stream<VQ4_0>(a, s)) launch<VQ4_0>(a, s);
         break;
       case quant::Type::Q4_K:
         a.n_blocks = w.n_in / 256;
         if (k_coalesced()) {
-          if (!launch_rows<VQ4_Kc>(a, s) && !launch_stream<VQ4_Kc>(a, s)) launch<VQ4_Kc, 2>(a, s);
+          if (!launch_stream<VQ4_Kc>(a, s)) launch<VQ4_Kc, 2>(a, s);
         } else if (!launch_stream<VK45<false>>(a, s)) {
           launch<VK45<false>, 2>(a, s);
         }
@@ -844,14 +720,14 @@ void matvec_q8(const Weight* const* ws, float* const* ys, int n_w, const int8_t*
       case quant::Type::Q5_K:
         a.n_blocks = w.n_in / 256;
         if (k_coalesced()) {
-          if (!launch_rows<VQ5_Kc>(a, s) && !launch_stream<VQ5_Kc>(a, s)) launch<VQ5_Kc, 2>(a, s);
+          if (!launch_stream<VQ5_Kc>(a, s)) launch<VQ5_Kc, 2>(a, s);
         } else if (!launch_stream<VK45<true>>(a, s)) {
           launch<VK45<true>>(a, s);
         }
         break;
       case quant::Type::Q6_K:
         a.n_blocks = w.n_in / 256;
-        if (!launch_rows<VQ6_K>(a, s) && !launch_stream<VQ6_K>(a, s)) launch<VQ6_K, 2>(a, s);
+        if (!launch_stream<VQ6_K>(a, s)) launch<VQ6_K, 2>(a, s);
         break;
       default:
         break;
