@@ -1,7 +1,6 @@
 // The fused MoE decode kernels (moe_decode.cu, matvec_id_pair) against the kernels they
 // replace, bit for bit:
 //  - matvec_id_pair: each of its two outputs matvec_id's on that weight;
-//  - moe_gate_up_act: its activation and int8 rows those of matvec_id_pair then swiglu_q8;
 //  - moe_down_combine: matvec_id (pair p on row p) then moe_combine;
 //  - moe_route, quantized router: its logits matvec_q8's and its routing moe_topk's on them;
 //    F32 router: logits within 1e-5 of the row's |w| . |x| of the fp64 dot product (a warp's
@@ -109,43 +108,6 @@ TEST(CudaMoeDecode, PairIsTwoMatvecIds) {
       KILN_CUDA_OK(cudaDeviceSynchronize());
       expect_same_bits(yg.to_host(), wg.to_host(), what + " gate");
       expect_same_bits(yu.to_host(), wu.to_host(), what + " up");
-    }
-  }
-}
-
-TEST(CudaMoeDecode, GateUpActIsPairThenSwigluQ8) {
-  KILN_REQUIRE_GPU();
-  std::mt19937_64 rng(104);
-  const int64_t n_expert = 6, n_rows = 2;
-  const std::vector<int32_t> ids = {5, 0, 3, 5, 2, 1, 4, 0};
-  const std::vector<int32_t> x_rows = {0, 0, 0, 0, 1, 1, 1, 1};
-  const int64_t pairs = static_cast<int64_t>(ids.size());
-  for (Type type : kTypes) {
-    // Qwen3-30B-A3B's experts (2048 -> 768) narrower: 96 outputs, 3 groups; half-warp rows.
-    for (int64_t n_in : {512, 2048}) {
-      const int64_t n_ff = 96;
-      const std::string what =
-          std::string(quant::type_name(type)) + " n_in " + std::to_string(n_in);
-      const Stacked g = make_stacked(rng, type, n_expert, n_ff, n_in);
-      const Stacked u = make_stacked(rng, type, n_expert, n_ff, n_in);
-      const Act x = make_act(rng, n_rows, n_in);
-      DeviceVec<int32_t> dids(ids), drows(x_rows);
-      DeviceVec<float> yg(pairs * n_ff), yu(pairs * n_ff), act(pairs * n_ff);
-      DeviceVec<int8_t> wq(pairs * n_ff), q(pairs * n_ff);
-      DeviceVec<float2> wds(pairs * n_ff / 32), ds(pairs * n_ff / 32);
-      ASSERT_TRUE(cuda::matvec_id_pair(g.w, u.w, n_expert, x.xq->get(), x.xds->get(), drows.get(),
-                                       dids.get(), yg.get(), yu.get(), pairs, nullptr));
-      ASSERT_TRUE(cuda::swiglu_q8(yg.get(), yu.get(), yg.get(), pairs * n_ff, wq.get(), wds.get(),
-                                  nullptr));
-      ASSERT_TRUE(cuda::moe_gate_up_act(g.w, u.w, n_expert, x.xq->get(), x.xds->get(), drows.get(),
-                                        dids.get(), pairs, act.get(), q.get(), ds.get(), nullptr));
-      KILN_CUDA_OK(cudaDeviceSynchronize());
-      expect_same_bits(act.to_host(), yg.to_host(), what + " activation");
-      EXPECT_EQ(q.to_host(), wq.to_host()) << what << " levels";
-      const std::vector<float2> got_ds = ds.to_host(), want_ds = wds.to_host();
-      for (size_t i = 0; i < got_ds.size(); ++i)
-        ASSERT_EQ(std::memcmp(&got_ds[i], &want_ds[i], sizeof(float2)), 0)
-            << what << " group " << i;
     }
   }
 }

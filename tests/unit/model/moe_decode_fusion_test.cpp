@@ -1,11 +1,13 @@
 // The CUDA backend's fused MoE decode form (KILN_CUDA_MOE_FUSE=1: router + top-k, gate + up,
 // down + combine in one launch each; moe_decode.cu) against its unfused form on a quantized
-// qwen3moe model: the decode steps' logits within 1e-3 of the largest; with the activation in
-// gate and up's launch too (KILN_CUDA_MOE_FUSE=2), bit for bit those of the first form. The
-// quantized parts give the same bits (tests/unit/cuda/moe_decode_test.cpp); the F32 router's
-// logits are a warp's fp32 sum in another order than the direct kernel's, so the routing
+// qwen3moe model: the decode steps' logits within 1e-3 of the largest, and the same bits run to
+// run. The quantized parts give the same bits (tests/unit/cuda/moe_decode_test.cpp); the F32
+// router's logits are a warp's fp32 sum in another order than the direct kernel's, so the routing
 // weights, and the logits after them, move by rounding (~1e-6): a difference of zero would mean
 // the fused form did not run. Prefill steps (more than 8 tokens) take the unfused form in all.
+// Open (session 22, H200 and H100): decode steps 0 and 4 differ by 0.5-0.7% of the largest
+// logit, the same bits run to run and with PDL off, where every kernel test gives the replaced
+// kernels' bits; the form stays opt-in until that is found.
 // A CUDA test: skipped unless KILN_TEST_DEVICE names a GPU backend.
 #include <gtest/gtest.h>
 
@@ -111,12 +113,12 @@ TEST(MoeDecodeFusion, FusedFormEqualsUnfusedWithinRounding) {
   ASSERT_NE(m, nullptr);
   const auto off = decode_logits(*m, "0");
   const auto on = decode_logits(*m, "1");
-  // The activation in gate and up's launch too: the same bits as "1".
-  const auto act = decode_logits(*m, "2");
-  ASSERT_EQ(act.size(), on.size());
-  for (size_t i = 0; i < act.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(act[i].data(), on[i].data(), on[i].size() * sizeof(float)))
-        << "decode step " << i << ": KILN_CUDA_MOE_FUSE=2 against 1";
+  // Run to run the same bits (a race between the fused kernels' CTAs would show here).
+  const auto again = decode_logits(*m, "1");
+  ASSERT_EQ(again.size(), on.size());
+  for (size_t i = 0; i < again.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(again[i].data(), on[i].data(), on[i].size() * sizeof(float)))
+        << "decode step " << i << ": KILN_CUDA_MOE_FUSE=1 twice";
   ASSERT_EQ(on.size(), off.size());
   ASSERT_FALSE(off.empty());
   float worst = 0.0f;

@@ -709,30 +709,24 @@ class CudaBackend final : public Backend {
     // can be measured).
     if (experts < w.n_expert)
       cuda::moe_localize(s.chosen, s.weights.data, pairs, w.first_expert, experts, stream_);
-    // The activation quantized for the down projection as it is written: by swiglu_q8, or
-    // (KILN_CUDA_MOE_FUSE=2) in gate and up's launch, where x is not in the same rows.
+    // The activation quantized for the down projection as it is written (swiglu_q8).
     const cuda::MatmulQ8 down_q = cuda::matmul_id_q8(matmul_, pairs, w.n_ff);
-    bool act_q8 =
-        fused && moe_fuse_ >= 2 && down_q.xq != nullptr && down_q.xq != held.xq &&
-        cuda::moe_gate_up_act(*w.gate_exps, *w.up_exps, experts, held.xq, held.xds, s.x_rows,
-                              s.chosen, pairs, s.gate.data, down_q.xq, down_q.xds, stream_);
-    if (!act_q8) {
-      const bool paired =
-          fused && cuda::matvec_id_pair(*w.gate_exps, *w.up_exps, experts, held.xq, held.xds,
-                                        s.x_rows, s.chosen, s.gate.data, s.up.data, pairs, stream_);
-      if (!paired) {
-        const bool xn_q8 =
-            cuda::matmul_id(matmul_, *w.gate_exps, experts, xn.data, n, s.x_rows, s.chosen,
-                            s.gate.data, pairs, stream_, false, held.xq, held.xds);
-        cuda::matmul_id(matmul_, *w.up_exps, experts, xn.data, n, s.x_rows, s.chosen, s.up.data,
-                        pairs, stream_, xn_q8, held.xq, held.xds);
-      }
-      if (down_q.xq != nullptr && w.n_ff % 32 == 0 && !deterministic()) {  // groups of 32 a row
-        act_q8 = cuda::swiglu_q8(s.gate.data, s.up.data, s.gate.data, pairs * w.n_ff, down_q.xq,
-                                 down_q.xds, stream_);
-      } else {
-        cuda::swiglu(s.gate.data, s.up.data, s.gate.data, pairs * w.n_ff, stream_);
-      }
+    bool act_q8 = false;
+    const bool paired =
+        fused && cuda::matvec_id_pair(*w.gate_exps, *w.up_exps, experts, held.xq, held.xds,
+                                      s.x_rows, s.chosen, s.gate.data, s.up.data, pairs, stream_);
+    if (!paired) {
+      const bool xn_q8 =
+          cuda::matmul_id(matmul_, *w.gate_exps, experts, xn.data, n, s.x_rows, s.chosen,
+                          s.gate.data, pairs, stream_, false, held.xq, held.xds);
+      cuda::matmul_id(matmul_, *w.up_exps, experts, xn.data, n, s.x_rows, s.chosen, s.up.data,
+                      pairs, stream_, xn_q8, held.xq, held.xds);
+    }
+    if (down_q.xq != nullptr && w.n_ff % 32 == 0 && !deterministic()) {  // groups of 32 a row
+      act_q8 = cuda::swiglu_q8(s.gate.data, s.up.data, s.gate.data, pairs * w.n_ff, down_q.xq,
+                               down_q.xds, stream_);
+    } else {
+      cuda::swiglu(s.gate.data, s.up.data, s.gate.data, pairs * w.n_ff, stream_);
     }
     const bool combined =
         fused && act_q8 &&
@@ -913,12 +907,8 @@ class CudaBackend final : public Backend {
   const int32_t* iota_ = nullptr;
   uint32_t* moe_counter_ = nullptr;
   // The fused MoE decode kernels (moe_decode.cu), off by default until measured on a GPU:
-  // KILN_CUDA_MOE_FUSE=1: router + top-k, gate + up, down + combine in one launch each; 2: and
-  // the activation in gate and up's launch.
-  const int moe_fuse_ = [] {
-    const char* e = std::getenv("KILN_CUDA_MOE_FUSE");
-    return e == nullptr ? 0 : std::clamp(std::atoi(e), 0, 2);
-  }();
+  // KILN_CUDA_MOE_FUSE=1: router + top-k, gate + up, down + combine in one launch each.
+  const int moe_fuse_ = env_is("KILN_CUDA_MOE_FUSE", "1") ? 1 : 0;
   void* attn_workspace_ = nullptr;
   int64_t attn_workspace_bytes_ = 0;
   StepCapacity step_cap_;

@@ -168,15 +168,6 @@ void moe_combine(const float* slots, const float* weights, int64_t n_tokens, int
 bool moe_route(const Weight& router, const float* x, const int8_t* xq, const float2* xds,
                int64_t n_tokens, int32_t k, float* logits, int32_t* chosen, float* weights,
                int32_t* x_rows, uint32_t* counter, cudaStream_t s);
-// matvec_id_pair (gate and up experts) and swiglu_q8 in one launch: act [n_pairs, gate.n_out] =
-// silu(gate) * up, and its int8 rows (act_q, act_ds: quantize_q8_32's layout), each bit for bit
-// what matvec_id_pair then swiglu_q8 give. x must not share memory with act_q / act_ds (a CTA
-// writes its rows while others read x). A pair whose id is outside [0, n_expert) leaves its rows
-// untouched. False (nothing launched) unless gate and up are of one type and shape matvec_q8
-// takes, with gate.n_out a multiple of 32 and act 16-byte aligned.
-bool moe_gate_up_act(const Weight& gate, const Weight& up, int64_t n_expert, const int8_t* xq,
-                     const float2* xds, const int32_t* x_rows, const int32_t* ids, int64_t n_pairs,
-                     float* act, int8_t* act_q, float2* act_ds, cudaStream_t s);
 // The experts' down projection and moe_combine in one launch: out [n_tokens, stacked.n_out] =
 // sum over j in slot order of weights[t*k+j] * (W_{ids[t*k+j]} x[x_rows[t*k+j]]) (x_rows null:
 // pair p reads row p), each product matvec_id's bits and the sum moe_combine's (products and

@@ -3,8 +3,7 @@
 // each a few microseconds of launch, ramp-up and tail on an H200 for a few MB of weights; the
 // step is a chain of such short kernels (docs/performance.md, session 13's profile). Here the
 // router and the top-k are one launch (moe_route), gate and up one (matvec_id_pair, matvec.cu),
-// and the down projection and the combination one (moe_down_combine); or gate, up and the
-// activation with its int8 rows one (moe_gate_up_act), where its CTAs' rows fit. Each computes
+// and the down projection and the combination one (moe_down_combine). Each computes
 // the bits of the kernels it replaces (the tests compare them), so the switch between the forms
 // (KILN_CUDA_MOE_FUSE, cuda_backend.cpp) changes speed, not answers, but for an F32 router,
 // whose logits here are a warp's fp32 dot product instead of the direct kernel's.
@@ -18,8 +17,6 @@
 #include "kiln/backend/cuda/matvec_dot.cuh"
 #include "kiln/backend/cuda/moe_topk.cuh"
 #include "kiln/backend/cuda/pdl.cuh"
-#include "kiln/backend/cuda/q8_group.cuh"
-#include "kiln/backend/cuda/swiglu.cuh"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -177,91 +174,6 @@ __global__ void __launch_bounds__(kThreads) moe_down_combine_kernel(const Combin
   }
 }
 
-// ---- moe_gate_up_act -------------------------------------------------------------------------
-
-struct ActArgs {
-  ExpertRows e;       // the gate experts (n_out: n_ff)
-  const uint8_t* w2;  // the up experts
-  float* act;     // [n_pairs, n_ff]
-  int8_t* act_q;  // [n_pairs, n_ff]
-  float2* act_ds;  // [n_pairs, n_ff / 32]
-};
-
-// R rows' partial sums with one x row, as row_dot at one token computes each (the same items
-// in the same order per row: each row's bits), the R rows' loads of an item issued before their
-// arithmetic, so that a worker has R rows' bytes in flight.
-template <class V, int R, int kLanes>
-__device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[R], int64_t n_blocks,
-                                         const int8_t* xq, const float2* xds, int lane,
-                                         float (&acc)[R]) {
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  const int64_t n_items = n_blocks * V::kParts;
-  for (int64_t i = lane; i < n_items; i += kLanes) {
-    const int64_t blk = i / V::kParts;
-    const int part = static_cast<int>(i % V::kParts);
-    typename V::Frag f[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) f[r] = V::load(w[r] + blk * V::kBytes, part);
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      V::template dot<1>(f[r], part, xq + blk * V::kElems, xds + blk * (V::kElems / 32), 0, 0, 1,
-                         &acc[r]);
-  }
-}
-
-constexpr int kActThreads = 512;
-constexpr int kActValues = 32;  // outputs a CTA: one int8 group
-
-// A CTA per (32 outputs blockIdx.x * 32 .., pair blockIdx.y): its workers (warps, or half warps
-// for rows of at most 16 parts) take the 64 gate and up rows (matvec_id's dot products and
-// reduction: its bits) into shared memory, then 8 lanes apply the activation and quantize the
-// group as swiglu_q8 does (swiglu_value, q8_group4: its bits).
-template <class V, int kLanes>
-__global__ void __launch_bounds__(kActThreads) moe_gate_up_act_kernel(const ActArgs a) {
-  constexpr int kWorkers = kActThreads / kLanes;
-  constexpr int kTasks = 2 * kActValues;
-  constexpr int kPer = kTasks / kWorkers;  // 4 (warps) or 2 (half warps)
-  __shared__ float val[kTasks];            // gate 0..31, up 32..63
-  const int worker = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
-  const ExpertRows& e = a.e;
-  const int64_t p = blockIdx.y;
-  const int64_t i0 = int64_t{blockIdx.x} * kActValues;
-  pdl_start();  // ids and x come from the kernels before
-  const int32_t ex = e.ids[p];
-  if (ex < 0 || ex >= e.n_expert) return;  // CTA-uniform: the pair's outputs stay as they were
-  const int64_t xr = e.x_rows[p];
-  const uint8_t* rows[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int t = worker + k * kWorkers;
-    rows[k] = (t < kActValues ? e.w : a.w2) + static_cast<uint64_t>(ex) * e.expert_bytes +
-              static_cast<uint64_t>(i0 + t % kActValues) * e.row_bytes;
-  }
-  float acc[kPer];
-  rows_dot<V, kPer, kLanes>(rows, e.n_blocks, e.xq + xr * e.xq_stride, e.xds + xr * e.xds_stride,
-                            lane, acc);
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const float v = row_sum<kLanes>(acc[k]);
-    if (lane == 0) val[worker + k * kWorkers] = v;
-  }
-  __syncthreads();
-  if (threadIdx.x >= 32) return;
-  const int l = threadIdx.x;  // lanes 0..7 hold four values each
-  const bool active = l < kActValues / 4;
-  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  const int64_t o = p * e.n_out + i0 + 4 * l;
-  if (active) {
-    v = make_float4(swiglu_value(val[4 * l], val[kActValues + 4 * l]),
-                    swiglu_value(val[4 * l + 1], val[kActValues + 4 * l + 1]),
-                    swiglu_value(val[4 * l + 2], val[kActValues + 4 * l + 2]),
-                    swiglu_value(val[4 * l + 3], val[kActValues + 4 * l + 3]));
-    *reinterpret_cast<float4*>(a.act + o) = v;
-  }
-  q8_group4(v, active, a.act_q + o, a.act_ds + (p * e.n_out + i0) / 32);
-}
-
 }  // namespace
 
 bool moe_route(const Weight& router, const float* x, const int8_t* xq, const float2* xds,
@@ -334,34 +246,6 @@ bool moe_down_combine(const Weight& stacked, int64_t n_expert, const int8_t* xq,
       launch_pdl(moe_down_combine_kernel<V, 16>, grid, dim3(kThreads), 0, s, a);
     } else {
       launch_pdl(moe_down_combine_kernel<V, 32>, grid, dim3(kThreads), 0, s, a);
-    }
-    return true;
-  });
-}
-
-bool moe_gate_up_act(const Weight& gate, const Weight& up, int64_t n_expert, const int8_t* xq,
-                     const float2* xds, const int32_t* x_rows, const int32_t* ids, int64_t n_pairs,
-                     float* act, int8_t* act_q, float2* act_ds, cudaStream_t s) {
-  if (n_pairs <= 0 || n_pairs > 65535 || gate.n_out <= 0 || gate.n_out % kActValues != 0 ||
-      !matvec_supports(gate) || !matvec_supports(up) || up.type != gate.type ||
-      up.n_in != gate.n_in || up.n_out != gate.n_out || up.row_bytes != gate.row_bytes ||
-      reinterpret_cast<uintptr_t>(act) % 16 != 0 || act_q == nullptr || act_ds == nullptr)
-    return false;
-  ActArgs a{};
-  a.e = expert_rows(gate, n_expert, xq, xds, x_rows, ids);
-  a.w2 = up.data;
-  a.act = act;
-  a.act_q = act_q;
-  a.act_ds = act_ds;
-  const dim3 grid(static_cast<unsigned>(gate.n_out / kActValues), static_cast<unsigned>(n_pairs));
-  const bool half = matvec_id_lanes(gate) == 16;
-  return with_part_type(gate, matvec_k_coalesced(), [&](auto v, int64_t n_blocks) {
-    using V = decltype(v);
-    a.e.n_blocks = n_blocks;
-    if (half) {
-      launch_pdl(moe_gate_up_act_kernel<V, 16>, grid, dim3(kActThreads), 0, s, a);
-    } else {
-      launch_pdl(moe_gate_up_act_kernel<V, 32>, grid, dim3(kActThreads), 0, s, a);
     }
     return true;
   });
