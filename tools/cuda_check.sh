@@ -87,7 +87,7 @@ if [[ " $WHAT " == *" new "* ]]; then
   done
   KILN_TEST_DEVICE=cuda timeout 120 $D/bin/test_model --gtest_brief=1 \
     --gtest_filter='MoeDecodeFusion.*' > "$OUTDIR/new_model.log" 2>&1
-  echo "test_model MoeDecodeFusion rc=$?"; grep -E "FAILED|PASSED|Failure|fused|Expected|Which" "$OUTDIR/new_model.log" | head -12
+  echo "test_model MoeDecodeFusion rc=$?"; grep -E "FAILED|PASSED|Failure|fused|CPU|twice|Expected|Which" "$OUTDIR/new_model.log" | head -40
   SF=${SANITIZE_FILTER:-CudaMoeDecode.*:CudaMatmul.MixedTypesInOneLaunchEqualTwoLaunches:CudaMatmul.HalfMatvecLongRows}
   timeout 240 compute-sanitizer --tool memcheck $D/bin/test_cuda --gtest_brief=1 \
     --gtest_filter="$SF" > "$OUTDIR/new_memcheck.log" 2>&1

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <string>
 
 #include "forward_util.h"
 #include "kiln/model/forward.h"
@@ -81,10 +82,14 @@ std::vector<float> step(Forward& fwd, backend::KvCache& kv, const Model& m,
 
 // Three sequences prefilled (20, 13 and 30 tokens), then three decode steps of one of them
 // alone and two of all three together: the logits of the decode steps, in order.
+// fuse "cpu": on the CPU backend (the reference both GPU forms are compared with).
 std::vector<std::vector<float>> decode_logits(const Model& m, const char* fuse) {
+  const std::string device = test_device();
+  if (std::strcmp(fuse, "cpu") == 0) setenv("KILN_TEST_DEVICE", "cpu", 1);
   setenv("KILN_CUDA_MOE_FUSE", fuse, 1);  // read when the backend is made
   TestForward tf = make_forward(m, 64, 16);
   unsetenv("KILN_CUDA_MOE_FUSE");
+  setenv("KILN_TEST_DEVICE", device.c_str(), 1);
   if (!tf.ok()) return {};
   std::vector<std::vector<int32_t>> seqs(3);
   for (size_t s = 0; s < seqs.size(); ++s) {
@@ -113,14 +118,37 @@ TEST(MoeDecodeFusion, FusedFormEqualsUnfusedWithinRounding) {
   ASSERT_NE(m, nullptr);
   const auto off = decode_logits(*m, "0");
   const auto on = decode_logits(*m, "1");
-  // Run to run the same bits (a race between the fused kernels' CTAs would show here).
+  // Run to run the same bits, each form (a race between the fused kernels' CTAs, or state left
+  // by the first backend of the process, would show here).
   const auto again = decode_logits(*m, "1");
+  const auto off_again = decode_logits(*m, "0");
   ASSERT_EQ(again.size(), on.size());
-  for (size_t i = 0; i < again.size(); ++i)
+  ASSERT_EQ(off_again.size(), off.size());
+  ASSERT_EQ(off.size(), on.size());
+  for (size_t i = 0; i < again.size(); ++i) {
     EXPECT_EQ(0, std::memcmp(again[i].data(), on[i].data(), on[i].size() * sizeof(float)))
         << "decode step " << i << ": KILN_CUDA_MOE_FUSE=1 twice";
+    EXPECT_EQ(0, std::memcmp(off_again[i].data(), off[i].data(), off[i].size() * sizeof(float)))
+        << "decode step " << i << ": KILN_CUDA_MOE_FUSE=0 twice";
+  }
   ASSERT_EQ(on.size(), off.size());
   ASSERT_FALSE(off.empty());
+  // Each form against the CPU backend (exact fp32 activations: both GPU forms differ from it by
+  // their int8 activations, ~1-2% of the largest logit), to tell which form a difference
+  // between them comes from.
+  const auto cpu = decode_logits(*m, "cpu");
+  ASSERT_EQ(cpu.size(), off.size());
+  auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
+    float d = 0.0f, r = 0.0f;
+    for (size_t j = 0; j < a.size() && j < b.size(); ++j) {
+      d = std::max(d, std::fabs(a[j] - b[j]));
+      r = std::max(r, std::fabs(b[j]));
+    }
+    return r > 0.0f ? d / r : d;
+  };
+  for (size_t i = 0; i < cpu.size(); ++i)
+    std::printf("decode step %zu against the CPU: unfused %g, fused %g of the largest logit\n", i,
+                rel(off[i], cpu[i]), rel(on[i], cpu[i]));
   float worst = 0.0f;
   for (size_t i = 0; i < on.size(); ++i) {
     ASSERT_EQ(on[i].size(), off[i].size());
@@ -130,6 +158,8 @@ TEST(MoeDecodeFusion, FusedFormEqualsUnfusedWithinRounding) {
       max_diff = std::max(max_diff, std::fabs(on[i][j] - off[i][j]));
       max_ref = std::max(max_ref, std::fabs(off[i][j]));
     }
+    std::printf("decode step %zu: fused against unfused %g of the largest logit\n", i,
+                max_diff / max_ref);
     EXPECT_LE(max_diff, 1e-3f * max_ref) << "decode step " << i;
     worst = std::max(worst, max_diff / max_ref);
   }
