@@ -112,14 +112,7 @@ std::unique_ptr<Engine> start_engine(std::optional<model::Pooling> pooling, int3
   // a test may hold two engines at once.
   o.kv_memory_bytes = uint64_t{64} << 20;
   o.pooling = pooling;
-  auto e = std::make_unique<Engine>(o);
-  e->start();
-  const Status ready = e->wait_ready();
-  if (!ready.ok()) {
-    ADD_FAILURE() << "engine not ready: " << ready.error().message;
-    return nullptr;
-  }
-  return e;
+  return started_engine(o);
 }
 
 class EmbeddingEngineTest : public ::testing::TestWithParam<model::Pooling> {};

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "unit/engine/fixture_engine.h"
+
 namespace kiln::engine {
 namespace {
 
@@ -270,14 +272,7 @@ TEST(EngineSampling, ParallelHostSamplingDrawsWhatEachRowDrawsAlone) {
     // An explicit KV budget: on a GPU the default fills --gpu-memory-fraction of the card, and
     // this test holds two engines at once.
     o.kv_memory_bytes = uint64_t{64} << 20;
-    auto e = std::make_unique<Engine>(o);
-    e->start();
-    const Status ready = e->wait_ready();
-    if (!ready.ok()) {
-      ADD_FAILURE() << "engine not ready: " << ready.error().message;
-      return nullptr;
-    }
-    return e;
+    return started_engine(o);
   };
   auto sampled = [](std::vector<int32_t> prompt, int i) {
     GenerationRequest r;

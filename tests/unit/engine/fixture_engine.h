@@ -1,6 +1,7 @@
-// An engine on a Hugging Face fixture (tests/fixtures/hf/<name>) converted to F32 by kiln
-// convert. The fixtures have no tokenizer and the engine wants one: 256 SentencePiece byte
-// tokens (bos 1, eos 2) are written beside the weights.
+// Engines for the tests: one started on given options (started_engine), and one on a Hugging
+// Face fixture (tests/fixtures/hf/<name>) converted to F32 by kiln convert. The fixtures have no
+// tokenizer and the engine wants one: 256 SentencePiece byte tokens (bos 1, eos 2) are written
+// beside the weights.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,6 +18,18 @@
 #include "kiln/tokenizer/gguf_vocab.h"
 
 namespace kiln::engine {
+
+// An engine on options `o`, started and ready; null, with a test failure, when it does not start.
+inline std::unique_ptr<Engine> started_engine(const EngineOptions& o) {
+  auto e = std::make_unique<Engine>(o);
+  e->start();
+  const Status ready = e->wait_ready();
+  if (!ready.ok()) {
+    ADD_FAILURE() << "engine not ready: " << ready.error().message;
+    return nullptr;
+  }
+  return e;
+}
 
 // `o` holds every option but model_path (a temporary file, removed once the engine has loaded
 // it). Null, with a test failure, when conversion or start fails.
@@ -47,14 +60,8 @@ inline std::unique_ptr<Engine> start_fixture_engine(const std::string& fixture, 
     return nullptr;
   }
   o.model_path = path;
-  auto e = std::make_unique<Engine>(o);
-  e->start();
-  const Status ready = e->wait_ready();
+  std::unique_ptr<Engine> e = started_engine(o);
   std::filesystem::remove(path);
-  if (!ready.ok()) {
-    ADD_FAILURE() << "engine not ready: " << ready.error().message;
-    return nullptr;
-  }
   return e;
 }
 
