@@ -715,8 +715,9 @@ TEST(CudaMatmul, StreamMatvecRingsAndLongRows) {
 }
 
 // Weights of the given types and heights over n_in (Gaussian rows, quantized): host bytes, device
-// copies and views; what matmul_shared gives each of them on one input, and what matmul gives
-// one alone (read back to the host).
+// copies and views; what matmul_shared gives each of them on one input (outputs filled with NaN
+// first: a row it leaves unwritten shows), and what matmul gives one alone (read back to the
+// host).
 struct WeightSet {
   std::vector<std::vector<uint8_t>> host;
   std::deque<test::DeviceVec<uint8_t>> dev;
@@ -737,6 +738,7 @@ struct WeightSet {
     std::vector<float*> yp;
     for (const Weight& w : ws) {
       ys.emplace_back(static_cast<size_t>(n_tokens * w.n_out));
+      EXPECT_EQ(cudaSuccess, cudaMemset(ys.back().get(), 0xff, n_tokens * w.n_out * sizeof(float)));
       wp.push_back(&w);
       yp.push_back(ys.back().get());
     }
@@ -782,9 +784,7 @@ TEST(CudaMatmul, MixedTypesInOneLaunchEqualTwoLaunches) {
     for (size_t i = 0; i < c.types.size(); ++i)
       what << quant::type_name(c.types[i]) << "x" << c.outs[i] << " ";
     SCOPED_TRACE(what.str() + "seed=" + std::to_string(seed));
-    WeightSet set(c.types, c.outs, n_in, rng);
-    std::vector<const Weight*> wp;
-    for (const Weight& w : set.ws) wp.push_back(&w);
+    const WeightSet set(c.types, c.outs, n_in, rng);
     for (int64_t n_tokens : {1, 2}) {
       const std::vector<float> x = representable(n_tokens * n_in, rng);
       test::DeviceVec<float> dx(x);
@@ -792,17 +792,7 @@ TEST(CudaMatmul, MixedTypesInOneLaunchEqualTwoLaunches) {
       for (int mixed = 0; mixed < 2; ++mixed) {
         backend::cuda::matvec_set_mixed(mixed == 1);
         const int64_t launched = backend::cuda::matvec_mixed_launched();
-        std::deque<test::DeviceVec<float>> ys;
-        std::vector<float*> yp;
-        for (int64_t n_out : c.outs) {
-          ys.emplace_back(static_cast<size_t>(n_tokens * n_out));
-          KILN_CUDA_OK(cudaMemset(ys.back().get(), 0xff, n_tokens * n_out * sizeof(float)));
-          yp.push_back(ys.back().get());
-        }
-        backend::cuda::matmul_shared(ctx.p, wp.data(), yp.data(), static_cast<int>(wp.size()),
-                                     dx.get(), n_tokens, nullptr);
-        KILN_CUDA_OK(cudaDeviceSynchronize());
-        for (const auto& y : ys) got[mixed].push_back(y.to_host());
+        got[mixed] = set.shared(ctx.p, dx.get(), n_tokens);
         EXPECT_EQ(backend::cuda::matvec_mixed_launched() > launched,
                   mixed == 1 && n_tokens == 1 && c.mixed);
       }
