@@ -685,7 +685,7 @@ class CudaBackend final : public Backend {
     cuda::MatmulQ8 held = xn_held ? cuda::matmul_q8(matmul_) : cuda::MatmulQ8{};
     // A decode step's fused form (moe_decode.cu): router + top-k, gate + up, down + combine in
     // one launch each, where matmul_id takes its few-pair int8 form for both (the same bits).
-    const bool fuse = moe_fuse_ > 0 && !deterministic() && n <= cuda::kMatvecMaxTokens &&
+    const bool fuse = moe_fuse_ && !deterministic() && n <= cuda::kMatvecMaxTokens &&
                       cuda::matmul_id_few(matmul_, *w.gate_exps, experts, n, pairs) &&
                       cuda::matmul_id_few(matmul_, *w.down_exps, experts, pairs, pairs);
     if (fuse && held.xq == nullptr) {
@@ -906,9 +906,10 @@ class CudaBackend final : public Backend {
   int64_t q8_rows_ = 0, q8_cols_ = 0;
   const int32_t* iota_ = nullptr;
   uint32_t* moe_counter_ = nullptr;
-  // The fused MoE decode kernels (moe_decode.cu), off by default until measured on a GPU:
-  // KILN_CUDA_MOE_FUSE=1: router + top-k, gate + up, down + combine in one launch each.
-  const int moe_fuse_ = env_is("KILN_CUDA_MOE_FUSE", "1") ? 1 : 0;
+  // The fused MoE decode kernels (moe_decode.cu), opt-in: KILN_CUDA_MOE_FUSE=1 runs router +
+  // top-k, gate + up, down + combine in one launch each (off while its logits' open difference
+  // from this form's stands, docs/performance.md session 22).
+  const bool moe_fuse_ = env_is("KILN_CUDA_MOE_FUSE", "1");
   void* attn_workspace_ = nullptr;
   int64_t attn_workspace_bytes_ = 0;
   StepCapacity step_cap_;

@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <string_view>
 
 #include "kiln/backend/cuda/env.h"
 #include "kiln/backend/cuda/kernels.h"
